@@ -1,0 +1,625 @@
+//! `BalancerActor`: picks the node for each task, hands credit to the queue.
+//!
+//! The balancer pulls: it tells the queue how many tasks it can place
+//! ([`Credit`]), computed from its view of every node (slots, probes, tokens;
+//! see [`super::view`]), and the queue sends that many [`Route`]s. Each route
+//! is placed at once: the strategy picks among eligible nodes, preferring
+//! ones that have not failed this task, the view is bumped (in flight,
+//! tokens, probes) so the next pick never sees stale load, and the node gets
+//! a [`Dispatch`]. Completions, the `GetLoad` refresh and one timer (the
+//! earliest breaker expiry or token due) wake it; nothing polls.
+//!
+//! When nothing can be placed for a reason the service must answer for, it
+//! closes the queue's gate: every breaker open with `on_all_open: fail_fast`
+//! (`CircuitOpen`, saying when the first half-opens), or no token with
+//! `on_limit: reject` (`RateLimited`). It reopens the gate when that ends.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tokio::time::Instant;
+
+use super::messages::*;
+use super::node::{NodeActor, NodeSpec};
+use super::queue::QueueActor;
+use super::view::{Health, Mirror, NodeView};
+use crate::algo::limiter::TokenBucket;
+use crate::algo::strategy::{self, Candidate, Member, Strategy, StrategyKind};
+use crate::config::{EndpointConfig, Mode, OnAllOpen, OnLimit, ServiceConfig};
+use crate::stats::NodeStats;
+use crate::transport::TransportFactory;
+use crate::Rejection;
+
+/// Places tasks on the nodes of one service.
+pub struct BalancerActor {
+    pub(super) service: Arc<str>,
+    pub(super) cfg: Arc<ServiceConfig>,
+    pub(super) queue: Addr<QueueActor>,
+    pub(super) factory: TransportFactory,
+    pub(super) nodes: Vec<NodeView>,
+    pub(super) index: HashMap<NodeId, usize>,
+    pub(super) next_id: u32,
+    pub(super) strategy: Box<dyn Strategy>,
+    pub(super) cands: Vec<Candidate>,
+    /// Sum of the nodes' rooms.
+    pub(super) capacity: usize,
+    /// Credit handed to the queue and not yet used.
+    pub(super) granted: usize,
+    pub(super) service_bucket: Option<TokenBucket>,
+    pub(super) gate: Gate,
+    pub(super) wake: Option<(Instant, SpawnHandle)>,
+    /// Nodes working on each task, kept only when the service hedges.
+    pub(super) working: HashMap<Seq, Vec<NodeId>>,
+}
+
+pub(crate) fn strategy_kind(cfg: &ServiceConfig) -> StrategyKind {
+    match cfg.mode {
+        Mode::RoundRobin => StrategyKind::RoundRobin,
+        Mode::Weighted => StrategyKind::Weighted,
+        Mode::LeastLoad => StrategyKind::LeastLoad(cfg.balancer.least_load.clone()),
+        Mode::P2c => StrategyKind::P2c,
+        Mode::ConsistentHash => StrategyKind::ConsistentHash,
+    }
+}
+
+impl BalancerActor {
+    /// Builds the balancer and starts one supervised node per endpoint.
+    pub(crate) fn new(
+        cfg: Arc<ServiceConfig>,
+        queue: Addr<QueueActor>,
+        factory: TransportFactory,
+        ctx: &mut Context<Self>,
+    ) -> Self {
+        let now = Instant::now();
+        let service: Arc<str> = cfg.name.as_str().into();
+        let members: Vec<Member> = Vec::new();
+        let strategy = strategy::build(&strategy_kind(&cfg), &members, cfg.balancer.seed);
+        let mut b = BalancerActor {
+            service,
+            queue,
+            factory,
+            nodes: Vec::new(),
+            index: HashMap::new(),
+            next_id: 0,
+            strategy,
+            cands: Vec::new(),
+            capacity: 0,
+            granted: 0,
+            service_bucket: cfg
+                .rate_limit
+                .service
+                .map(|b| TokenBucket::new(b.rate, b.burst, now)),
+            gate: Gate::Open,
+            wake: None,
+            working: HashMap::new(),
+            cfg,
+        };
+        let endpoints = b.cfg.endpoints.clone();
+        for ep in &endpoints {
+            b.spawn_node(ep, ctx, false);
+        }
+        b.rebuild_strategy();
+        b
+    }
+
+    /// Starts a node actor for `ep` and adds its view (strategy not rebuilt).
+    pub(super) fn spawn_node(&mut self, ep: &EndpointConfig, ctx: &mut Context<Self>, ramp: bool) {
+        let now = Instant::now();
+        let id = NodeId(self.next_id);
+        self.next_id += 1;
+        let spec_cfg = self.cfg.clone();
+        let service = self.service.clone();
+        let address: Arc<str> = ep.address.as_str().into();
+        let recipient = ctx.address().recipient();
+        let factory = self.factory.clone();
+        let max = ep.max_concurrent;
+        let addr = actix::Supervisor::start(move |_| {
+            NodeActor::new(NodeSpec {
+                id,
+                service,
+                address,
+                max_concurrent: max,
+                cfg: spec_cfg,
+                balancer: recipient,
+                factory,
+            })
+        });
+        let load = LoadReport {
+            in_flight: 0,
+            total: 0,
+            errors: 0,
+            latency_ewma: 0.0,
+            last_latency: Duration::ZERO,
+            error_rate: 0.0,
+            rtt: self.cfg.balancer.default_rtt.as_secs_f64(),
+            breaker: crate::algo::breaker::BreakerState::Closed,
+            trips: 0,
+            tokens: None,
+            restarts: 0,
+        };
+        let bucket = self
+            .cfg
+            .rate_limit
+            .per_node
+            .map(|b| TokenBucket::new(b.rate, b.burst, now));
+        let mut view = NodeView::new(id, ep, addr, load, bucket);
+        if ramp && self.cfg.balancer.slow_start.is_some() {
+            view.ramp_from = Some(now);
+        }
+        self.index.insert(id, self.nodes.len());
+        self.nodes.push(view);
+        self.cands
+            .push(Candidate::new(ep.weight, ep.max_concurrent));
+    }
+
+    /// Rebuilds the strategy and index after membership changed.
+    pub(super) fn rebuild_strategy(&mut self) {
+        let members: Vec<Member> = self
+            .nodes
+            .iter()
+            .map(|n| Member {
+                key: n.address.to_string(),
+                weight: n.weight,
+            })
+            .collect();
+        self.strategy.rebuild(&members);
+        self.index = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.id, i))
+            .collect();
+        self.cands.resize(self.nodes.len(), Candidate::new(1, 1));
+        self.recompute_all(Instant::now());
+    }
+
+    fn ramp(&self) -> Option<(Duration, f64)> {
+        self.cfg
+            .balancer
+            .slow_start
+            .map(|d| (d, self.cfg.balancer.slow_start_floor))
+    }
+
+    /// Recomputes node `i`'s room and candidate, keeping `capacity` in step.
+    pub(super) fn refresh_node(&mut self, i: usize, now: Instant) {
+        let probes = self.cfg.breaker.breaker.half_open_probes;
+        let ramp = self.ramp();
+        let n = &mut self.nodes[i];
+        n.expire(now, probes);
+        let room = n.compute_room(now);
+        self.capacity = self.capacity + room - n.room;
+        n.room = room;
+        let w = n.effective_weight(now, ramp);
+        self.cands[i] = n.candidate(room > 0, w);
+    }
+
+    /// Recomputes every node, the ejection cap and the wake-up timer.
+    pub(super) fn recompute_all(&mut self, now: Instant) {
+        let probes = self.cfg.breaker.breaker.half_open_probes;
+        for n in &mut self.nodes {
+            n.expire(now, probes);
+            n.overridden = false;
+        }
+        // max_ejected_percent: past the cap, the healthiest open nodes serve anyway.
+        let in_service: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].in_service())
+            .collect();
+        let mut open: Vec<usize> = in_service
+            .iter()
+            .copied()
+            .filter(|&i| self.nodes[i].is_open(now))
+            .collect();
+        let allowed = in_service.len() * self.cfg.breaker.max_ejected_percent as usize / 100;
+        if open.len() > allowed {
+            open.sort_by(|&a, &b| {
+                let (na, nb) = (&self.nodes[a], &self.nodes[b]);
+                na.load
+                    .error_rate
+                    .total_cmp(&nb.load.error_rate)
+                    .then(na.id.cmp(&nb.id))
+            });
+            for &i in open.iter().take(open.len() - allowed) {
+                self.nodes[i].overridden = true;
+            }
+        }
+        for i in 0..self.nodes.len() {
+            self.refresh_node(i, now);
+        }
+    }
+
+    /// The earliest instant at which time alone adds room.
+    fn next_wake(&self, now: Instant) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        let mut consider = |t: Instant| {
+            if t > now && next.is_none_or(|n| t < n) {
+                next = Some(t);
+            }
+        };
+        for n in &self.nodes {
+            if !n.in_service() {
+                continue;
+            }
+            if let Mirror::Open { until } = n.mirror {
+                consider(until);
+            }
+            if n.token_blocked(now) {
+                if let Some(Err(t)) = n.bucket.as_ref().map(|b| b.check(now)) {
+                    consider(t);
+                }
+            }
+        }
+        if let Some(Err(t)) = self.service_bucket.as_ref().map(|b| b.check(now)) {
+            consider(t);
+        }
+        next
+    }
+
+    /// Sets the single timer to `at` if that is earlier than the one set.
+    fn schedule_wake(&mut self, at: Instant, ctx: &mut Context<Self>) {
+        if let Some((t, h)) = self.wake {
+            if t <= at {
+                return;
+            }
+            ctx.cancel_future(h);
+        }
+        let delay = at.saturating_duration_since(Instant::now());
+        let h = ctx.run_later(delay, |act, ctx| {
+            act.wake = None;
+            let now = Instant::now();
+            act.recompute_all(now);
+            act.settle(ctx, now);
+        });
+        self.wake = Some((at, h));
+    }
+
+    /// After any change: grant credit, set the gate, arm the timer.
+    pub(super) fn settle(&mut self, ctx: &mut Context<Self>, now: Instant) {
+        let mut cap = self.capacity;
+        let service_tokens = self
+            .service_bucket
+            .as_ref()
+            .map(|b| b.available(now) as usize);
+        if let Some(t) = service_tokens {
+            cap = cap.min(t);
+        }
+        if cap > self.granted {
+            self.queue.do_send(Credit(cap - self.granted));
+            self.granted = cap;
+        }
+        let gate = if cap > 0 {
+            Gate::Open
+        } else {
+            self.closed_gate(now, service_tokens == Some(0))
+        };
+        if gate != self.gate {
+            match &gate {
+                Gate::Open => log::info!("service {}: accepting tasks again", self.service),
+                Gate::Reject(r) => log::warn!("service {}: rejecting tasks: {r}", self.service),
+            }
+            self.gate = gate.clone();
+            self.queue.do_send(SetGate(gate));
+        }
+        if cap == 0
+            || self
+                .nodes
+                .iter()
+                .any(|n| matches!(n.mirror, Mirror::Open { .. }))
+        {
+            if let Some(t) = self.next_wake(now) {
+                self.schedule_wake(t, ctx);
+            }
+        }
+    }
+
+    /// Why nothing can be placed, if the service must answer for it.
+    fn closed_gate(&self, now: Instant, service_out: bool) -> Gate {
+        let in_service: Vec<&NodeView> = self.nodes.iter().filter(|n| n.in_service()).collect();
+        if self.cfg.breaker.on_all_open == OnAllOpen::FailFast
+            && !in_service.is_empty()
+            && in_service.iter().all(|n| n.is_open(now))
+        {
+            let first = in_service
+                .iter()
+                .filter_map(|n| match n.mirror {
+                    Mirror::Open { until } => Some(until),
+                    _ => None,
+                })
+                .min()
+                .unwrap_or(now);
+            return Gate::Reject(Rejection::CircuitOpen {
+                retry_after: first.saturating_duration_since(now),
+            });
+        }
+        if self.cfg.rate_limit.on_limit == OnLimit::Reject {
+            let next = if service_out {
+                self.service_bucket
+                    .as_ref()
+                    .and_then(|b| b.check(now).err())
+            } else if in_service.iter().any(|n| n.token_blocked(now)) {
+                in_service
+                    .iter()
+                    .filter(|n| n.token_blocked(now))
+                    .filter_map(|n| n.bucket.as_ref().and_then(|b| b.check(now).err()))
+                    .min()
+            } else {
+                None
+            };
+            if let Some(t) = next {
+                return Gate::Reject(Rejection::RateLimited {
+                    retry_after: t.saturating_duration_since(now),
+                });
+            }
+        }
+        Gate::Open
+    }
+
+    /// Picks a node for `route`, preferring nodes it has not failed on.
+    fn pick(&mut self, route: &Route) -> Option<usize> {
+        let mut masked: Vec<usize> = Vec::new();
+        if route.hedge {
+            // A hedge never goes to a node already working on the task.
+            for id in self.working.get(&route.seq).into_iter().flatten() {
+                if let Some(&i) = self.index.get(id) {
+                    if self.cands[i].eligible {
+                        self.cands[i].eligible = false;
+                        masked.push(i);
+                    }
+                }
+            }
+            if !self.cands.iter().any(|c| c.eligible) {
+                for i in masked {
+                    self.cands[i].eligible = true;
+                }
+                return None;
+            }
+        }
+        if !route.avoid.is_empty() {
+            let others = self
+                .cands
+                .iter()
+                .enumerate()
+                .any(|(i, c)| c.eligible && !route.avoid.contains(&self.nodes[i].id));
+            if others {
+                for id in &route.avoid {
+                    if let Some(&i) = self.index.get(id) {
+                        if self.cands[i].eligible {
+                            self.cands[i].eligible = false;
+                            masked.push(i);
+                        }
+                    }
+                }
+            }
+        }
+        let pick = self.strategy.pick(&self.cands, route.job.affinity);
+        for i in masked {
+            self.cands[i].eligible = true;
+        }
+        pick.filter(|&i| self.cands[i].eligible)
+    }
+
+    fn node_stats(&self, now: Instant) -> Vec<NodeStats> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| NodeStats::from_view(n, &self.cands[i], &self.cfg, now))
+            .collect()
+    }
+}
+
+impl Actor for BalancerActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.run_interval(self.cfg.balancer.refresh_interval, |act, ctx| {
+            act.refresh_loads(ctx)
+        });
+        if let Some(hc) = self.cfg.health_check.clone() {
+            ctx.run_interval(hc.interval, |act, ctx| act.run_health_checks(ctx));
+        }
+        let now = Instant::now();
+        self.recompute_all(now);
+        self.settle(ctx, now);
+    }
+}
+
+impl BalancerActor {
+    /// One `GetLoad` round: every node reports; the view re-syncs.
+    fn refresh_loads(&mut self, ctx: &mut Context<Self>) {
+        let asks: Vec<_> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let id = n.id;
+                let f = n.addr.send(GetLoad);
+                async move { (id, f.await) }
+            })
+            .collect();
+        futures::future::join_all(asks)
+            .into_actor(self)
+            .map(|replies, act, ctx| {
+                for (id, r) in replies {
+                    if let (Ok(load), Some(&i)) = (r, act.index.get(&id)) {
+                        act.apply_load(i, load);
+                    }
+                }
+                let now = Instant::now();
+                act.recompute_all(now);
+                act.settle(ctx, now);
+            })
+            .spawn(ctx);
+    }
+
+    /// Takes a node's report into the view. Returns whether its breaker changed kind.
+    pub(super) fn apply_load(&mut self, i: usize, load: LoadReport) -> bool {
+        let probes = self.cfg.breaker.breaker.half_open_probes;
+        let slow_start = self.cfg.balancer.slow_start.is_some();
+        let n = &mut self.nodes[i];
+        let mirror = Mirror::from_state(load.breaker, probes);
+        let changed = !n.mirror.same_kind(&mirror);
+        if changed {
+            if slow_start && mirror == Mirror::Closed {
+                n.ramp_from = Some(Instant::now());
+            }
+            n.mirror = match (n.mirror, mirror) {
+                // Probes already handed out stay counted.
+                (Mirror::HalfOpen { probes }, Mirror::HalfOpen { .. }) => {
+                    Mirror::HalfOpen { probes }
+                }
+                (_, m) => m,
+            };
+        } else if let Mirror::Open { .. } = mirror {
+            n.mirror = mirror;
+        }
+        n.load = load;
+        changed
+    }
+}
+
+/// Places one task from the queue.
+impl Handler<Route> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Route, ctx: &mut Self::Context) {
+        if !msg.hedge {
+            self.granted = self.granted.saturating_sub(1);
+        }
+        let now = Instant::now();
+        let service_ok = self
+            .service_bucket
+            .as_ref()
+            .is_none_or(|b| b.check(now).is_ok());
+        let Some(i) = service_ok.then(|| self.pick(&msg)).flatten() else {
+            self.queue.do_send(Bounce {
+                seq: msg.seq,
+                hedge: msg.hedge,
+            });
+            return self.settle(ctx, now);
+        };
+        if let Some(b) = &mut self.service_bucket {
+            let _ = b.try_acquire(now);
+        }
+        let n = &mut self.nodes[i];
+        n.in_flight += 1;
+        if let Mirror::HalfOpen { probes } = &mut n.mirror {
+            *probes = probes.saturating_sub(1);
+        }
+        if let Some(b) = &mut n.bucket {
+            let _ = b.try_acquire(now);
+        }
+        let bypass = n.overridden;
+        if self.cfg.hedge.is_some() {
+            self.working.entry(msg.seq).or_default().push(n.id);
+        }
+        log::debug!(
+            "service {}: task {} -> node {}",
+            self.service,
+            msg.job.id,
+            n.address
+        );
+        n.addr.do_send(Dispatch {
+            seq: msg.seq,
+            job: msg.job,
+            bypass_breaker: bypass,
+            hedge: msg.hedge,
+        });
+        self.refresh_node(i, now);
+        self.settle(ctx, now);
+    }
+}
+
+/// An attempt ended (or was refused): update the view, tell the queue.
+impl Handler<Completed> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Completed, ctx: &mut Self::Context) {
+        let now = Instant::now();
+        let Some(&i) = self.index.get(&msg.node) else {
+            // A removed node's last attempt: the queue still needs the answer.
+            if let Some(report) = msg.report {
+                self.queue.do_send(AttemptDone {
+                    seq: msg.seq,
+                    node: msg.node,
+                    address: "removed".into(),
+                    hedge: msg.hedge,
+                    report,
+                });
+            } else {
+                self.queue.do_send(Bounce {
+                    seq: msg.seq,
+                    hedge: msg.hedge,
+                });
+            }
+            return;
+        };
+        self.nodes[i].in_flight = self.nodes[i].in_flight.saturating_sub(1);
+        if let Some(w) = self.working.get_mut(&msg.seq) {
+            w.retain(|id| *id != msg.node);
+            if w.is_empty() {
+                self.working.remove(&msg.seq);
+            }
+        }
+        let changed = self.apply_load(i, msg.load);
+        match msg.report {
+            Some(report) => self.queue.do_send(AttemptDone {
+                seq: msg.seq,
+                node: msg.node,
+                address: self.nodes[i].address.clone(),
+                hedge: msg.hedge,
+                report,
+            }),
+            None => self.queue.do_send(Bounce {
+                seq: msg.seq,
+                hedge: msg.hedge,
+            }),
+        }
+        if self.nodes[i].draining && self.nodes[i].in_flight == 0 {
+            self.finish_removal(i);
+        } else if changed {
+            self.recompute_all(now);
+        } else {
+            self.refresh_node(i, now);
+        }
+        self.settle(ctx, now);
+    }
+}
+
+/// A task was answered: cancel its attempts still out (hedging).
+impl Handler<super::hedge::CancelTask> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: super::hedge::CancelTask, _ctx: &mut Self::Context) {
+        for id in self.working.get(&msg.seq).into_iter().flatten() {
+            if let Some(&i) = self.index.get(id) {
+                self.nodes[i]
+                    .addr
+                    .do_send(super::hedge::CancelAttempt { seq: msg.seq });
+            }
+        }
+    }
+}
+
+/// Reports the view of every node.
+impl Handler<GetNodeStats> for BalancerActor {
+    type Result = MessageResult<GetNodeStats>;
+
+    fn handle(&mut self, _msg: GetNodeStats, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(self.node_stats(Instant::now()))
+    }
+}
+
+/// Stops the balancer; its nodes stop when their last address is gone.
+impl Handler<Stop> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Stop, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}
+
+impl BalancerActor {
+    pub(super) fn health_of(&self, i: usize) -> Health {
+        self.nodes[i].health
+    }
+}

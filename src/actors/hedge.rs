@@ -1,0 +1,99 @@
+//! Hedging support: the service's recent latency and cancellation of the
+//! losing attempt.
+//!
+//! A hedged task has two attempts out on two nodes (the balancer never picks
+//! the same node: the first node is in the task's avoid list only after it
+//! fails, so the hedge is routed with the first node masked by the strategy's
+//! eligibility instead). The first good answer wins; the queue then sends
+//! [`CancelTask`] and the balancer tells the node still working on it to
+//! drop the attempt, which reports back as `Cancelled` and counts nowhere.
+
+use std::time::Duration;
+
+use actix::Message;
+
+use super::messages::Seq;
+
+/// Queue to balancer: task `seq` is answered; cancel any attempt still out.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct CancelTask {
+    pub seq: Seq,
+}
+
+/// Balancer to node: drop the attempt of task `seq`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct CancelAttempt {
+    pub seq: Seq,
+}
+
+/// The last `n` successful latencies, for `hedge.percentile`.
+///
+/// The percentile is recomputed every `n / 16` samples rather than at every
+/// dispatch, so a hedged service pays a sort of the window a few times per
+/// window, not per task.
+#[derive(Debug)]
+pub(crate) struct LatencyWindow {
+    samples: Vec<Duration>,
+    next: usize,
+    since_sort: usize,
+    sorted: Vec<Duration>,
+}
+
+impl LatencyWindow {
+    pub fn new(n: usize) -> Self {
+        Self {
+            samples: Vec::with_capacity(n),
+            next: 0,
+            since_sort: 0,
+            sorted: Vec::new(),
+        }
+    }
+
+    pub fn record(&mut self, d: Duration) {
+        let cap = self.samples.capacity().max(1);
+        if self.samples.len() < cap {
+            self.samples.push(d);
+        } else {
+            self.samples[self.next] = d;
+            self.next = (self.next + 1) % cap;
+        }
+        self.since_sort += 1;
+        if self.since_sort >= (cap / 16).max(1) || self.sorted.len() < 16 {
+            self.sorted.clone_from(&self.samples);
+            self.sorted.sort_unstable();
+            self.since_sort = 0;
+        }
+    }
+
+    /// Latency at percentile `p` (0..100), once at least 16 samples are in.
+    pub fn percentile(&self, p: f64) -> Option<Duration> {
+        if self.sorted.len() < 16 {
+            return None;
+        }
+        let rank = ((p / 100.0) * (self.sorted.len() - 1) as f64).round() as usize;
+        self.sorted.get(rank.min(self.sorted.len() - 1)).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentile_needs_samples_then_tracks_window() {
+        let mut w = LatencyWindow::new(64);
+        for i in 0..15 {
+            w.record(Duration::from_millis(i));
+        }
+        assert_eq!(w.percentile(50.0), None);
+        for i in 15..64 {
+            w.record(Duration::from_millis(i));
+        }
+        assert_eq!(w.percentile(0.0), Some(Duration::from_millis(0)));
+        assert_eq!(w.percentile(100.0), Some(Duration::from_millis(63)));
+        let p50 = w.percentile(50.0).unwrap();
+        assert!(p50 >= Duration::from_millis(31) && p50 <= Duration::from_millis(32));
+    }
+}

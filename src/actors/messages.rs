@@ -1,0 +1,187 @@
+//! The messages between the pipeline's actors, one struct each.
+//!
+//! ```text
+//!  submit ─► QueueActor ──Route──► BalancerActor ──Dispatch──► NodeActor ──► backend
+//!               ▲  ▲ ◄──Credit/Gate──┘  ▲ ◄──────Completed──────┘
+//!               │  └──AttemptDone/Bounce┘ ──GetLoad (every refresh)──► NodeActor
+//! ```
+//!
+//! Between pipeline actors everything is one-way (`do_send`): replies travel
+//! as messages, so no actor ever awaits another and no cycle can deadlock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::Message;
+use tokio::sync::oneshot;
+
+use crate::algo::breaker::BreakerState;
+use crate::outcome::{AttemptOutcome, TaskResult};
+use crate::stats::{NodeStats, QueueStats};
+use crate::task::Job;
+use crate::transport::HttpReply;
+use crate::Rejection;
+
+/// A task's sequence number inside one service's queue.
+pub(crate) type Seq = u64;
+
+/// Stable identity of a node inside its service (survives pool changes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub u32);
+
+/// A node's load, breaker and bucket as the node itself sees them.
+#[derive(Debug, Clone)]
+pub struct LoadReport {
+    /// Requests in flight at the node.
+    pub in_flight: u32,
+    /// Attempts finished.
+    pub total: u64,
+    /// Attempts that counted as node failures.
+    pub errors: u64,
+    /// Classic EWMA of latency, seconds.
+    pub latency_ewma: f64,
+    /// Latency of the last attempt.
+    pub last_latency: Duration,
+    /// Recent failure ratio (EWMA of 0/1).
+    pub error_rate: f64,
+    /// Peak-EWMA RTT, seconds (p2c cost).
+    pub rtt: f64,
+    /// Breaker state.
+    pub breaker: BreakerState,
+    /// Breaker trips so far.
+    pub trips: u64,
+    /// Tokens in the node's bucket, when it has one.
+    pub tokens: Option<u32>,
+    /// Times the actor was restarted by its supervisor.
+    pub restarts: u32,
+}
+
+/// A new task for the queue (from `Dispatcher::submit` or `Handler<Task>`).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Submit {
+    pub job: Job,
+    pub reply: oneshot::Sender<TaskResult>,
+    /// Wait for room instead of rejecting when full.
+    pub wait: bool,
+}
+
+/// The balancer can place `n` more tasks.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Credit(pub usize);
+
+/// Whether the queue may hand out tasks, or must refuse them.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Gate {
+    Open,
+    Reject(Rejection),
+}
+
+/// The balancer's verdict on the service as a whole.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct SetGate(pub Gate);
+
+/// One task for the balancer to place.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Route {
+    pub seq: Seq,
+    pub job: Arc<Job>,
+    /// Nodes that already failed this task: used only if nothing else can take it.
+    pub avoid: Vec<NodeId>,
+    pub hedge: bool,
+}
+
+/// The balancer could not place the task after all: back to the queue's front.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Bounce {
+    pub seq: Seq,
+    pub hedge: bool,
+}
+
+/// One attempt of one task on one node.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Dispatch {
+    pub seq: Seq,
+    pub job: Arc<Job>,
+    /// Send even though the breaker is open (max_ejected_percent override).
+    pub bypass_breaker: bool,
+    pub hedge: bool,
+}
+
+/// What one attempt gave, as the queue needs it.
+pub(crate) struct AttemptReport {
+    pub outcome: AttemptOutcome,
+    pub latency: Duration,
+    pub reply: Option<HttpReply>,
+    pub retry_after: Option<Duration>,
+}
+
+/// Node to balancer: an attempt ended (or was refused), with a fresh load report.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Completed {
+    pub node: NodeId,
+    pub seq: Seq,
+    pub hedge: bool,
+    /// `None`: the node refused the dispatch (stale view); no attempt was made.
+    pub report: Option<AttemptReport>,
+    pub load: LoadReport,
+}
+
+/// Balancer to queue: an attempt of task `seq` ended.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct AttemptDone {
+    pub seq: Seq,
+    pub node: NodeId,
+    pub address: Arc<str>,
+    pub hedge: bool,
+    pub report: AttemptReport,
+}
+
+/// Ask a node for its load report.
+#[derive(Message)]
+#[rtype(result = "LoadReport")]
+pub(crate) struct GetLoad;
+
+/// Ask the queue for its counters.
+#[derive(Message)]
+#[rtype(result = "QueueStats")]
+pub(crate) struct GetQueueStats;
+
+/// Ask the balancer for its view of every node.
+#[derive(Message)]
+#[rtype(result = "Vec<NodeStats>")]
+pub(crate) struct GetNodeStats;
+
+/// Resolve `reply` once the queue holds no task and none is in flight.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Drain {
+    pub reply: oneshot::Sender<()>,
+}
+
+/// Stop taking tasks: every later submit is rejected `ShuttingDown`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct CloseIntake;
+
+/// Answer every remaining task `ShuttingDown` and return them.
+#[derive(Message)]
+#[rtype(result = "Vec<crate::dispatcher::Unfinished>")]
+pub(crate) struct Abort;
+
+/// Stop the actor (and, for the queue and balancer, what they own).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Stop;
+
+/// Make a node actor stop itself so its supervisor restarts it (fault drills).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Crash;

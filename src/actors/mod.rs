@@ -1,0 +1,19 @@
+//! The actor shell: one pipeline per service.
+//!
+//! [`QueueActor`] (the task stream, retries, results) → [`BalancerActor`]
+//! (node choice, credit) → one [`NodeActor`] per endpoint (the HTTP attempt,
+//! load counters, breaker, bucket). See `messages` for the protocol.
+
+pub(crate) mod balancer;
+pub(crate) mod hedge;
+pub(crate) mod messages;
+pub(crate) mod node;
+pub(crate) mod pool;
+pub(crate) mod queue;
+pub(crate) mod view;
+
+pub use balancer::BalancerActor;
+pub use messages::{LoadReport, NodeId};
+pub use node::NodeActor;
+pub use pool::PoolError;
+pub use queue::QueueActor;

@@ -1,0 +1,449 @@
+//! `NodeActor`: one backend endpoint, its load counters, breaker and bucket.
+//!
+//! The node is the authority on its own state. The balancer keeps a view and
+//! bumps it at once when it dispatches, but the node checks again on every
+//! [`Dispatch`]: a dispatch its slot count, bucket or breaker refuses (a stale
+//! view) comes back as a refusal, and the task returns to the queue's front
+//! without counting an attempt.
+//!
+//! Each attempt runs as a detached task (not on the actor's context, so a
+//! node with many requests in flight does not re-scan them on every wake),
+//! under the attempt timeout and `catch_unwind`: a panic inside the transport
+//! is a failed attempt, never a lost task. The result comes back to the node
+//! as a message, updates its counters and breaker, and goes on to the
+//! balancer as [`Completed`] with a fresh [`LoadReport`].
+//!
+//! Nodes run under actix's `Supervisor`: a node that stops is restarted with
+//! the same struct, so counters and breaker survive, and the restart is
+//! logged.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use futures::FutureExt;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::messages::*;
+use crate::algo::breaker::{Breaker, CallOutcome, Permit};
+use crate::algo::ewma::{Ewma, PeakEwma};
+use crate::algo::limiter::TokenBucket;
+use crate::config::ServiceConfig;
+use crate::outcome::{AttemptOutcome, ErrorKind};
+use crate::transport::{HttpReply, HttpRequest, Transport, TransportError, TransportFactory};
+
+/// One backend endpoint. Started by the balancer, under a `Supervisor`.
+pub struct NodeActor {
+    id: NodeId,
+    service: Arc<str>,
+    address: Arc<str>,
+    cfg: Arc<ServiceConfig>,
+    balancer: Recipient<Completed>,
+    factory: TransportFactory,
+    transport: Option<Rc<dyn Transport>>,
+    max_concurrent: u32,
+    in_flight: u32,
+    total: u64,
+    errors: u64,
+    latency: Ewma,
+    error_rate: Ewma,
+    rtt: PeakEwma,
+    last_latency: Duration,
+    breaker: Option<Breaker>,
+    bucket: Option<TokenBucket>,
+    restarts: u32,
+    /// Cancel switches of attempts in flight (only when the service hedges).
+    cancels: HashMap<(Seq, bool), oneshot::Sender<()>>,
+}
+
+/// What a node is built from.
+pub(crate) struct NodeSpec {
+    pub id: NodeId,
+    pub service: Arc<str>,
+    pub address: Arc<str>,
+    pub max_concurrent: u32,
+    pub cfg: Arc<ServiceConfig>,
+    pub balancer: Recipient<Completed>,
+    pub factory: TransportFactory,
+}
+
+impl NodeActor {
+    pub(crate) fn new(spec: NodeSpec) -> Self {
+        let now = Instant::now();
+        let cfg = spec.cfg;
+        Self {
+            id: spec.id,
+            service: spec.service,
+            address: spec.address,
+            balancer: spec.balancer,
+            factory: spec.factory,
+            transport: None,
+            max_concurrent: spec.max_concurrent,
+            in_flight: 0,
+            total: 0,
+            errors: 0,
+            latency: Ewma::new(0.2),
+            error_rate: Ewma::new(0.1),
+            rtt: PeakEwma::new(cfg.balancer.default_rtt, cfg.balancer.decay, now),
+            last_latency: Duration::ZERO,
+            breaker: cfg
+                .breaker
+                .enabled
+                .then(|| Breaker::new(cfg.breaker.breaker.clone())),
+            bucket: cfg
+                .rate_limit
+                .per_node
+                .map(|b| TokenBucket::new(b.rate, b.burst, now)),
+            restarts: 0,
+            cancels: HashMap::new(),
+            cfg,
+        }
+    }
+
+    fn report(&self, now: Instant) -> LoadReport {
+        LoadReport {
+            in_flight: self.in_flight,
+            total: self.total,
+            errors: self.errors,
+            latency_ewma: self.latency.get_or(0.0),
+            last_latency: self.last_latency,
+            error_rate: self.error_rate.get_or(0.0),
+            rtt: self.rtt.get_secs(),
+            breaker: self
+                .breaker
+                .as_ref()
+                .map(|b| b.state())
+                .unwrap_or(crate::algo::breaker::BreakerState::Closed),
+            trips: self.breaker.as_ref().map_or(0, |b| b.trips()),
+            tokens: self.bucket.as_ref().map(|b| b.available(now)),
+            restarts: self.restarts,
+        }
+    }
+
+    pub(crate) fn transport(&self) -> Option<Rc<dyn Transport>> {
+        self.transport.clone()
+    }
+
+    pub(crate) fn address(&self) -> &str {
+        &self.address
+    }
+
+    pub(crate) fn set_max_concurrent(&mut self, max: u32) {
+        self.max_concurrent = max.max(1);
+    }
+
+    fn poll_breaker(&mut self, now: Instant) {
+        if let Some(b) = &mut self.breaker {
+            if let Some(t) = b.poll(now) {
+                log_transition(&self.service, &self.address, &t);
+            }
+        }
+    }
+
+    fn refuse(&self, seq: Seq, hedge: bool, now: Instant) {
+        self.balancer.do_send(Completed {
+            node: self.id,
+            seq,
+            hedge,
+            report: None,
+            load: self.report(now),
+        });
+    }
+}
+
+fn log_transition(service: &str, node: &str, t: &crate::algo::breaker::Transition) {
+    use crate::algo::breaker::BreakerState::*;
+    match t.to {
+        Open { until } => log::warn!(
+            "service {service}: node {node}: breaker {} -> open for {:?} ({})",
+            state_name(&t.from),
+            until.saturating_duration_since(Instant::now()),
+            t.reason
+        ),
+        HalfOpen => log::info!(
+            "service {service}: node {node}: breaker open -> half-open ({})",
+            t.reason
+        ),
+        Closed => log::info!(
+            "service {service}: node {node}: breaker {} -> closed ({})",
+            state_name(&t.from),
+            t.reason
+        ),
+    }
+}
+
+pub(crate) fn state_name(s: &crate::algo::breaker::BreakerState) -> &'static str {
+    use crate::algo::breaker::BreakerState::*;
+    match s {
+        Closed => "closed",
+        Open { .. } => "open",
+        HalfOpen => "half-open",
+    }
+}
+
+impl Actor for NodeActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, _ctx: &mut Self::Context) {
+        if self.transport.is_none() {
+            self.transport = Some((self.factory)(&self.address));
+        }
+    }
+}
+
+impl Supervised for NodeActor {
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        self.restarts += 1;
+        log::warn!(
+            "service {}: node {}: actor stopped; restarted by its supervisor (restart {}), counters and breaker kept",
+            self.service,
+            self.address,
+            self.restarts
+        );
+    }
+}
+
+/// The result of one attempt, from the detached attempt task to its node.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Finished {
+    seq: Seq,
+    hedge: bool,
+    permit: Option<Permit>,
+    latency: Duration,
+    result: Result<HttpReply, TransportError>,
+}
+
+/// Performs one attempt, or refuses it when the node cannot take it.
+impl Handler<Dispatch> for NodeActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Dispatch, ctx: &mut Self::Context) {
+        let now = Instant::now();
+        self.poll_breaker(now);
+        if self.in_flight >= self.max_concurrent {
+            return self.refuse(msg.seq, msg.hedge, now);
+        }
+        if let Some(b) = &self.bucket {
+            if b.check(now).is_err() {
+                return self.refuse(msg.seq, msg.hedge, now);
+            }
+        }
+        let permit = match &mut self.breaker {
+            Some(b) if !msg.bypass_breaker => match b.admit(now) {
+                Ok(p) => Some(p),
+                Err(_) => return self.refuse(msg.seq, msg.hedge, now),
+            },
+            _ => None,
+        };
+        if let Some(b) = &mut self.bucket {
+            let _ = b.try_acquire(now);
+        }
+        self.in_flight += 1;
+
+        let job = msg.job;
+        let mut timeout = job.task.attempt_timeout().unwrap_or(self.cfg.timeout);
+        if let Some(d) = job.deadline {
+            timeout = timeout.min(
+                d.saturating_duration_since(now)
+                    .max(Duration::from_millis(1)),
+            );
+        }
+        let req = HttpRequest {
+            method: job.task.method().clone(),
+            url: format!("{}{}", self.address, job.path),
+            headers: job.headers.clone(),
+            body: job.task.body_bytes().clone(),
+            timeout,
+            max_body: self.cfg.max_body,
+        };
+        log::debug!(
+            "service {}: node {}: task {} attempt (timeout {:?})",
+            self.service,
+            self.address,
+            job.id,
+            timeout
+        );
+        let transport = self.transport.clone().expect("transport made in started()");
+        let me = ctx.address();
+        let (seq, hedge) = (msg.seq, msg.hedge);
+        let cancel = self.cfg.hedge.is_some().then(|| {
+            let (tx, rx) = oneshot::channel::<()>();
+            self.cancels.insert((seq, hedge), tx);
+            rx
+        });
+        actix::spawn(async move {
+            let started = Instant::now();
+            let attempt = run_attempt(&*transport, req, timeout);
+            let result = match cancel {
+                None => attempt.await,
+                Some(rx) => {
+                    futures::pin_mut!(attempt);
+                    match futures::future::select(attempt, rx).await {
+                        futures::future::Either::Left((r, _)) => r,
+                        futures::future::Either::Right((Ok(()), _)) => Err(TransportError::new(
+                            ErrorKind::Cancelled,
+                            "a hedged twin answered first",
+                        )),
+                        futures::future::Either::Right((Err(_), a)) => a.await,
+                    }
+                }
+            };
+            me.do_send(Finished {
+                seq,
+                hedge,
+                permit,
+                latency: started.elapsed(),
+                result,
+            });
+        });
+    }
+}
+
+/// One attempt under its timeout, with panics caught.
+async fn run_attempt(
+    transport: &dyn Transport,
+    req: HttpRequest,
+    timeout: Duration,
+) -> Result<HttpReply, TransportError> {
+    let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| transport.send(req))) {
+        Ok(f) => f,
+        Err(p) => return Err(panicked(p)),
+    };
+    match AssertUnwindSafe(tokio::time::timeout(timeout, fut))
+        .catch_unwind()
+        .await
+    {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => Err(TransportError::new(
+            ErrorKind::Timeout,
+            format!("no answer within {timeout:?}"),
+        )),
+        Err(p) => Err(panicked(p)),
+    }
+}
+
+fn panicked(p: Box<dyn std::any::Any + Send>) -> TransportError {
+    let what = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into());
+    TransportError::new(ErrorKind::Panicked, format!("attempt panicked: {what}"))
+}
+
+/// Parses `Retry-After` as delta-seconds (HTTP dates are ignored).
+fn retry_after(reply: &HttpReply) -> Option<Duration> {
+    if reply.status != 429 && reply.status != 503 {
+        return None;
+    }
+    reply
+        .headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("retry-after"))
+        .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs)
+}
+
+/// Accounts one finished attempt and reports it to the balancer.
+impl Handler<Finished> for NodeActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Finished, _ctx: &mut Self::Context) {
+        let now = Instant::now();
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.cancels.remove(&(msg.seq, msg.hedge));
+        let outcome = match &msg.result {
+            Ok(r) => AttemptOutcome::Status(r.status),
+            Err(e) => AttemptOutcome::Error(e.kind),
+        };
+        let cancelled = outcome == AttemptOutcome::Error(ErrorKind::Cancelled);
+        if !cancelled {
+            let failed = outcome.is_node_failure();
+            self.total += 1;
+            self.last_latency = msg.latency;
+            self.latency.observe(msg.latency.as_secs_f64());
+            self.error_rate.observe(if failed { 1.0 } else { 0.0 });
+            if failed {
+                self.errors += 1;
+                self.rtt
+                    .observe_failure(msg.latency, self.cfg.balancer.failure_penalty, now);
+            } else {
+                self.rtt.observe(msg.latency, now);
+            }
+            if let (Some(b), Some(p)) = (&mut self.breaker, msg.permit) {
+                let call = if failed {
+                    CallOutcome::Failure
+                } else {
+                    CallOutcome::Success
+                };
+                if let Some(t) = b.record(p, call, msg.latency, now) {
+                    log_transition(&self.service, &self.address, &t);
+                }
+            }
+        }
+        if let Err(e) = &msg.result {
+            log::debug!(
+                "service {}: node {}: attempt failed: {e}",
+                self.service,
+                self.address
+            );
+        }
+        let (reply, ra) = match msg.result {
+            Ok(r) => {
+                let ra = retry_after(&r);
+                (Some(r), ra)
+            }
+            Err(_) => (None, None),
+        };
+        self.balancer.do_send(Completed {
+            node: self.id,
+            seq: msg.seq,
+            hedge: msg.hedge,
+            report: Some(AttemptReport {
+                outcome,
+                latency: msg.latency,
+                reply,
+                retry_after: ra,
+            }),
+            load: self.report(now),
+        });
+    }
+}
+
+/// Answers the node's current load (and advances its breaker's clock).
+impl Handler<GetLoad> for NodeActor {
+    type Result = MessageResult<GetLoad>;
+
+    fn handle(&mut self, _msg: GetLoad, _ctx: &mut Self::Context) -> Self::Result {
+        let now = Instant::now();
+        self.poll_breaker(now);
+        MessageResult(self.report(now))
+    }
+}
+
+/// Stops the actor; its supervisor restarts it with its state.
+impl Handler<Crash> for NodeActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Crash, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}
+
+/// Drops the attempt of a task a hedged twin already answered.
+impl Handler<super::hedge::CancelAttempt> for NodeActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: super::hedge::CancelAttempt, _ctx: &mut Self::Context) {
+        for hedge in [false, true] {
+            if let Some(tx) = self.cancels.remove(&(msg.seq, hedge)) {
+                let _ = tx.send(());
+            }
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! The balancer's view of one node: what it knows, what it can place there.
+//!
+//! The view is kept exact for what the balancer itself changes (in-flight
+//! count, the mirror of the node's token bucket, probes handed out) and
+//! refreshed from the node's [`LoadReport`] for the rest. From it comes the
+//! node's *room*: how many more tasks it can take right now (slots, probes,
+//! tokens). A node is eligible exactly when its room is positive, and the
+//! service's capacity is the sum of the rooms, so credit handed to the queue
+//! never exceeds what the nodes can take. Time only ever adds room (tokens
+//! refill, open breakers expire), so a stale room errs on the safe side and
+//! the balancer's timer catches up.
+
+use std::sync::Arc;
+
+use actix::Addr;
+use tokio::time::Instant;
+
+use super::messages::{LoadReport, NodeId};
+use super::node::NodeActor;
+use crate::algo::breaker::BreakerState;
+use crate::algo::limiter::TokenBucket;
+use crate::algo::strategy::Candidate;
+use crate::config::EndpointConfig;
+
+/// The balancer's mirror of a node's breaker.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Mirror {
+    Closed,
+    Open { until: Instant },
+    HalfOpen { probes: u32 },
+}
+
+impl Mirror {
+    pub fn from_state(s: BreakerState, probes: u32) -> Mirror {
+        match s {
+            BreakerState::Closed => Mirror::Closed,
+            BreakerState::Open { until } => Mirror::Open { until },
+            BreakerState::HalfOpen => Mirror::HalfOpen { probes },
+        }
+    }
+
+    pub fn same_kind(&self, other: &Mirror) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+    }
+}
+
+/// Health as seen by active checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Health {
+    Unknown,
+    Healthy,
+    Unhealthy,
+}
+
+pub(crate) struct NodeView {
+    pub id: NodeId,
+    pub address: Arc<str>,
+    pub addr: Addr<NodeActor>,
+    pub weight: u32,
+    pub max_concurrent: u32,
+    /// Configured or set at runtime.
+    pub active: bool,
+    /// Being removed: takes no new task, leaves once idle.
+    pub draining: bool,
+    pub health: Health,
+    pub health_streak: (u32, u32),
+    pub in_flight: u32,
+    pub load: LoadReport,
+    pub mirror: Mirror,
+    /// Breaker open but used anyway (max_ejected_percent).
+    pub overridden: bool,
+    pub bucket: Option<TokenBucket>,
+    /// Start of the slow-start ramp.
+    pub ramp_from: Option<Instant>,
+    /// Room counted in the balancer's capacity.
+    pub room: usize,
+}
+
+impl NodeView {
+    pub fn new(
+        id: NodeId,
+        ep: &EndpointConfig,
+        addr: Addr<NodeActor>,
+        load: LoadReport,
+        bucket: Option<TokenBucket>,
+    ) -> Self {
+        NodeView {
+            id,
+            address: ep.address.as_str().into(),
+            addr,
+            weight: ep.weight,
+            max_concurrent: ep.max_concurrent,
+            active: ep.active,
+            draining: false,
+            health: Health::Unknown,
+            health_streak: (0, 0),
+            in_flight: 0,
+            mirror: Mirror::Closed,
+            load,
+            overridden: false,
+            bucket,
+            ramp_from: None,
+            room: 0,
+        }
+    }
+
+    /// Whether the node takes traffic at all (configuration and health).
+    pub fn in_service(&self) -> bool {
+        self.active && !self.draining && self.health != Health::Unhealthy
+    }
+
+    /// An open breaker (time not yet up) that is not overridden.
+    pub fn is_open(&self, now: Instant) -> bool {
+        matches!(self.mirror, Mirror::Open { until } if until > now) && !self.overridden
+    }
+
+    /// Turns an expired Open into HalfOpen with `probes` probes.
+    pub fn expire(&mut self, now: Instant, probes: u32) {
+        if let Mirror::Open { until } = self.mirror {
+            if until <= now {
+                self.mirror = Mirror::HalfOpen { probes };
+            }
+        }
+    }
+
+    /// Free request slots, ignoring tokens.
+    pub fn slots(&self, now: Instant) -> usize {
+        if !self.in_service() {
+            return 0;
+        }
+        let free = self.max_concurrent.saturating_sub(self.in_flight) as usize;
+        match self.mirror {
+            Mirror::Closed => free,
+            Mirror::HalfOpen { probes } => free.min(probes as usize),
+            Mirror::Open { until } if until > now && !self.overridden => 0,
+            Mirror::Open { .. } => free,
+        }
+    }
+
+    /// Slots limited by the node's tokens.
+    pub fn compute_room(&self, now: Instant) -> usize {
+        let slots = self.slots(now);
+        match &self.bucket {
+            Some(b) if slots > 0 => slots.min(b.available(now) as usize),
+            _ => slots,
+        }
+    }
+
+    /// Whether it has slots but no token.
+    pub fn token_blocked(&self, now: Instant) -> bool {
+        self.room == 0
+            && self.slots(now) > 0
+            && self.bucket.as_ref().is_some_and(|b| b.available(now) == 0)
+    }
+
+    /// Weight after slow start.
+    pub fn effective_weight(&self, now: Instant, ramp: Option<(std::time::Duration, f64)>) -> u32 {
+        let (Some(from), Some((len, floor))) = (self.ramp_from, ramp) else {
+            return self.weight;
+        };
+        let t = now.saturating_duration_since(from).as_secs_f64() / len.as_secs_f64();
+        if t >= 1.0 {
+            return self.weight;
+        }
+        let share = floor + (1.0 - floor) * t;
+        ((self.weight as f64 * share).round() as u32).max(1)
+    }
+
+    pub fn candidate(&self, eligible: bool, weight: u32) -> Candidate {
+        Candidate {
+            eligible,
+            weight,
+            in_flight: self.in_flight,
+            max_concurrent: self.max_concurrent,
+            latency_ewma: self.load.latency_ewma,
+            error_rate: self.load.error_rate,
+            rtt_estimate: self.load.rtt,
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! The pure core: algorithms that know nothing of actix or awc.
+//!
+//! Each takes `now` (tokio's `Instant`) and, where it draws, a seeded RNG, and
+//! returns a value that says what to do next. The actors read the clock, call
+//! these and set the timers. All are unit-tested with a fake clock.
+
+pub mod backoff;
+pub mod breaker;
+pub mod budget;
+pub mod ewma;
+pub mod limiter;
+pub mod strategy;

@@ -1,0 +1,287 @@
+//! Configuration: JSON in, validated values out.
+//!
+//! A config names services, each a pool of endpoints with a balancing mode,
+//! timeouts, retry, queue, breaker and rate-limit settings. Every field has a
+//! documented default (see the README's config reference). Parsing happens in
+//! two steps: the file is read as JSON, then each service is deserialized on
+//! its own so that any error names the service and the field path
+//! (`service "api": field `retry.max_retries`: invalid type ...`). The result
+//! holds only values the engine can run: non-zero capacities, weights in
+//! 1..=100, addresses that are http(s) URLs ending in `/`.
+//!
+//! The seed project's format loads unchanged:
+//!
+//! ```
+//! use actix_dispatch::{Config, Mode};
+//! let cfg = Config::from_json(
+//!     r#"{"ApiServers":[{"Name":"Did","Mode":"Poll","ApiEndPoints":[{"Address":"http://localhost:10100/","Weight":1}]}]}"#,
+//! ).unwrap();
+//! assert_eq!(cfg.services[0].name, "Did");
+//! assert_eq!(cfg.services[0].mode, Mode::RoundRobin);
+//! assert_eq!(cfg.services[0].endpoints[0].max_concurrent, 10);
+//! ```
+
+mod raw;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::algo::breaker::BreakerConfig;
+use crate::algo::budget::BudgetConfig;
+use crate::algo::strategy::LeastLoadWeights;
+
+pub use validate::ConfigError;
+pub(crate) use validate::{clamp_weight, normalize_address};
+
+/// A validated engine configuration: one entry per named service.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The services, in file order; names are unique.
+    pub services: Vec<ServiceConfig>,
+}
+
+impl Config {
+    /// Parses and validates a JSON config (new or seed format).
+    pub fn from_json(json: &str) -> Result<Config, ConfigError> {
+        validate::parse(json)
+    }
+
+    /// Reads, parses and validates a JSON config file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Self::from_json(&text)
+    }
+
+    /// The service named `name`.
+    pub fn service(&self, name: &str) -> Option<&ServiceConfig> {
+        self.services.iter().find(|s| s.name == name)
+    }
+}
+
+/// How a service picks the node for each task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Each eligible node in turn (seed alias `Poll`).
+    RoundRobin,
+    /// nginx's smooth weighted round robin (seed alias `Weight`).
+    Weighted,
+    /// Lowest `0.5·in_flight/max + 0.3·EWMA latency + 0.2·error rate`.
+    LeastLoad,
+    /// Power of two choices on peak-EWMA cost (the default).
+    P2c,
+    /// Hash ring on the task's affinity key; p2c for tasks without one.
+    ConsistentHash,
+}
+
+impl Mode {
+    /// Parses a mode name, case-insensitively, with the seed's aliases.
+    pub fn parse(s: &str) -> Option<Mode> {
+        let norm: String = s
+            .chars()
+            .filter(|c| *c != '_' && *c != '-' && *c != ' ')
+            .collect::<String>()
+            .to_ascii_lowercase();
+        Some(match norm.as_str() {
+            "roundrobin" | "poll" | "rr" => Mode::RoundRobin,
+            "weighted" | "weight" | "weightedroundrobin" => Mode::Weighted,
+            "leastload" | "leastloaded" => Mode::LeastLoad,
+            "p2c" | "poweroftwochoices" => Mode::P2c,
+            "consistenthash" | "hash" => Mode::ConsistentHash,
+            _ => return None,
+        })
+    }
+}
+
+/// What `submit` does when a service's queue is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnFull {
+    /// Answer a `QueueFull` rejection at once (default).
+    Reject,
+    /// Make the submitter wait for room.
+    Wait,
+}
+
+/// What happens to tasks when every node's breaker is open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnAllOpen {
+    /// Reject with `CircuitOpen` saying when the first breaker half-opens (default).
+    FailFast,
+    /// Keep tasks queued until a breaker half-opens.
+    Wait,
+}
+
+/// What happens to a task when no token is available.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnLimit {
+    /// Keep it queued; the balancer wakes when the next token is due (default).
+    Wait,
+    /// Answer a `RateLimited` rejection at once.
+    Reject,
+}
+
+/// One backend endpoint of a service.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointConfig {
+    /// Base URL, `http(s)://host:port/prefix/`, always ending in `/`.
+    pub address: String,
+    /// Relative weight, 1..=100 (default 1).
+    pub weight: u32,
+    /// Hard cap of requests in flight to this endpoint (default 10).
+    pub max_concurrent: u32,
+    /// Whether it takes traffic (default true).
+    pub active: bool,
+}
+
+/// Retry policy of a service.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryConfig {
+    /// Retries after the first attempt (default 3).
+    pub max_retries: u32,
+    /// Backoff ceiling of the first retry (default 25 ms); doubles per retry.
+    pub backoff_base: Duration,
+    /// Cap of the backoff ceiling (default 1 s).
+    pub backoff_max: Duration,
+    /// Longest `Retry-After` honoured when the task has no deadline (default 10 s).
+    pub max_retry_after: Duration,
+    /// Retry budget: share of recent requests plus a floor (defaults 20 %, 10/s over 10 s).
+    pub budget: BudgetConfig,
+}
+
+/// The bounded queue of a service.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueConfig {
+    /// Tasks waiting (ready or in backoff) at most (default 10 000).
+    pub capacity: usize,
+    /// Behaviour when full (default `reject`).
+    pub on_full: OnFull,
+}
+
+/// Balancer settings of a service.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BalancerConfig {
+    /// How often every node is asked for its load (`GetLoad`, default 1 s).
+    pub refresh_interval: Duration,
+    /// Weights of the least-load score (defaults 0.5, 0.3, 0.2).
+    pub least_load: LeastLoadWeights,
+    /// Peak-EWMA decay time (default 10 s).
+    pub decay: Duration,
+    /// RTT a new node starts with (default 30 ms).
+    pub default_rtt: Duration,
+    /// RTT charged for a failed attempt (default 1 s).
+    pub failure_penalty: Duration,
+    /// Ramp time of a joining or recovered node's weight (default off).
+    pub slow_start: Option<Duration>,
+    /// Share of its weight a node starts the ramp with (default 0.1).
+    pub slow_start_floor: f64,
+    /// Fixed RNG seed for p2c and jitter (tests); entropy when absent.
+    pub seed: Option<u64>,
+}
+
+/// Circuit-breaker settings of a service (each node has its own breaker).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BreakerSettings {
+    /// Whether nodes have breakers at all (default true).
+    pub enabled: bool,
+    /// The breaker's thresholds and timings.
+    pub breaker: BreakerConfig,
+    /// Behaviour when every node is open (default `fail_fast`).
+    pub on_all_open: OnAllOpen,
+    /// Most nodes that may be open at once, in percent (default 100).
+    pub max_ejected_percent: u32,
+}
+
+/// Token-bucket parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BucketConfig {
+    /// Tokens per second (> 0).
+    pub rate: f64,
+    /// Bucket size (>= 1).
+    pub burst: u32,
+}
+
+/// Rate limits of a service.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateLimitConfig {
+    /// A bucket per node.
+    pub per_node: Option<BucketConfig>,
+    /// One bucket for the whole service.
+    pub service: Option<BucketConfig>,
+    /// Behaviour when out of tokens (default `wait`).
+    pub on_limit: OnLimit,
+}
+
+/// A canned response returned, marked as a fallback, on open circuits or rate limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FallbackConfig {
+    /// Status code (default 200).
+    pub status: u16,
+    /// Headers.
+    pub headers: BTreeMap<String, String>,
+    /// Body.
+    pub body: String,
+}
+
+/// Active health checking of a service's nodes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthCheckConfig {
+    /// Path (relative to each endpoint) to GET (default `health`).
+    pub path: String,
+    /// Time between checks (default 5 s).
+    pub interval: Duration,
+    /// Timeout of one check (default 1 s).
+    pub timeout: Duration,
+    /// Consecutive failures that mark a node inactive (default 3).
+    pub unhealthy_threshold: u32,
+    /// Consecutive successes that mark it active again (default 2).
+    pub healthy_threshold: u32,
+}
+
+/// When to send a hedged second attempt.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum HedgeAfter {
+    /// After a fixed delay.
+    Delay(Duration),
+    /// After the service's recent latency at this percentile (0 < p < 100).
+    Percentile(f64),
+}
+
+/// One named service: a pool of endpoints and its policies.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// Unique name that tasks address.
+    pub name: String,
+    /// Balancing mode (default `p2c`).
+    pub mode: Mode,
+    /// The pool.
+    pub endpoints: Vec<EndpointConfig>,
+    /// Per-attempt timeout (default 5 s).
+    pub timeout: Duration,
+    /// Largest response body read (default 2 MiB).
+    pub max_body: usize,
+    /// Retry policy.
+    pub retry: RetryConfig,
+    /// Queue bound and overflow behaviour.
+    pub queue: QueueConfig,
+    /// Balancer settings.
+    pub balancer: BalancerConfig,
+    /// Circuit breakers.
+    pub breaker: BreakerSettings,
+    /// Rate limits (none by default).
+    pub rate_limit: RateLimitConfig,
+    /// Fallback response (none by default).
+    pub fallback: Option<FallbackConfig>,
+    /// Active health checks (off by default).
+    pub health_check: Option<HealthCheckConfig>,
+    /// Hedging (off by default).
+    pub hedge: Option<HedgeAfter>,
+}

@@ -1,0 +1,282 @@
+//! The config file as written: serde structs with documented defaults.
+//!
+//! These mirror the JSON exactly (unknown fields are refused, the seed's
+//! `ApiServers` / `Name` / `Mode` / `ApiEndPoints` / `Address` / `Weight`
+//! spellings are accepted as aliases). [`super::validate`] turns them into the
+//! checked values the engine runs on.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// One service as written in the file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawService {
+    #[serde(alias = "Name")]
+    pub name: String,
+    #[serde(alias = "Mode", default)]
+    pub mode: Option<String>,
+    #[serde(alias = "ApiEndPoints", alias = "EndPoints", default)]
+    pub endpoints: Vec<RawEndpoint>,
+    #[serde(
+        alias = "Timeout",
+        default = "default_timeout",
+        with = "humantime_serde"
+    )]
+    pub timeout: Duration,
+    #[serde(default = "default_max_body")]
+    pub max_body: usize,
+    #[serde(default)]
+    pub retry: RawRetry,
+    #[serde(default)]
+    pub queue: RawQueue,
+    #[serde(default)]
+    pub balancer: RawBalancer,
+    #[serde(default)]
+    pub breaker: RawBreaker,
+    #[serde(default)]
+    pub rate_limit: Option<RawRateLimit>,
+    #[serde(default)]
+    pub fallback: Option<RawFallback>,
+    #[serde(default)]
+    pub health_check: Option<RawHealthCheck>,
+    #[serde(default)]
+    pub hedge: Option<RawHedge>,
+}
+
+/// One endpoint as written in the file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawEndpoint {
+    #[serde(alias = "Address")]
+    pub address: String,
+    #[serde(alias = "Weight", default = "one_i64")]
+    pub weight: i64,
+    #[serde(alias = "MaxConcurrent", default = "default_max_concurrent")]
+    pub max_concurrent: u32,
+    #[serde(alias = "Active", default = "yes")]
+    pub active: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawRetry {
+    pub max_retries: u32,
+    #[serde(with = "humantime_serde")]
+    pub backoff_base: Duration,
+    #[serde(with = "humantime_serde")]
+    pub backoff_max: Duration,
+    #[serde(with = "humantime_serde")]
+    pub max_retry_after: Duration,
+    pub budget_percent: f64,
+    pub min_retries_per_sec: u32,
+}
+
+impl Default for RawRetry {
+    fn default() -> Self {
+        Self {
+            max_retries: 3,
+            backoff_base: Duration::from_millis(25),
+            backoff_max: Duration::from_secs(1),
+            max_retry_after: Duration::from_secs(10),
+            budget_percent: 0.2,
+            min_retries_per_sec: 10,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawQueue {
+    pub capacity: usize,
+    pub on_full: String,
+}
+
+impl Default for RawQueue {
+    fn default() -> Self {
+        Self {
+            capacity: 10_000,
+            on_full: "reject".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawBalancer {
+    #[serde(with = "humantime_serde")]
+    pub refresh_interval: Duration,
+    pub least_load: RawLeastLoad,
+    #[serde(with = "humantime_serde")]
+    pub decay: Duration,
+    #[serde(with = "humantime_serde")]
+    pub default_rtt: Duration,
+    #[serde(with = "humantime_serde")]
+    pub failure_penalty: Duration,
+    #[serde(with = "humantime_serde")]
+    pub slow_start: Option<Duration>,
+    pub slow_start_floor: f64,
+    pub seed: Option<u64>,
+}
+
+impl Default for RawBalancer {
+    fn default() -> Self {
+        Self {
+            refresh_interval: Duration::from_secs(1),
+            least_load: RawLeastLoad::default(),
+            decay: Duration::from_secs(10),
+            default_rtt: Duration::from_millis(30),
+            failure_penalty: Duration::from_secs(1),
+            slow_start: None,
+            slow_start_floor: 0.1,
+            seed: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawLeastLoad {
+    pub in_flight: f64,
+    pub latency: f64,
+    pub errors: f64,
+}
+
+impl Default for RawLeastLoad {
+    fn default() -> Self {
+        Self {
+            in_flight: 0.5,
+            latency: 0.3,
+            errors: 0.2,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawBreaker {
+    pub enabled: bool,
+    pub consecutive_failures: u32,
+    pub failure_rate: f64,
+    pub window: u32,
+    pub min_calls: u32,
+    #[serde(with = "humantime_serde")]
+    pub slow_call: Option<Duration>,
+    #[serde(with = "humantime_serde")]
+    pub open_for: Duration,
+    #[serde(with = "humantime_serde")]
+    pub max_open_for: Duration,
+    #[serde(with = "humantime_serde")]
+    pub reset_after: Duration,
+    pub half_open_probes: u32,
+    #[serde(with = "humantime_serde")]
+    pub probe_timeout: Option<Duration>,
+    pub on_all_open: String,
+    pub max_ejected_percent: u32,
+}
+
+impl Default for RawBreaker {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            consecutive_failures: 5,
+            failure_rate: 0.5,
+            window: 20,
+            min_calls: 10,
+            slow_call: None,
+            open_for: Duration::from_secs(5),
+            max_open_for: Duration::from_secs(60),
+            reset_after: Duration::from_secs(60),
+            half_open_probes: 1,
+            probe_timeout: None,
+            on_all_open: "fail_fast".into(),
+            max_ejected_percent: 100,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBucket {
+    pub rate: f64,
+    pub burst: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRateLimit {
+    #[serde(default)]
+    pub per_node: Option<RawBucket>,
+    #[serde(default)]
+    pub service: Option<RawBucket>,
+    #[serde(default = "default_on_limit")]
+    pub on_limit: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawFallback {
+    #[serde(default = "default_fallback_status")]
+    pub status: u16,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default)]
+    pub body: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawHealthCheck {
+    pub path: String,
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    pub unhealthy_threshold: u32,
+    pub healthy_threshold: u32,
+}
+
+impl Default for RawHealthCheck {
+    fn default() -> Self {
+        Self {
+            path: "health".into(),
+            interval: Duration::from_secs(5),
+            timeout: Duration::from_secs(1),
+            unhealthy_threshold: 3,
+            healthy_threshold: 2,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHedge {
+    #[serde(default, with = "humantime_serde")]
+    pub after: Option<Duration>,
+    #[serde(default)]
+    pub percentile: Option<f64>,
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_max_body() -> usize {
+    2 * 1024 * 1024
+}
+fn one_i64() -> i64 {
+    1
+}
+fn default_max_concurrent() -> u32 {
+    10
+}
+fn yes() -> bool {
+    true
+}
+fn default_on_limit() -> String {
+    "wait".into()
+}
+fn default_fallback_status() -> u16 {
+    200
+}

@@ -1,0 +1,345 @@
+//! The [`Dispatcher`] handle: start the pipelines, submit, feed, observe, stop.
+//!
+//! One pipeline (QueueActor → BalancerActor → NodeActors) per service, all on
+//! the arbiter that calls [`Dispatcher::start`]. The handle is `Clone + Send`:
+//! it can be shared with actix-web handlers on other workers.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use actix::Addr;
+use futures::{Stream, StreamExt};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::actors::messages::*;
+use crate::actors::{BalancerActor, QueueActor};
+use crate::config::{Config, ConfigError, OnFull, ServiceConfig};
+use crate::outcome::{Attempt, Outcome, Rejection, TaskResult};
+use crate::stats::{ServiceStats, Stats};
+use crate::task::{Task, TaskId};
+use crate::transport::{awc_factory, TransportFactory};
+
+#[derive(Clone)]
+pub(crate) struct ServiceHandle {
+    pub cfg: Arc<ServiceConfig>,
+    pub queue: Addr<QueueActor>,
+    pub balancer: Addr<BalancerActor>,
+}
+
+struct Inner {
+    services: RwLock<HashMap<String, ServiceHandle>>,
+    order: RwLock<Vec<String>>,
+    factory: TransportFactory,
+    ids: Arc<AtomicU64>,
+    refused: AtomicU64,
+    closed: AtomicBool,
+}
+
+/// Handle to a running engine. Cheap to clone.
+#[derive(Clone)]
+pub struct Dispatcher {
+    inner: Arc<Inner>,
+}
+
+/// Options for [`Dispatcher::start`].
+pub struct DispatcherBuilder {
+    config: Config,
+    factory: Option<TransportFactory>,
+}
+
+impl DispatcherBuilder {
+    /// Uses `factory` to make each node's transport (default: awc).
+    pub fn transport(mut self, factory: TransportFactory) -> Self {
+        self.factory = Some(factory);
+        self
+    }
+
+    /// Starts the pipelines on the current arbiter.
+    pub fn start(self) -> Result<Dispatcher, ConfigError> {
+        if actix::System::try_current().is_none() {
+            return Err(ConfigError::NoSystem);
+        }
+        let factory = self
+            .factory
+            .unwrap_or_else(|| awc_factory(Duration::from_secs(5)));
+        let inner = Arc::new(Inner {
+            services: RwLock::new(HashMap::new()),
+            order: RwLock::new(Vec::new()),
+            factory,
+            ids: Arc::new(AtomicU64::new(1)),
+            refused: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+        });
+        let d = Dispatcher { inner };
+        for svc in self.config.services {
+            d.start_service(svc);
+        }
+        log::info!("dispatcher started: {} service(s)", d.service_names().len());
+        Ok(d)
+    }
+}
+
+/// A task the dispatcher could not finish before shutting down.
+#[derive(Debug, Clone)]
+pub struct Unfinished {
+    /// The task's id.
+    pub id: TaskId,
+    /// Its service.
+    pub service: String,
+    /// The task as submitted, to resubmit elsewhere.
+    pub task: Task,
+    /// Attempts it made.
+    pub attempts: Vec<Attempt>,
+    /// Whether an attempt was out when the grace period ended.
+    pub was_in_flight: bool,
+}
+
+/// What [`Dispatcher::shutdown`] did.
+#[derive(Debug, Clone)]
+pub struct ShutdownReport {
+    /// Whether everything finished within the grace period.
+    pub drained: bool,
+    /// Every task that was not finished (each also answered `ShuttingDown`).
+    pub unfinished: Vec<Unfinished>,
+    /// Final counters.
+    pub stats: Stats,
+}
+
+impl Dispatcher {
+    /// Starts one pipeline per service with the default (awc) transport.
+    /// Must be called inside a running actix `System`.
+    pub fn start(config: Config) -> Result<Dispatcher, ConfigError> {
+        Self::builder(config).start()
+    }
+
+    /// Starts from options (another transport, for benchmarks).
+    pub fn builder(config: Config) -> DispatcherBuilder {
+        DispatcherBuilder {
+            config,
+            factory: None,
+        }
+    }
+
+    fn start_service(&self, svc: ServiceConfig) {
+        let cfg = Arc::new(svc);
+        let (queue, balancer) = QueueActor::start(
+            cfg.clone(),
+            self.inner.factory.clone(),
+            self.inner.ids.clone(),
+        );
+        let name = cfg.name.clone();
+        log::info!(
+            "service {name}: started, mode {:?}, {} endpoint(s)",
+            cfg.mode,
+            cfg.endpoints.len()
+        );
+        self.inner.services.write().expect("lock").insert(
+            name.clone(),
+            ServiceHandle {
+                cfg,
+                queue,
+                balancer,
+            },
+        );
+        self.inner.order.write().expect("lock").push(name);
+    }
+
+    pub(crate) fn handle(&self, service: &str) -> Option<ServiceHandle> {
+        self.inner
+            .services
+            .read()
+            .expect("lock")
+            .get(service)
+            .cloned()
+    }
+
+    /// Names of the services, in config order.
+    pub fn service_names(&self) -> Vec<String> {
+        self.inner.order.read().expect("lock").clone()
+    }
+
+    /// The queue of `service`: `Task` messages sent to it are answered with a
+    /// `TaskResult` like [`Dispatcher::submit`].
+    pub fn queue(&self, service: &str) -> Option<Addr<QueueActor>> {
+        self.handle(service).map(|h| h.queue)
+    }
+
+    /// Submits one task and waits for its result. Never fails: problems come
+    /// back as a rejection or failure inside the result.
+    pub async fn submit(&self, task: Task) -> TaskResult {
+        self.submit_inner(task, false).await
+    }
+
+    async fn submit_inner(&self, task: Task, wait: bool) -> TaskResult {
+        let now = Instant::now();
+        let id = self.inner.ids.fetch_add(1, Ordering::Relaxed);
+        let service = task.service().to_owned();
+        let Some(h) = self.handle(&service) else {
+            self.inner.refused.fetch_add(1, Ordering::Relaxed);
+            let id = task.given_id().unwrap_or(id);
+            return rejected(id, service.clone(), Rejection::UnknownService(service), now);
+        };
+        if self.inner.closed.load(Ordering::Acquire) {
+            self.inner.refused.fetch_add(1, Ordering::Relaxed);
+            let id = task.given_id().unwrap_or(id);
+            return rejected(id, service, Rejection::ShuttingDown, now);
+        }
+        let job = match task.prepare(id, now) {
+            Ok(job) => job,
+            Err((t, reason)) => {
+                self.inner.refused.fetch_add(1, Ordering::Relaxed);
+                let id = t.given_id().unwrap_or(id);
+                return rejected(id, service, Rejection::InvalidTask(reason), now);
+            }
+        };
+        let id = job.id;
+        let (tx, rx) = oneshot::channel();
+        h.queue.do_send(Submit {
+            job,
+            reply: tx,
+            wait: wait || h.cfg.queue.on_full == OnFull::Wait,
+        });
+        await_result(rx, id, service, now).await
+    }
+
+    /// Consumes a (possibly endless) stream of tasks and yields their results
+    /// as they finish. Backpressure: it pulls a task only while fewer than
+    /// the largest queue capacity are unanswered, and waits for room instead
+    /// of taking `QueueFull`, so no queue ever holds more than its capacity.
+    pub fn feed<S>(&self, tasks: S) -> impl Stream<Item = TaskResult> + 'static
+    where
+        S: Stream<Item = Task> + 'static,
+    {
+        let window = self
+            .inner
+            .services
+            .read()
+            .expect("lock")
+            .values()
+            .map(|h| h.cfg.queue.capacity)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let d = self.clone();
+        tasks
+            .map(move |t| {
+                let d = d.clone();
+                async move { d.submit_inner(t, true).await }
+            })
+            .buffer_unordered(window)
+    }
+
+    /// Counters of every service and the view of every node.
+    pub async fn stats(&self) -> Stats {
+        let handles: Vec<ServiceHandle> = {
+            let map = self.inner.services.read().expect("lock");
+            self.service_names()
+                .iter()
+                .filter_map(|n| map.get(n).cloned())
+                .collect()
+        };
+        let mut services = Vec::with_capacity(handles.len());
+        for h in handles {
+            let queue = h.queue.send(GetQueueStats).await.unwrap_or_default();
+            let nodes = h.balancer.send(GetNodeStats).await.unwrap_or_default();
+            services.push(ServiceStats {
+                name: h.cfg.name.clone(),
+                mode: h.cfg.mode,
+                queue,
+                nodes,
+            });
+        }
+        Stats {
+            services,
+            refused: self.inner.refused.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops intake, lets queued and in-flight tasks finish for up to
+    /// `grace`, then answers every remaining task `ShuttingDown`, stops the
+    /// actors and returns the report (which lists those tasks).
+    pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
+        self.inner.closed.store(true, Ordering::Release);
+        let handles: Vec<ServiceHandle> = self
+            .inner
+            .services
+            .read()
+            .expect("lock")
+            .values()
+            .cloned()
+            .collect();
+        let mut drains = Vec::new();
+        for h in &handles {
+            h.queue.do_send(CloseIntake);
+            let (tx, rx) = oneshot::channel();
+            h.queue.do_send(Drain { reply: tx });
+            drains.push(rx);
+        }
+        let drained = tokio::time::timeout(grace, futures::future::join_all(drains))
+            .await
+            .is_ok();
+        let mut unfinished = Vec::new();
+        for h in &handles {
+            if let Ok(left) = h.queue.send(Abort).await {
+                unfinished.extend(left);
+            }
+        }
+        let stats = self.stats().await;
+        for h in &handles {
+            h.queue.do_send(Stop);
+        }
+        let done: u64 = stats
+            .services
+            .iter()
+            .map(|s| s.queue.succeeded + s.queue.failed)
+            .sum();
+        let submitted: u64 = stats.services.iter().map(|s| s.queue.submitted).sum();
+        log::info!(
+            "dispatcher shut down: {} submitted, {} finished, {} unfinished{}",
+            submitted,
+            done,
+            unfinished.len(),
+            if drained {
+                ""
+            } else {
+                " (grace period ran out)"
+            }
+        );
+        ShutdownReport {
+            drained,
+            unfinished,
+            stats,
+        }
+    }
+}
+
+/// Waits for the queue's answer; a queue that vanished answers `ShuttingDown`.
+pub(crate) async fn await_result(
+    rx: oneshot::Receiver<TaskResult>,
+    id: TaskId,
+    service: String,
+    since: Instant,
+) -> TaskResult {
+    match rx.await {
+        Ok(r) => r,
+        Err(_) => rejected(id, service, Rejection::ShuttingDown, since),
+    }
+}
+
+pub(crate) fn rejected(
+    id: TaskId,
+    service: String,
+    reason: Rejection,
+    since: Instant,
+) -> TaskResult {
+    TaskResult {
+        id,
+        service,
+        outcome: Outcome::Rejected(reason),
+        attempts: Vec::new(),
+        total: since.elapsed(),
+    }
+}

@@ -1,0 +1,272 @@
+//! What a task ends in: exactly one [`TaskResult`] per accepted task.
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::Serialize;
+
+use crate::task::TaskId;
+
+/// The answer to one task: its outcome, every attempt made, total time.
+#[derive(Debug, Clone)]
+pub struct TaskResult {
+    /// The task's id.
+    pub id: TaskId,
+    /// The service it was for.
+    pub service: String,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Every attempt, in order (hedged attempts included).
+    pub attempts: Vec<Attempt>,
+    /// From submit to result.
+    pub total: Duration,
+}
+
+impl TaskResult {
+    /// True for [`Outcome::Success`].
+    pub fn is_success(&self) -> bool {
+        matches!(self.outcome, Outcome::Success(_))
+    }
+
+    /// True for [`Outcome::Rejected`] and [`Outcome::Fallback`].
+    pub fn is_rejected(&self) -> bool {
+        matches!(
+            self.outcome,
+            Outcome::Rejected(_) | Outcome::Fallback { .. }
+        )
+    }
+
+    /// The response that ended the task: the success, the fallback, or the
+    /// last HTTP answer of a failure.
+    pub fn response(&self) -> Option<&Response> {
+        match &self.outcome {
+            Outcome::Success(r) => Some(r),
+            Outcome::Fallback { response, .. } => Some(response),
+            Outcome::Failure(f) => f.response.as_ref(),
+            Outcome::Rejected(_) => None,
+        }
+    }
+
+    /// The node that served a successful task.
+    pub fn node(&self) -> Option<&str> {
+        match &self.outcome {
+            Outcome::Success(r) => Some(&r.node),
+            _ => None,
+        }
+    }
+
+    /// The rejection reason, if rejected (or answered by the fallback).
+    pub fn rejection(&self) -> Option<&Rejection> {
+        match &self.outcome {
+            Outcome::Rejected(r) | Outcome::Fallback { reason: r, .. } => Some(r),
+            _ => None,
+        }
+    }
+
+    /// How many attempts were retries (attempts after the first, hedges excluded).
+    pub fn retries(&self) -> usize {
+        self.attempts
+            .iter()
+            .filter(|a| !a.hedge)
+            .count()
+            .saturating_sub(1)
+    }
+}
+
+/// How a task ended.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// A 2xx or 3xx answer.
+    Success(Response),
+    /// No success after the retries allowed, or an answer not worth retrying.
+    Failure(Failure),
+    /// Refused without (further) attempts.
+    Rejected(Rejection),
+    /// Refused for open circuits or rate limits, answered by the service's
+    /// configured fallback response.
+    Fallback {
+        /// The configured response (its `node` is `"fallback"`).
+        response: Response,
+        /// Why the task was not sent.
+        reason: Rejection,
+    },
+}
+
+/// An HTTP answer.
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// Headers, in order, names lower-case.
+    pub headers: Vec<(String, String)>,
+    /// Body (up to the service's `max_body`).
+    pub body: Bytes,
+    /// Address of the node that answered.
+    pub node: String,
+}
+
+impl Response {
+    /// First value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A failed task: why, and what the last attempt gave.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// Why no more attempts were made.
+    pub reason: FailReason,
+    /// The last attempt's status or error.
+    pub last: Option<AttemptOutcome>,
+    /// The last HTTP answer, when there was one (a 404's body, say).
+    pub response: Option<Response>,
+}
+
+/// Why a task failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailReason {
+    /// The last answer is never retried (a 4xx other than 429, a body error,
+    /// or an ambiguous error on a non-idempotent task).
+    NotRetryable,
+    /// `max_retries` retries were made.
+    RetriesExhausted,
+    /// The task's deadline came before another attempt could finish.
+    DeadlineExceeded,
+    /// The service's retry budget refused the retry.
+    BudgetExhausted,
+}
+
+impl fmt::Display for FailReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FailReason::NotRetryable => "not retryable",
+            FailReason::RetriesExhausted => "retries exhausted",
+            FailReason::DeadlineExceeded => "deadline exceeded",
+            FailReason::BudgetExhausted => "retry budget exhausted",
+        })
+    }
+}
+
+/// Why a task was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Rejection {
+    /// The service's queue was full (`on_full: reject`).
+    #[error("queue full")]
+    QueueFull,
+    /// The dispatcher is shutting down or stopped.
+    #[error("shutting down")]
+    ShuttingDown,
+    /// The task's deadline passed before it could be sent.
+    #[error("deadline passed")]
+    DeadlinePassed,
+    /// No service of that name.
+    #[error("unknown service {0:?}")]
+    UnknownService(String),
+    /// The task is malformed; the reason says how.
+    #[error("invalid task: {0}")]
+    InvalidTask(String),
+    /// Every node's breaker is open (`on_all_open: fail_fast`).
+    #[error("circuit open on every node; first half-opens in {retry_after:?}")]
+    CircuitOpen {
+        /// Time until the first breaker half-opens.
+        retry_after: Duration,
+    },
+    /// Out of tokens (`on_limit: reject`).
+    #[error("rate limited; next token in {retry_after:?}")]
+    RateLimited {
+        /// Time until the next token.
+        retry_after: Duration,
+    },
+}
+
+/// One attempt of a task on one node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    /// Address of the node.
+    pub node: String,
+    /// Status or error.
+    pub outcome: AttemptOutcome,
+    /// Time from send to answer (or error).
+    pub latency: Duration,
+    /// Whether this was a hedged extra attempt.
+    pub hedge: bool,
+}
+
+/// What one attempt gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    /// An HTTP status.
+    Status(u16),
+    /// No usable answer.
+    Error(ErrorKind),
+}
+
+impl fmt::Display for AttemptOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttemptOutcome::Status(s) => write!(f, "status {s}"),
+            AttemptOutcome::Error(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Kinds of attempt errors, by what they mean for retrying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// Could not connect: the request was never sent (always retryable).
+    Connect,
+    /// No answer within the attempt timeout (retryable if idempotent).
+    Timeout,
+    /// The connection broke after sending (retryable if idempotent).
+    Reset,
+    /// The response body was too large or broken (not retried).
+    Body,
+    /// The request could not be built (not retried).
+    Invalid,
+    /// The attempt panicked inside the engine (retryable if idempotent).
+    Panicked,
+    /// The node never reported back (retryable if idempotent).
+    Lost,
+    /// The attempt was cancelled because a hedged twin answered first.
+    Cancelled,
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ErrorKind::Connect => "connect error",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Reset => "connection reset",
+            ErrorKind::Body => "body error",
+            ErrorKind::Invalid => "invalid request",
+            ErrorKind::Panicked => "panicked",
+            ErrorKind::Lost => "lost",
+            ErrorKind::Cancelled => "cancelled",
+        })
+    }
+}
+
+impl AttemptOutcome {
+    /// Whether this counts against a node's health (breaker, error rate):
+    /// connect errors, timeouts, resets, panics and 5xx; never 4xx.
+    pub fn is_node_failure(&self) -> bool {
+        match self {
+            AttemptOutcome::Status(s) => *s >= 500,
+            AttemptOutcome::Error(ErrorKind::Cancelled) => false,
+            AttemptOutcome::Error(ErrorKind::Invalid) => false,
+            AttemptOutcome::Error(_) => true,
+        }
+    }
+
+    /// Whether the task succeeded with this answer (2xx, 3xx).
+    pub fn is_success(&self) -> bool {
+        matches!(self, AttemptOutcome::Status(s) if (200..400).contains(s))
+    }
+}

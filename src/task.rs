@@ -1,0 +1,362 @@
+//! Tasks in, results out.
+//!
+//! A [`Task`] is one HTTP request for a named service: method, a path
+//! relative to whichever endpoint serves it, headers, body and limits. It is
+//! an actix [`Message`] whose answer is a [`TaskResult`]. Building a task
+//! never fails; it is checked when submitted, and an invalid one comes back
+//! at once as [`Rejection::InvalidTask`] with the reason. A path must stay
+//! relative: absolute URLs, schemes, a leading `//` and CR/LF are refused, so
+//! the engine only ever talks to configured endpoints.
+//!
+//! ```
+//! use std::time::Duration;
+//! use actix_dispatch::Task;
+//! let t = Task::post_json("inference", "/v1/generate", &serde_json::json!({"prompt": "hi"}))
+//!     .header("x-request-id", "42")
+//!     .timeout(Duration::from_secs(2))
+//!     .idempotent(true);
+//! assert_eq!(t.path(), "/v1/generate");
+//! ```
+
+use std::fmt;
+use std::time::Duration;
+
+use actix::Message;
+use awc::http::header::{HeaderName, HeaderValue};
+use awc::http::Method;
+use bytes::Bytes;
+use tokio::time::Instant;
+
+pub use crate::outcome::{
+    Attempt, AttemptOutcome, ErrorKind, FailReason, Failure, Outcome, Rejection, Response,
+    TaskResult,
+};
+
+/// Identifier of a task, unique within a dispatcher unless set by the caller.
+pub type TaskId = u64;
+
+/// When a task must be finished by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deadline {
+    At(Instant),
+    After(Duration),
+}
+
+/// One HTTP request to schedule on a service's pool.
+#[derive(Debug, Clone)]
+pub struct Task {
+    id: Option<TaskId>,
+    service: String,
+    method: Method,
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Bytes,
+    timeout: Option<Duration>,
+    deadline: Option<Deadline>,
+    idempotent: Option<bool>,
+    affinity: Option<String>,
+    build_error: Option<String>,
+}
+
+impl Message for Task {
+    type Result = TaskResult;
+}
+
+impl Task {
+    /// A request with any method.
+    pub fn new(service: impl Into<String>, method: Method, path: impl Into<String>) -> Task {
+        Task {
+            id: None,
+            service: service.into(),
+            method,
+            path: path.into(),
+            headers: Vec::new(),
+            body: Bytes::new(),
+            timeout: None,
+            deadline: None,
+            idempotent: None,
+            affinity: None,
+            build_error: None,
+        }
+    }
+
+    /// A GET request.
+    pub fn get(service: impl Into<String>, path: impl Into<String>) -> Task {
+        Task::new(service, Method::GET, path)
+    }
+
+    /// A POST with `value` as its JSON body and `content-type: application/json`.
+    pub fn post_json<T: serde::Serialize + ?Sized>(
+        service: impl Into<String>,
+        path: impl Into<String>,
+        value: &T,
+    ) -> Task {
+        let mut t =
+            Task::new(service, Method::POST, path).header("content-type", "application/json");
+        match serde_json::to_vec(value) {
+            Ok(b) => t.body = b.into(),
+            Err(e) => t.build_error = Some(format!("body is not serializable as JSON: {e}")),
+        }
+        t
+    }
+
+    /// Adds a header (checked at submit).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Task {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Sets the body.
+    pub fn body(mut self, body: impl Into<Bytes>) -> Task {
+        self.body = body.into();
+        self
+    }
+
+    /// Per-attempt timeout (default: the service's `timeout`).
+    pub fn timeout(mut self, timeout: Duration) -> Task {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Absolute deadline bounding all attempts together.
+    pub fn deadline(mut self, at: Instant) -> Task {
+        self.deadline = Some(Deadline::At(at));
+        self
+    }
+
+    /// Deadline relative to the moment the task is submitted.
+    pub fn deadline_in(mut self, within: Duration) -> Task {
+        self.deadline = Some(Deadline::After(within));
+        self
+    }
+
+    /// Marks the task safe (or not) to retry after a timeout or reset. By
+    /// default GET, HEAD, PUT, DELETE, OPTIONS and TRACE are idempotent.
+    pub fn idempotent(mut self, yes: bool) -> Task {
+        self.idempotent = Some(yes);
+        self
+    }
+
+    /// Sets the task's id (default: a fresh sequential id).
+    pub fn id(mut self, id: TaskId) -> Task {
+        self.id = Some(id);
+        self
+    }
+
+    /// Affinity key for `consistent_hash` services.
+    pub fn affinity(mut self, key: impl Into<String>) -> Task {
+        self.affinity = Some(key.into());
+        self
+    }
+
+    /// The service it is for.
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
+    /// The method.
+    pub fn method(&self) -> &Method {
+        &self.method
+    }
+
+    /// The path as given.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The id given with [`Task::id`], if any.
+    pub fn given_id(&self) -> Option<TaskId> {
+        self.id
+    }
+
+    /// Whether retries after ambiguous errors are allowed.
+    pub fn is_idempotent(&self) -> bool {
+        self.idempotent.unwrap_or_else(|| {
+            matches!(
+                self.method,
+                Method::GET
+                    | Method::HEAD
+                    | Method::PUT
+                    | Method::DELETE
+                    | Method::OPTIONS
+                    | Method::TRACE
+            )
+        })
+    }
+
+    /// Checks the task and freezes it into the engine's form.
+    pub(crate) fn prepare(self, id: TaskId, now: Instant) -> Result<Job, (Task, String)> {
+        match self.check(now) {
+            Ok((path, headers, deadline)) => Ok(Job {
+                id: self.id.unwrap_or(id),
+                idempotent: self.is_idempotent(),
+                affinity: self
+                    .affinity
+                    .as_deref()
+                    .map(crate::algo::strategy::hash_key),
+                path,
+                headers,
+                deadline,
+                submitted: now,
+                task: self,
+            }),
+            Err(reason) => Err((self, reason)),
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn check(
+        &self,
+        now: Instant,
+    ) -> Result<(String, Vec<(HeaderName, HeaderValue)>, Option<Instant>), String> {
+        if let Some(e) = &self.build_error {
+            return Err(e.clone());
+        }
+        if self.service.is_empty() {
+            return Err("service name is empty".into());
+        }
+        check_path(&self.path)?;
+        let path = self.path.strip_prefix('/').unwrap_or(&self.path).to_owned();
+        let mut headers = Vec::with_capacity(self.headers.len());
+        for (k, v) in &self.headers {
+            let name = HeaderName::from_bytes(k.as_bytes())
+                .map_err(|_| format!("header name {k:?} is not a valid HTTP header name"))?;
+            if v.contains(['\r', '\n', '\0']) {
+                return Err(format!("header {k:?} contains CR, LF or NUL"));
+            }
+            let value = HeaderValue::from_str(v)
+                .map_err(|_| format!("header {k:?} has a value that is not valid in HTTP"))?;
+            headers.push((name, value));
+        }
+        if self.timeout.is_some_and(|t| t.is_zero()) {
+            return Err("timeout must be greater than zero".into());
+        }
+        let deadline = self.deadline.map(|d| match d {
+            Deadline::At(t) => t,
+            Deadline::After(d) => now + d,
+        });
+        Ok((path, headers, deadline))
+    }
+
+    /// The per-attempt timeout set on the task, if any.
+    pub(crate) fn attempt_timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    pub(crate) fn body_bytes(&self) -> &Bytes {
+        &self.body
+    }
+}
+
+/// Checks that a path is relative to its endpoint and a valid URI path.
+pub(crate) fn check_path(path: &str) -> Result<(), String> {
+    if path.contains(['\r', '\n', '\0']) {
+        return Err("path contains CR, LF or NUL".into());
+    }
+    if path.starts_with("//") || path.starts_with("\\\\") {
+        return Err(format!(
+            "path {path:?} starts with `//`: a path must be relative to the endpoint"
+        ));
+    }
+    if path.contains("://") {
+        return Err(format!(
+            "path {path:?} is an absolute URL: a path must be relative to the endpoint"
+        ));
+    }
+    if !path.starts_with('/') {
+        let first = path.split(['/', '?', '#']).next().unwrap_or("");
+        if first.contains(':') {
+            return Err(format!(
+                "path {path:?} starts with a scheme-like segment; start it with `/`"
+            ));
+        }
+    }
+    if path.contains('#') {
+        return Err(format!("path {path:?} has a fragment"));
+    }
+    let with_slash = if path.starts_with('/') {
+        path.to_owned()
+    } else {
+        format!("/{path}")
+    };
+    awc::http::uri::PathAndQuery::from_maybe_shared(Bytes::from(with_slash))
+        .map_err(|e| format!("path {path:?} is not a valid URI path: {e}"))?;
+    Ok(())
+}
+
+/// A checked task as the engine carries it (shared by `Arc` between attempts).
+#[derive(Debug)]
+pub(crate) struct Job {
+    pub id: TaskId,
+    pub task: Task,
+    /// Path without its leading `/`, appended to the endpoint address.
+    pub path: String,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub deadline: Option<Instant>,
+    pub idempotent: bool,
+    pub affinity: Option<u64>,
+    pub submitted: Instant,
+}
+
+impl fmt::Display for Task {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} {}", self.service, self.method, self.path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason(t: Task) -> String {
+        t.prepare(1, Instant::now()).unwrap_err().1
+    }
+
+    #[test]
+    fn paths_must_stay_relative() {
+        assert!(reason(Task::get("s", "http://evil.example/")).contains("absolute URL"));
+        assert!(reason(Task::get("s", "//evil.example/x")).contains("`//`"));
+        assert!(reason(Task::get("s", "javascript:alert(1)")).contains("scheme"));
+        assert!(reason(Task::get("s", "/a\r\nHost: x")).contains("CR, LF"));
+        assert!(reason(Task::get("s", "/a b")).contains("not a valid URI path"));
+        assert!(reason(Task::get("s", "/a#frag")).contains("fragment"));
+        assert!(Task::get("s", "/v1/models:predict?x=1")
+            .prepare(1, Instant::now())
+            .is_ok());
+        assert!(Task::get("s", "v1/x").prepare(1, Instant::now()).is_ok());
+    }
+
+    #[test]
+    fn headers_are_checked() {
+        assert!(reason(Task::get("s", "/").header("x", "a\r\nb: c")).contains("CR, LF"));
+        assert!(reason(Task::get("s", "/").header("bad name", "v")).contains("header name"));
+        let j = Task::get("s", "/")
+            .header("x-a", "1")
+            .prepare(1, Instant::now())
+            .unwrap();
+        assert_eq!(j.headers.len(), 1);
+    }
+
+    #[test]
+    fn idempotency_defaults_by_method() {
+        assert!(Task::get("s", "/").is_idempotent());
+        assert!(Task::new("s", Method::PUT, "/").is_idempotent());
+        assert!(!Task::new("s", Method::POST, "/").is_idempotent());
+        assert!(Task::new("s", Method::POST, "/")
+            .idempotent(true)
+            .is_idempotent());
+        assert!(!Task::new("s", Method::PATCH, "/").is_idempotent());
+    }
+
+    #[test]
+    fn job_strips_leading_slash_and_resolves_deadline() {
+        let now = Instant::now();
+        let j = Task::get("s", "/a/b?c=1")
+            .deadline_in(Duration::from_secs(1))
+            .prepare(7, now)
+            .unwrap();
+        assert_eq!(j.path, "a/b?c=1");
+        assert_eq!(j.id, 7);
+        assert_eq!(j.deadline, Some(now + Duration::from_secs(1)));
+    }
+}

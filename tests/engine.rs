@@ -1,0 +1,402 @@
+//! The dispatch engine end to end, against real loopback backends.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use actix_dispatch::{
+    Config, Dispatcher, FailReason, Method, Outcome, Rejection, Task, TaskResult,
+};
+use futures::StreamExt;
+use support::{backends, init_logs, Backend};
+
+/// A config of one service over `backends`, with extra service fields.
+fn config(mode: &str, nodes: &[(&Backend, u32, u32)], extra: &str) -> Config {
+    let eps: Vec<String> = nodes
+        .iter()
+        .map(|(b, w, m)| {
+            format!(
+                r#"{{"address":"{}","weight":{w},"max_concurrent":{m}}}"#,
+                b.url()
+            )
+        })
+        .collect();
+    let json = format!(
+        r#"{{"services":[{{"name":"svc","mode":"{mode}","endpoints":[{}]{}{extra}}}]}}"#,
+        eps.join(","),
+        if extra.is_empty() { "" } else { "," }
+    );
+    Config::from_json(&json).unwrap_or_else(|e| panic!("{e}\n{json}"))
+}
+
+fn served_by(r: &TaskResult) -> String {
+    r.node()
+        .unwrap_or_else(|| panic!("not a success: {:?}", r.outcome))
+        .to_owned()
+}
+
+#[actix_rt::test]
+async fn seed_config_runs_unchanged() {
+    init_logs();
+    let b = Backend::start();
+    let json = format!(
+        r#"{{"ApiServers":[{{"Name":"Did","Mode":"Poll","ApiEndPoints":[{{"Address":"{}","Weight":1}}]}}]}}"#,
+        b.url()
+    );
+    let d = Dispatcher::start(Config::from_json(&json).unwrap()).unwrap();
+    let r = d.submit(Task::get("Did", "/hello")).await;
+    assert!(r.is_success(), "{:?}", r.outcome);
+    let body = &r.response().unwrap().body;
+    assert!(String::from_utf8_lossy(body).contains(r#""path":"/hello""#));
+    assert_eq!(b.hits(), 1);
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+#[actix_rt::test]
+async fn round_robin_is_exactly_even() {
+    init_logs();
+    let bs = backends(3);
+    let nodes: Vec<_> = bs.iter().map(|b| (b, 1, 10)).collect();
+    let d = Dispatcher::start(config("round_robin", &nodes, "")).unwrap();
+    let mut seen = Vec::new();
+    for i in 0..30 {
+        let r = d.submit(Task::get("svc", format!("/rr/{i}"))).await;
+        seen.push(served_by(&r));
+    }
+    for b in &bs {
+        assert_eq!(b.hits(), 10, "{}", b.name());
+    }
+    // Strict rotation: the same node every third task.
+    for i in 3..30 {
+        assert_eq!(seen[i], seen[i - 3]);
+        assert_ne!(seen[i], seen[i - 1]);
+    }
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+#[actix_rt::test]
+async fn smooth_weighted_5_1_1_sequence_end_to_end() {
+    init_logs();
+    let bs = backends(3);
+    let d = Dispatcher::start(config(
+        "Weight",
+        &[(&bs[0], 5, 10), (&bs[1], 1, 10), (&bs[2], 1, 10)],
+        "",
+    ))
+    .unwrap();
+    let names: HashMap<String, char> = bs
+        .iter()
+        .zip(['a', 'b', 'c'])
+        .map(|(b, c)| (b.url(), c))
+        .collect();
+    let mut seq = String::new();
+    for _ in 0..14 {
+        let r = d.submit(Task::get("svc", "/w")).await;
+        seq.push(names[&served_by(&r)]);
+    }
+    assert_eq!(seq, "aabacaaaabacaa");
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+#[actix_rt::test]
+async fn least_load_prefers_the_fast_node() {
+    init_logs();
+    let bs = backends(2);
+    bs[1].set_latency(Duration::from_millis(150));
+    let d = Dispatcher::start(config(
+        "least_load",
+        &[(&bs[0], 1, 10), (&bs[1], 1, 10)],
+        "",
+    ))
+    .unwrap();
+    let tasks = futures::stream::iter((0..200).map(|i| Task::get("svc", format!("/ll/{i}"))));
+    let results: Vec<TaskResult> = futures::stream::iter(tasks.collect::<Vec<_>>().await)
+        .map(|t| d.submit(t))
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    assert!(results.iter().all(TaskResult::is_success));
+    let (fast, slow) = (bs[0].hits(), bs[1].hits());
+    assert_eq!(fast + slow, 200);
+    assert!(fast > 3 * slow, "fast {fast} slow {slow}");
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+#[actix_rt::test]
+async fn max_concurrent_is_never_exceeded() {
+    init_logs();
+    let bs = backends(2);
+    for b in &bs {
+        b.set_latency(Duration::from_millis(20));
+    }
+    let d = Dispatcher::start(config("p2c", &[(&bs[0], 1, 3), (&bs[1], 1, 5)], "")).unwrap();
+    let results: Vec<TaskResult> = futures::stream::iter(0..400)
+        .map(|i| d.submit(Task::get("svc", format!("/mc/{i}"))))
+        .buffer_unordered(200)
+        .collect()
+        .await;
+    assert_eq!(results.iter().filter(|r| r.is_success()).count(), 400);
+    assert!(bs[0].peak_concurrent() <= 3, "{}", bs[0].peak_concurrent());
+    assert!(bs[1].peak_concurrent() <= 5, "{}", bs[1].peak_concurrent());
+    // And the cap was actually reached: the queue, not the nodes, held the rest.
+    assert_eq!(bs[0].peak_concurrent() + bs[1].peak_concurrent(), 8);
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+#[actix_rt::test]
+async fn a_retry_moves_to_a_healthy_node() {
+    init_logs();
+    let bs = backends(2);
+    bs[0].set_status(Some(503));
+    let d = Dispatcher::start(config(
+        "round_robin",
+        &[(&bs[0], 1, 10), (&bs[1], 1, 10)],
+        r#""breaker":{"enabled":false}"#,
+    ))
+    .unwrap();
+    for i in 0..10 {
+        let r = d.submit(Task::get("svc", format!("/r/{i}"))).await;
+        assert_eq!(served_by(&r), bs[1].url());
+        // At most one failed attempt, and never twice on the failing node.
+        assert!(r.attempts.len() <= 2, "{:?}", r.attempts);
+        if r.attempts.len() == 2 {
+            assert_eq!(r.attempts[0].node, bs[0].url());
+            assert_eq!(r.attempts[1].node, bs[1].url());
+        }
+    }
+    let s = d.stats().await;
+    let svc = s.service("svc").unwrap();
+    assert_eq!(svc.queue.retried, bs[0].hits());
+    assert!(svc.is_balanced());
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+#[actix_rt::test]
+async fn a_404_is_not_retried() {
+    init_logs();
+    let bs = backends(2);
+    let d = Dispatcher::start(config("p2c", &[(&bs[0], 1, 10), (&bs[1], 1, 10)], "")).unwrap();
+    let r = d.submit(Task::get("svc", "/status/404")).await;
+    match &r.outcome {
+        Outcome::Failure(f) => {
+            assert_eq!(f.reason, FailReason::NotRetryable);
+            assert_eq!(f.response.as_ref().unwrap().status, 404);
+        }
+        o => panic!("{o:?}"),
+    }
+    assert_eq!(r.attempts.len(), 1);
+    assert_eq!(bs[0].hits() + bs[1].hits(), 1);
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+#[actix_rt::test]
+async fn retries_exhaust_and_429_is_retried() {
+    init_logs();
+    let b = Backend::start();
+    let d = Dispatcher::start(config(
+        "p2c",
+        &[(&b, 1, 10)],
+        r#""breaker":{"enabled":false},"retry":{"max_retries":2,"backoff_base":"1ms","backoff_max":"2ms"}"#,
+    ))
+    .unwrap();
+    let r = d.submit(Task::get("svc", "/status/500")).await;
+    match &r.outcome {
+        Outcome::Failure(f) => assert_eq!(f.reason, FailReason::RetriesExhausted),
+        o => panic!("{o:?}"),
+    }
+    assert_eq!(r.attempts.len(), 3);
+    let r = d.submit(Task::get("svc", "/retry-after/0")).await;
+    assert_eq!(r.attempts.len(), 3, "429 is retried");
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+#[actix_rt::test]
+async fn a_deadline_stops_retries() {
+    init_logs();
+    let b = Backend::start();
+    b.set_status(Some(503));
+    let d = Dispatcher::start(config(
+        "p2c",
+        &[(&b, 1, 10)],
+        r#""breaker":{"enabled":false},"retry":{"max_retries":100,"backoff_base":"40ms","backoff_max":"40ms"}"#,
+    ))
+    .unwrap();
+    let r = d
+        .submit(Task::get("svc", "/d").deadline_in(Duration::from_millis(300)))
+        .await;
+    match &r.outcome {
+        Outcome::Failure(f) => assert_eq!(f.reason, FailReason::DeadlineExceeded),
+        o => panic!("{o:?}"),
+    }
+    // 300 ms of 0..40 ms backoffs: far fewer than 100 retries.
+    assert!(
+        r.attempts.len() >= 2 && r.attempts.len() < 60,
+        "{}",
+        r.attempts.len()
+    );
+    let r = d
+        .submit(Task::get("svc", "/d").deadline(actix_dispatch::Instant::now()))
+        .await;
+    assert_eq!(r.rejection(), Some(&Rejection::DeadlinePassed));
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+#[actix_rt::test]
+async fn timeouts_are_retried_only_for_idempotent_tasks() {
+    init_logs();
+    let b = Backend::start();
+    b.set_latency(Duration::from_millis(300));
+    let d = Dispatcher::start(config(
+        "p2c",
+        &[(&b, 1, 10)],
+        r#""timeout":"50ms","breaker":{"enabled":false},"retry":{"max_retries":1,"backoff_base":"1ms","backoff_max":"1ms"}"#,
+    ))
+    .unwrap();
+    let r = d
+        .submit(Task::new("svc", Method::POST, "/t").body("x"))
+        .await;
+    assert_eq!(r.attempts.len(), 1, "POST not retried after a timeout");
+    match &r.outcome {
+        Outcome::Failure(f) => assert_eq!(f.reason, FailReason::NotRetryable),
+        o => panic!("{o:?}"),
+    }
+    let r = d.submit(Task::get("svc", "/t")).await;
+    assert_eq!(r.attempts.len(), 2, "GET retried after a timeout");
+    let r = d
+        .submit(Task::new("svc", Method::POST, "/t").idempotent(true))
+        .await;
+    assert_eq!(r.attempts.len(), 2, "marked idempotent");
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+#[actix_rt::test]
+async fn queue_full_rejects_or_waits() {
+    init_logs();
+    let b = Backend::start();
+    b.set_latency(Duration::from_millis(100));
+    let d = Dispatcher::start(config("p2c", &[(&b, 1, 1)], r#""queue":{"capacity":5}"#)).unwrap();
+    let results: Vec<TaskResult> =
+        futures::future::join_all((0..20).map(|i| d.submit(Task::get("svc", format!("/q/{i}")))))
+            .await;
+    let full = results
+        .iter()
+        .filter(|r| r.rejection() == Some(&Rejection::QueueFull))
+        .count();
+    let ok = results.iter().filter(|r| r.is_success()).count();
+    // Five queued (and one in flight if credit came before the burst); the rest refused.
+    assert!(ok == 5 || ok == 6, "{ok}");
+    assert_eq!(full, 20 - ok);
+    assert_eq!(d.stats().await.services[0].queue.peak_queued, 5);
+    d.shutdown(Duration::from_secs(1)).await;
+
+    let d = Dispatcher::start(config(
+        "p2c",
+        &[(&b, 1, 1)],
+        r#""queue":{"capacity":2,"on_full":"wait"}"#,
+    ))
+    .unwrap();
+    b.set_latency(Duration::from_millis(5));
+    let results: Vec<TaskResult> =
+        futures::future::join_all((0..20).map(|i| d.submit(Task::get("svc", format!("/q/{i}")))))
+            .await;
+    assert!(results.iter().all(TaskResult::is_success));
+    let s = d.stats().await;
+    assert!(s.services[0].queue.peak_queued <= 2);
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+#[actix_rt::test]
+async fn feed_keeps_the_queue_within_capacity() {
+    init_logs();
+    let bs = backends(3);
+    let nodes: Vec<_> = bs.iter().map(|b| (b, 1, 32)).collect();
+    let d =
+        Dispatcher::start(config("round_robin", &nodes, r#""queue":{"capacity":256}"#)).unwrap();
+    const N: usize = 100_000;
+    let tasks = futures::stream::iter((0..N).map(|i| Task::get("svc", format!("/f/{i}"))));
+    let mut results = d.feed(tasks);
+    let mut ok = 0usize;
+    let mut ids = std::collections::HashSet::new();
+    while let Some(r) = results.next().await {
+        assert!(ids.insert(r.id), "task {} answered twice", r.id);
+        ok += r.is_success() as usize;
+    }
+    assert_eq!(ok, N);
+    let s = d.stats().await;
+    let q = &s.services[0].queue;
+    assert_eq!(q.submitted, N as u64);
+    assert!(q.peak_queued <= 256, "peak {}", q.peak_queued);
+    assert_eq!(q.rejected, 0);
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+#[actix_rt::test]
+async fn shutdown_loses_nothing() {
+    init_logs();
+    let b = Backend::start();
+    b.set_latency(Duration::from_millis(200));
+    let d = Dispatcher::start(config("p2c", &[(&b, 1, 2)], "")).unwrap();
+    let handles: Vec<_> = (0..50)
+        .map(|i| {
+            let d = d.clone();
+            actix_rt::spawn(async move { d.submit(Task::get("svc", format!("/s/{i}"))).await })
+        })
+        .collect();
+    actix_rt::time::sleep(Duration::from_millis(50)).await;
+    let report = d.shutdown(Duration::from_millis(300)).await;
+    assert!(!report.drained);
+    let mut results = Vec::new();
+    for h in handles {
+        results.push(h.await.unwrap());
+    }
+    let ok = results.iter().filter(|r| r.is_success()).count();
+    let down = results
+        .iter()
+        .filter(|r| r.rejection() == Some(&Rejection::ShuttingDown))
+        .count();
+    assert_eq!(ok + down, 50);
+    assert_eq!(report.unfinished.len(), down);
+    assert!(ok >= 2, "some finished within the grace period");
+    assert!(report.stats.services[0].is_balanced());
+    let late = d.submit(Task::get("svc", "/late")).await;
+    assert_eq!(late.rejection(), Some(&Rejection::ShuttingDown));
+}
+
+#[actix_rt::test]
+async fn bad_tasks_are_refused_with_their_reason() {
+    init_logs();
+    let b = Backend::start();
+    let d = Dispatcher::start(config("p2c", &[(&b, 1, 10)], "")).unwrap();
+    let cases = [
+        (Task::get("nope", "/"), "unknown service"),
+        (Task::get("svc", "http://example.com/"), "absolute URL"),
+        (Task::get("svc", "//example.com/x"), "`//`"),
+        (Task::get("svc", "/a\r\nX: y"), "CR, LF"),
+        (Task::get("svc", "/").header("x", "a\nb"), "CR, LF"),
+        (Task::get("svc", "/").timeout(Duration::ZERO), "timeout"),
+    ];
+    for (t, want) in cases {
+        let r = d.submit(t).await;
+        let reason = r.rejection().map(|r| r.to_string()).unwrap_or_default();
+        assert!(reason.contains(want), "{reason} / {want}");
+    }
+    assert_eq!(b.hits(), 0);
+    // A Task sent straight to the queue's address is answered the same way.
+    let q = d.queue("svc").unwrap();
+    let r = q.send(Task::get("svc", "/direct")).await.unwrap();
+    assert!(r.is_success());
+    let r = q.send(Task::get("svc", "http://x/")).await.unwrap();
+    assert!(matches!(r.rejection(), Some(Rejection::InvalidTask(_))));
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+#[test]
+fn start_outside_a_system_is_an_error() {
+    let c = Config::from_json(
+        r#"{"services":[{"name":"a","endpoints":[{"address":"http://127.0.0.1:1/"}]}]}"#,
+    )
+    .unwrap();
+    let e = Dispatcher::start(c).err().expect("no system");
+    assert!(e.to_string().contains("actix System"));
+}
