@@ -38,9 +38,11 @@ pub mod stats;
 pub mod task;
 pub mod transport;
 
+pub use actors::pool::{PoolError, ReloadSummary};
 pub use awc::http::Method;
+pub use config::EndpointConfig;
 pub use config::{Config, ConfigError, Mode, ServiceConfig};
-pub use dispatcher::{Dispatcher, DispatcherBuilder, ShutdownReport, Unfinished};
+pub use dispatcher::{Dispatcher, DispatcherBuilder, ReloadReport, ShutdownReport, Unfinished};
 pub use outcome::{
     Attempt, AttemptOutcome, ErrorKind, FailReason, Failure, Outcome, Rejection, Response,
     TaskResult,

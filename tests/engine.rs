@@ -9,32 +9,8 @@ use actix_dispatch::{
     Config, Dispatcher, FailReason, Method, Outcome, Rejection, Task, TaskResult,
 };
 use futures::StreamExt;
+use support::cfg::{config, served_by};
 use support::{backends, init_logs, Backend};
-
-/// A config of one service over `backends`, with extra service fields.
-fn config(mode: &str, nodes: &[(&Backend, u32, u32)], extra: &str) -> Config {
-    let eps: Vec<String> = nodes
-        .iter()
-        .map(|(b, w, m)| {
-            format!(
-                r#"{{"address":"{}","weight":{w},"max_concurrent":{m}}}"#,
-                b.url()
-            )
-        })
-        .collect();
-    let json = format!(
-        r#"{{"services":[{{"name":"svc","mode":"{mode}","endpoints":[{}]{}{extra}}}]}}"#,
-        eps.join(","),
-        if extra.is_empty() { "" } else { "," }
-    );
-    Config::from_json(&json).unwrap_or_else(|e| panic!("{e}\n{json}"))
-}
-
-fn served_by(r: &TaskResult) -> String {
-    r.node()
-        .unwrap_or_else(|| panic!("not a success: {:?}", r.outcome))
-        .to_owned()
-}
 
 #[actix_rt::test]
 async fn seed_config_runs_unchanged() {
@@ -399,4 +375,53 @@ fn start_outside_a_system_is_an_error() {
     .unwrap();
     let e = Dispatcher::start(c).err().expect("no system");
     assert!(e.to_string().contains("actix System"));
+}
+
+#[actix_rt::test]
+async fn conservation_with_faults_20k_tasks() {
+    init_logs();
+    let bs = backends(3);
+    bs[1].fail_every(10, 500);
+    let nodes: Vec<_> = bs.iter().map(|b| (b, 1, 16)).collect();
+    let d = Dispatcher::start(config(
+        "p2c",
+        &nodes,
+        r#""timeout":"2s","queue":{"capacity":2000},"retry":{"backoff_base":"1ms","backoff_max":"10ms"}"#,
+    ))
+    .unwrap();
+    const N: usize = 20_000;
+    let tasks = futures::stream::iter((0..N).map(|i| Task::get("svc", format!("/c/{i}"))));
+    let mut results = d.feed(tasks);
+    let mut ids = std::collections::HashSet::new();
+    let (mut ok, mut failed, mut rejected) = (0u64, 0u64, 0u64);
+    while let Some(r) = results.next().await {
+        assert!(ids.insert(r.id), "task {} answered twice", r.id);
+        match r.outcome {
+            Outcome::Success(_) => ok += 1,
+            Outcome::Failure(_) => failed += 1,
+            _ => rejected += 1,
+        }
+        if ids.len() == N / 2 {
+            bs[2].stop();
+        }
+    }
+    assert_eq!(ids.len(), N);
+    let s = d.stats().await;
+    let svc = s.service("svc").unwrap();
+    assert!(svc.is_balanced(), "{:?}", svc.queue);
+    assert_eq!(svc.queue.submitted, N as u64);
+    assert_eq!(
+        (svc.queue.succeeded, svc.queue.failed, svc.queue.rejected),
+        (ok, failed, rejected)
+    );
+    assert_eq!((svc.queue.queued, svc.queue.in_flight), (0, 0));
+    // Retries absorb the faults: nearly everything succeeds.
+    assert!(
+        ok as usize > N * 99 / 100,
+        "ok {ok} failed {failed} rejected {rejected}"
+    );
+    // The backends saw every attempt the engine counted.
+    let attempts: u64 = svc.nodes.iter().map(|n| n.total).sum();
+    assert_eq!(attempts, N as u64 + svc.queue.retried);
+    d.shutdown(Duration::from_secs(1)).await;
 }

@@ -8,12 +8,11 @@ pub(crate) mod balancer;
 pub(crate) mod hedge;
 pub(crate) mod messages;
 pub(crate) mod node;
-pub(crate) mod pool;
+pub mod pool;
 pub(crate) mod queue;
 pub(crate) mod view;
 
 pub use balancer::BalancerActor;
 pub use messages::{LoadReport, NodeId};
 pub use node::NodeActor;
-pub use pool::PoolError;
 pub use queue::QueueActor;

@@ -99,6 +99,11 @@ pub struct SetActive {
 #[rtype(result = "Result<ReloadSummary, PoolError>")]
 pub struct ReloadEndpoints(pub Vec<EndpointConfig>);
 
+/// Stops one node's actor as a fault drill (its supervisor restarts it).
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "Result<(), PoolError>")]
+pub struct CrashNode(pub String);
+
 /// Node: GET `path` under `timeout`; answers whether it gave 2xx/3xx.
 #[derive(Message)]
 #[rtype(result = "bool")]
@@ -415,6 +420,17 @@ impl Handler<ReloadEndpoints> for BalancerActor {
             summary.kept.len()
         );
         Ok(summary)
+    }
+}
+
+/// Stops a node's actor; its supervisor restarts it.
+impl Handler<CrashNode> for BalancerActor {
+    type Result = Result<(), PoolError>;
+
+    fn handle(&mut self, msg: CrashNode, _ctx: &mut Self::Context) -> Self::Result {
+        let i = self.find(&msg.0)?;
+        self.nodes[i].addr.do_send(super::messages::Crash);
+        Ok(())
     }
 }
 

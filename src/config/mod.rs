@@ -142,6 +142,30 @@ pub struct EndpointConfig {
     pub active: bool,
 }
 
+impl EndpointConfig {
+    /// An endpoint with the defaults: weight 1, max_concurrent 10, active.
+    pub fn new(address: impl Into<String>) -> Self {
+        Self {
+            address: address.into(),
+            weight: 1,
+            max_concurrent: 10,
+            active: true,
+        }
+    }
+
+    /// Sets the weight.
+    pub fn weight(mut self, weight: u32) -> Self {
+        self.weight = weight;
+        self
+    }
+
+    /// Sets max_concurrent.
+    pub fn max_concurrent(mut self, max: u32) -> Self {
+        self.max_concurrent = max;
+        self
+    }
+}
+
 /// Retry policy of a service.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryConfig {

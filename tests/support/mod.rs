@@ -25,6 +25,8 @@
 // The backends measure wall time on their own threads, outside the engine.
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
+pub mod cfg;
+
 use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
