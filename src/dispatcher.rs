@@ -193,9 +193,8 @@ impl Dispatcher {
         }
         let job = match task.prepare(id, now) {
             Ok(job) => job,
-            Err((t, reason)) => {
+            Err((id, reason)) => {
                 self.inner.refused.fetch_add(1, Ordering::Relaxed);
-                let id = t.given_id().unwrap_or(id);
                 return rejected(id, service, Rejection::InvalidTask(reason), now);
             }
         };

@@ -140,7 +140,7 @@ impl NodeStats {
         cfg: &ServiceConfig,
         now: Instant,
     ) -> Self {
-        let score = LeastLoad::new(cfg.balancer.least_load.clone()).score(c);
+        let score = LeastLoad::new(cfg.balancer.least_load).score(c);
         NodeStats {
             address: n.address.to_string(),
             weight: n.weight,

@@ -171,21 +171,19 @@ impl Task {
 
     /// Whether retries after ambiguous errors are allowed.
     pub fn is_idempotent(&self) -> bool {
-        self.idempotent.unwrap_or_else(|| {
-            matches!(
-                self.method,
-                Method::GET
-                    | Method::HEAD
-                    | Method::PUT
-                    | Method::DELETE
-                    | Method::OPTIONS
-                    | Method::TRACE
-            )
-        })
+        self.idempotent.unwrap_or(matches!(
+            self.method,
+            Method::GET
+                | Method::HEAD
+                | Method::PUT
+                | Method::DELETE
+                | Method::OPTIONS
+                | Method::TRACE
+        ))
     }
 
     /// Checks the task and freezes it into the engine's form.
-    pub(crate) fn prepare(self, id: TaskId, now: Instant) -> Result<Job, (Task, String)> {
+    pub(crate) fn prepare(self, id: TaskId, now: Instant) -> Result<Job, (TaskId, String)> {
         match self.check(now) {
             Ok((path, headers, deadline)) => Ok(Job {
                 id: self.id.unwrap_or(id),
@@ -200,7 +198,7 @@ impl Task {
                 submitted: now,
                 task: self,
             }),
-            Err(reason) => Err((self, reason)),
+            Err(reason) => Err((self.id.unwrap_or(id), reason)),
         }
     }
 

@@ -56,7 +56,7 @@ async fn a_failing_backend_is_cut_off_probed_and_used_again() {
     let s = node_stats(&d, &a.url()).await;
     assert_eq!(s.trips, 1);
     // While open A only sees probes: at most one per 300 ms open period.
-    let start = std::time::Instant::now();
+    let start = actix_dispatch::Instant::now();
     let mut sent = 0;
     while start.elapsed() < Duration::from_millis(1000) {
         let r = d.submit(Task::get("svc", format!("/o/{sent}"))).await;
@@ -161,7 +161,7 @@ async fn all_open_wait_mode_holds_tasks_until_half_open() {
         let _ = d.submit(Task::get("svc", "/x")).await;
     }
     b.set_status(None);
-    let start = std::time::Instant::now();
+    let start = actix_dispatch::Instant::now();
     let results: Vec<TaskResult> =
         futures::future::join_all((0..5).map(|i| d.submit(Task::get("svc", format!("/w/{i}")))))
             .await;
@@ -176,6 +176,7 @@ async fn all_open_wait_mode_holds_tasks_until_half_open() {
 }
 
 /// Largest number of hits in any window of `w` starting at a hit.
+#[allow(clippy::disallowed_types)] // the backend's own wall-clock arrival times
 fn max_in_window(times: &[std::time::Instant], w: Duration) -> usize {
     let mut t = times.to_vec();
     t.sort();
@@ -248,7 +249,7 @@ async fn a_total_outage_is_capped_by_the_retry_budget() {
            "retry":{"max_retries":10,"backoff_base":"1ms","backoff_max":"5ms","budget_percent":0.2,"min_retries_per_sec":1}"#,
     ))
     .unwrap();
-    let start = std::time::Instant::now();
+    let start = actix_dispatch::Instant::now();
     const N: u64 = 500;
     let results: Vec<TaskResult> = futures::stream::iter(0..N)
         .map(|i| d.submit(Task::get("svc", format!("/o/{i}"))))

@@ -58,7 +58,7 @@ pub(crate) fn strategy_kind(cfg: &ServiceConfig) -> StrategyKind {
     match cfg.mode {
         Mode::RoundRobin => StrategyKind::RoundRobin,
         Mode::Weighted => StrategyKind::Weighted,
-        Mode::LeastLoad => StrategyKind::LeastLoad(cfg.balancer.least_load.clone()),
+        Mode::LeastLoad => StrategyKind::LeastLoad(cfg.balancer.least_load),
         Mode::P2c => StrategyKind::P2c,
         Mode::ConsistentHash => StrategyKind::ConsistentHash,
     }

@@ -690,10 +690,9 @@ impl Handler<Task> for QueueActor {
                 );
                 Box::pin(async move { crate::dispatcher::await_result(rx, id, service, now).await })
             }
-            Err((t, reason)) => {
+            Err((id, reason)) => {
                 self.counters.submitted += 1;
                 self.counters.rejected += 1;
-                let id = t.given_id().unwrap_or(id);
                 Box::pin(async move {
                     crate::dispatcher::rejected(id, service, Rejection::InvalidTask(reason), now)
                 })
