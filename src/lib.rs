@@ -50,3 +50,8 @@ pub use outcome::{
 pub use stats::{NodeStats, QueueStats, ServiceStats, Stats};
 pub use task::{Task, TaskId};
 pub use tokio::time::Instant;
+
+/// The README's Rust examples, compiled as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

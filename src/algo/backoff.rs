@@ -13,7 +13,8 @@
 //! [`Backoff::without_jitter`] makes the delay exactly the ceiling, for
 //! deterministic behaviour.
 //!
-//! ```ignore
+//! ```
+//! # use actix_dispatch::algo::backoff::Backoff;
 //! use rand::{rngs::SmallRng, SeedableRng};
 //! use tokio::time::Duration;
 //!

@@ -26,7 +26,7 @@
 //! The module is pure: no clock is read, every time-dependent method takes
 //! `now`, and [`Breaker::next_change`] tells an actor when to set its timer.
 //!
-//! ```ignore
+//! ```
 //! use actix_dispatch::algo::breaker::{Breaker, BreakerConfig, CallOutcome};
 //! use tokio::time::{Duration, Instant};
 //!

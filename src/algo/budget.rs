@@ -41,7 +41,7 @@
 //! Instants earlier than a previous call count in the latest slot seen, so the
 //! bound holds whatever order the calls come in, and nothing panics.
 //!
-//! ```ignore
+//! ```
 //! use actix_dispatch::algo::budget::{BudgetConfig, RetryBudget};
 //! use tokio::time::Instant;
 //!

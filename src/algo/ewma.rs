@@ -20,7 +20,8 @@
 //! Time is never read from a clock: every call takes `now`, so tests run on a
 //! fake clock.
 //!
-//! ```ignore
+//! ```
+//! # use actix_dispatch::algo::ewma::{Ewma, PeakEwma};
 //! use tokio::time::{Duration, Instant};
 //!
 //! let start = Instant::now();

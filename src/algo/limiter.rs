@@ -19,7 +19,7 @@
 //! `now`. Instants earlier than the creation instant or than a previous call
 //! are accepted and saturate; nothing panics on them.
 //!
-//! ```ignore
+//! ```
 //! use actix_dispatch::algo::limiter::TokenBucket;
 //! use tokio::time::{Duration, Instant};
 //!

@@ -24,7 +24,8 @@
 //! A pick is a binary search plus a short walk: O(log points) while the
 //! owners are eligible.
 //!
-//! ```ignore
+//! ```
+//! # use actix_dispatch::algo::strategy::*;
 //! let members: Vec<Member> = (0..3)
 //!     .map(|i| Member { key: format!("10.0.0.{i}:80"), weight: 1 })
 //!     .collect();

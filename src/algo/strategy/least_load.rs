@@ -18,7 +18,8 @@
 //! (just past the previous winner), so idle equal nodes share work in turn
 //! instead of the first one taking everything. Each pick is O(n).
 //!
-//! ```ignore
+//! ```
+//! # use actix_dispatch::algo::strategy::*;
 //! let mut ll = LeastLoad::new(LeastLoadWeights::default());
 //! let mut nodes = vec![Candidate::new(1, 4); 2];
 //! nodes[0].in_flight = 2;

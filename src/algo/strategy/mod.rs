@@ -20,7 +20,8 @@
 //! the candidates of later picks. [`hash_key`] turns an affinity key into the
 //! stable 64-bit hash that [`Strategy::pick`] takes.
 //!
-//! ```ignore
+//! ```
+//! # use actix_dispatch::algo::strategy::*;
 //! let members = vec![
 //!     Member { key: "10.0.0.1:80".into(), weight: 5 },
 //!     Member { key: "10.0.0.2:80".into(), weight: 1 },

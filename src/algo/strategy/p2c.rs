@@ -21,7 +21,8 @@
 //! paths give every eligible node the same probability. With a single
 //! eligible node, that node is picked.
 //!
-//! ```ignore
+//! ```
+//! # use actix_dispatch::algo::strategy::*;
 //! let mut p2c = P2c::with_seed(7);
 //! let mut nodes = vec![Candidate::new(1, 8); 2];
 //! nodes[0].rtt_estimate = 0.3; // ten times slower

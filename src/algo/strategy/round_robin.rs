@@ -7,7 +7,8 @@
 //! the rotation of the others. When every node is eligible a pick looks at one
 //! node only; skipped nodes cost one step each.
 //!
-//! ```ignore
+//! ```
+//! # use actix_dispatch::algo::strategy::*;
 //! let mut rr = RoundRobin::new();
 //! let nodes = vec![Candidate::new(1, 4); 3];
 //! let picks: Vec<_> = (0..4).map(|_| rr.pick(&nodes, None).unwrap()).collect();

@@ -15,7 +15,8 @@
 //! [`Strategy::rebuild`] for members whose key survives; new members start
 //! at 0.
 //!
-//! ```ignore
+//! ```
+//! # use actix_dispatch::algo::strategy::*;
 //! let mut swrr = SmoothWeighted::new();
 //! let nodes = vec![Candidate::new(5, 10), Candidate::new(1, 10), Candidate::new(1, 10)];
 //! let picks: Vec<_> = (0..7).map(|_| swrr.pick(&nodes, None).unwrap()).collect();
