@@ -11,6 +11,7 @@
 //! the balancer's timer catches up.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::Addr;
 use tokio::time::Instant;
@@ -154,16 +155,8 @@ impl NodeView {
     }
 
     /// Weight after slow start.
-    pub fn effective_weight(&self, now: Instant, ramp: Option<(std::time::Duration, f64)>) -> u32 {
-        let (Some(from), Some((len, floor))) = (self.ramp_from, ramp) else {
-            return self.weight;
-        };
-        let t = now.saturating_duration_since(from).as_secs_f64() / len.as_secs_f64();
-        if t >= 1.0 {
-            return self.weight;
-        }
-        let share = floor + (1.0 - floor) * t;
-        ((self.weight as f64 * share).round() as u32).max(1)
+    pub fn effective_weight(&self, now: Instant, ramp: Option<(Duration, f64)>) -> u32 {
+        ramp_weight(self.weight, self.ramp_from, now, ramp)
     }
 
     pub fn candidate(&self, eligible: bool, weight: u32) -> Candidate {
@@ -176,5 +169,44 @@ impl NodeView {
             error_rate: self.load.error_rate,
             rtt_estimate: self.load.rtt,
         }
+    }
+}
+
+/// Slow start (Envoy's): the weight grows linearly from `floor` of itself to
+/// all of it over the ramp's length, from `from`; at least 1.
+pub(crate) fn ramp_weight(
+    weight: u32,
+    from: Option<Instant>,
+    now: Instant,
+    ramp: Option<(Duration, f64)>,
+) -> u32 {
+    let (Some(from), Some((len, floor))) = (from, ramp) else {
+        return weight;
+    };
+    let t = now.saturating_duration_since(from).as_secs_f64() / len.as_secs_f64();
+    if t >= 1.0 {
+        return weight;
+    }
+    let share = floor + (1.0 - floor) * t;
+    ((weight as f64 * share).round() as u32).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_start_ramps_linearly_from_the_floor() {
+        let t0 = Instant::now();
+        let ramp = Some((Duration::from_secs(10), 0.1));
+        let w = |secs: u64| ramp_weight(50, Some(t0), t0 + Duration::from_secs(secs), ramp);
+        assert_eq!(w(0), 5);
+        assert_eq!(w(5), 28); // 50 * (0.1 + 0.9 * 0.5) = 27.5
+        assert_eq!(w(9), 46); // 50 * 0.91 = 45.5
+        assert_eq!(w(10), 50);
+        assert_eq!(w(60), 50);
+        assert_eq!(ramp_weight(1, Some(t0), t0, ramp), 1, "never below 1");
+        assert_eq!(ramp_weight(50, None, t0, ramp), 50, "not ramping");
+        assert_eq!(ramp_weight(50, Some(t0), t0, None), 50, "slow start off");
     }
 }
