@@ -161,7 +161,7 @@ fn log_transition(service: &str, node: &str, t: &crate::algo::breaker::Transitio
         Open { until } => log::warn!(
             "service {service}: node {node}: breaker {} -> open for {:?} ({})",
             state_name(&t.from),
-            until.saturating_duration_since(Instant::now()),
+            round_ms(until.saturating_duration_since(Instant::now())),
             t.reason
         ),
         HalfOpen => log::info!(
@@ -174,6 +174,11 @@ fn log_transition(service: &str, node: &str, t: &crate::algo::breaker::Transitio
             t.reason
         ),
     }
+}
+
+/// A duration rounded to whole milliseconds, for log lines.
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(((d.as_micros() + 500) / 1000) as u64)
 }
 
 pub(crate) fn state_name(s: &crate::algo::breaker::BreakerState) -> &'static str {

@@ -208,7 +208,6 @@ impl QueueActor {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.counters.submitted += 1;
-        self.budget.deposit(now);
         if let Some(d) = msg.job.deadline {
             self.push_timer(d, seq, Timer::Deadline, ctx);
         }
@@ -318,6 +317,11 @@ impl QueueActor {
             p.outstanding = 1;
             p.generation += 1;
             let generation = p.generation;
+            if generation == 1 {
+                // The budget counts requests when they are first sent, not
+                // when queued, so a deep queue neither floods nor starves it.
+                self.budget.deposit(now);
+            }
             let route = Route {
                 seq,
                 job: p.job.clone(),
