@@ -268,3 +268,27 @@ async fn hedging_cuts_a_slow_nodes_latency_and_never_duplicates_posts() {
     assert_eq!(bs[0].hits() + bs[1].hits(), 6);
     hedged.shutdown(Duration::from_secs(1)).await;
 }
+
+#[actix_rt::test]
+async fn p2c_tries_a_recovered_node_again() {
+    init_logs();
+    let bs = backends(2);
+    bs[0].set_latency(Duration::from_millis(5));
+    bs[1].set_latency(Duration::from_millis(300));
+    let d = Dispatcher::start(config(
+        "p2c",
+        &[(&bs[0], 1, 16), (&bs[1], 1, 16)],
+        r#""balancer":{"decay":"300ms"}"#,
+    ))
+    .unwrap();
+    let _ = run(&d, 100, 4, "slow").await;
+    assert!(bs[1].hits() < 20, "the slow node was avoided: {}", bs[1].hits());
+    bs[1].set_latency(Duration::from_millis(5));
+    // Idle, its cost decays toward zero (as tower reads peak EWMA) ...
+    sleep(1500).await;
+    bs[1].reset_counters();
+    let _ = run(&d, 200, 4, "back").await;
+    // ... so it is tried again, found fast, and takes its share.
+    assert!(bs[1].hits() >= 60, "recovered node share: {}", bs[1].hits());
+    d.shutdown(Duration::from_secs(1)).await;
+}

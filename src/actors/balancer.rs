@@ -134,6 +134,7 @@ impl BalancerActor {
             last_latency: Duration::ZERO,
             error_rate: 0.0,
             rtt: self.cfg.balancer.default_rtt.as_secs_f64(),
+            rtt_at: now,
             breaker: crate::algo::breaker::BreakerState::Closed,
             trips: 0,
             tokens: None,
@@ -192,7 +193,7 @@ impl BalancerActor {
         self.capacity = self.capacity + room - n.room;
         n.room = room;
         let w = n.effective_weight(now, ramp);
-        self.cands[i] = n.candidate(room > 0, w);
+        self.cands[i] = n.candidate(room > 0, w, now, self.cfg.balancer.decay);
     }
 
     /// Recomputes every node, the ejection cap and the wake-up timer.

@@ -44,8 +44,10 @@ pub struct LoadReport {
     pub last_latency: Duration,
     /// Recent failure ratio (EWMA of 0/1).
     pub error_rate: f64,
-    /// Peak-EWMA RTT, seconds (p2c cost).
+    /// Peak-EWMA RTT, seconds (p2c cost), as of `rtt_at`.
     pub rtt: f64,
+    /// When the RTT estimate last took a sample.
+    pub rtt_at: tokio::time::Instant,
     /// Breaker state.
     pub breaker: BreakerState,
     /// Breaker trips so far.

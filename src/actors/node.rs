@@ -113,6 +113,7 @@ impl NodeActor {
             last_latency: self.last_latency,
             error_rate: self.error_rate.get_or(0.0),
             rtt: self.rtt.get_secs(),
+            rtt_at: self.rtt.last_observed(),
             breaker: self
                 .breaker
                 .as_ref()

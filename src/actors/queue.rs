@@ -200,11 +200,11 @@ impl QueueActor {
             }
             return self.reject_new(msg, Rejection::QueueFull, now);
         }
-        self.accept(msg, now, ctx);
+        self.accept(msg, ctx);
         self.pump(ctx);
     }
 
-    fn accept(&mut self, msg: Submit, now: Instant, ctx: &mut Context<Self>) {
+    fn accept(&mut self, msg: Submit, ctx: &mut Context<Self>) {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.counters.submitted += 1;
@@ -285,7 +285,7 @@ impl QueueActor {
                 self.reject_new(msg, r, now);
                 continue;
             }
-            self.accept(msg, now, ctx);
+            self.accept(msg, ctx);
         }
         if self.full && self.queued < self.cfg.queue.capacity {
             self.full = false;

@@ -159,7 +159,13 @@ impl NodeView {
         ramp_weight(self.weight, self.ramp_from, now, ramp)
     }
 
-    pub fn candidate(&self, eligible: bool, weight: u32) -> Candidate {
+    pub fn candidate(
+        &self,
+        eligible: bool,
+        weight: u32,
+        now: Instant,
+        decay: Duration,
+    ) -> Candidate {
         Candidate {
             eligible,
             weight,
@@ -167,7 +173,12 @@ impl NodeView {
             max_concurrent: self.max_concurrent,
             latency_ewma: self.load.latency_ewma,
             error_rate: self.load.error_rate,
-            rtt_estimate: self.load.rtt,
+            // Decayed toward zero while idle, so a once-slow node is retried.
+            rtt_estimate: crate::algo::ewma::decay_idle(
+                self.load.rtt,
+                now.saturating_duration_since(self.load.rtt_at),
+                decay,
+            ),
         }
     }
 }

@@ -150,10 +150,55 @@ impl PeakEwma {
     pub fn get_secs(&self) -> f64 {
         self.estimate_ns / 1e9
     }
+
+    /// When the last sample was observed (creation time before any).
+    pub fn last_observed(&self) -> Instant {
+        self.last
+    }
+
+    /// The estimate as tower's `PeakEwma` reads it at `now`, in seconds:
+    /// decayed toward zero for the time since the last observation (see
+    /// [`decay_idle`]).
+    pub fn decayed_secs(&self, now: Instant) -> f64 {
+        decay_idle(
+            self.get_secs(),
+            now.saturating_duration_since(self.last),
+            Duration::from_nanos(self.decay_ns as u64),
+        )
+    }
+}
+
+/// Decays an RTT estimate (seconds) toward zero over `idle` time with time
+/// constant `decay`: `estimate · exp(-idle/decay)`. A node that stopped
+/// getting answers (because one slow answer made it look expensive) thus
+/// looks cheaper as time passes and is tried again, instead of being starved
+/// for good: tower reads its peak EWMA the same way.
+pub fn decay_idle(estimate: f64, idle: Duration, decay: Duration) -> f64 {
+    if decay.is_zero() {
+        return estimate;
+    }
+    estimate * (-idle.as_secs_f64() / decay.as_secs_f64()).exp()
 }
 
 fn nanos(d: Duration) -> f64 {
     d.as_secs() as f64 * 1e9 + f64::from(d.subsec_nanos())
+}
+
+#[cfg(test)]
+mod idle_tests {
+    use super::*;
+
+    #[test]
+    fn an_idle_estimate_decays_toward_zero() {
+        let t0 = Instant::now();
+        let mut p = PeakEwma::new(Duration::from_millis(30), Duration::from_secs(10), t0);
+        p.observe(Duration::from_millis(500), t0);
+        assert_eq!(p.decayed_secs(t0), 0.5);
+        let e = p.decayed_secs(t0 + Duration::from_secs(10));
+        assert!((e - 0.5 * (-1f64).exp()).abs() < 1e-12);
+        assert_eq!(p.get(), Duration::from_millis(500), "reading moves nothing");
+        assert_eq!(decay_idle(0.5, Duration::from_secs(3), Duration::ZERO), 0.5);
+    }
 }
 
 #[cfg(test)]
