@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use super::messages::*;
 use super::node::{NodeActor, NodeSpec};
 use super::queue::QueueActor;
-use super::view::{Health, Mirror, NodeView};
+use super::view::{Counts, Flags, Health, Mirror, NodeView};
 use crate::algo::limiter::TokenBucket;
 use crate::algo::strategy::{self, Candidate, Member, Strategy, StrategyKind};
 use crate::config::{EndpointConfig, Mode, OnAllOpen, OnLimit, ServiceConfig};
@@ -50,6 +50,10 @@ pub struct BalancerActor {
     pub(super) service_bucket: Option<TokenBucket>,
     pub(super) gate: Gate,
     pub(super) wake: Option<(Instant, SpawnHandle)>,
+    /// Pool-wide sums of the nodes' flags.
+    pub(super) counts: Counts,
+    /// A wake-up to set at the next `settle` (found where no context was at hand).
+    pub(super) pending_wake: Option<Instant>,
     /// Nodes working on each task, kept only when the service hedges.
     pub(super) working: HashMap<Seq, Vec<NodeId>>,
 }
@@ -94,6 +98,8 @@ impl BalancerActor {
             gate: Gate::Open,
             wake: None,
             working: HashMap::new(),
+            counts: Counts::default(),
+            pending_wake: None,
             cfg,
         };
         let endpoints = b.cfg.endpoints.clone();
@@ -192,6 +198,13 @@ impl BalancerActor {
         let room = n.compute_room(now);
         self.capacity = self.capacity + room - n.room;
         n.room = room;
+        let flags = Flags {
+            in_service: n.in_service(),
+            open: n.in_service() && n.is_open(now),
+            token_blocked: n.token_blocked(now),
+        };
+        self.counts.swap(n.flags, flags);
+        n.flags = flags;
         let w = n.effective_weight(now, ramp);
         self.cands[i] = n.candidate(room > 0, w, now, self.cfg.balancer.decay);
     }
@@ -227,6 +240,14 @@ impl BalancerActor {
         }
         for i in 0..self.nodes.len() {
             self.refresh_node(i, now);
+        }
+        self.pending_wake = self.next_wake(now);
+    }
+
+    /// Remembers a wake-up at `t` for the next `settle`.
+    fn wake_at(&mut self, t: Instant) {
+        if self.pending_wake.is_none_or(|w| t < w) {
+            self.pending_wake = Some(t);
         }
     }
 
@@ -289,10 +310,15 @@ impl BalancerActor {
             self.queue.do_send(Credit(cap - self.granted));
             self.granted = cap;
         }
-        let gate = if cap > 0 {
-            Gate::Open
+        let service_out = service_tokens == Some(0);
+        let c = self.counts;
+        let maybe_all_open = c.open > 0 && c.open == c.in_service;
+        let maybe_limited =
+            self.cfg.rate_limit.on_limit == OnLimit::Reject && (service_out || c.token_blocked > 0);
+        let gate = if cap == 0 && (maybe_all_open || maybe_limited) {
+            self.closed_gate(now, service_out)
         } else {
-            self.closed_gate(now, service_tokens == Some(0))
+            Gate::Open
         };
         if gate != self.gate {
             match &gate {
@@ -302,15 +328,8 @@ impl BalancerActor {
             self.gate = gate.clone();
             self.queue.do_send(SetGate(gate));
         }
-        if cap == 0
-            || self
-                .nodes
-                .iter()
-                .any(|n| matches!(n.mirror, Mirror::Open { .. }))
-        {
-            if let Some(t) = self.next_wake(now) {
-                self.schedule_wake(t, ctx);
-            }
+        if let Some(t) = self.pending_wake.take() {
+            self.schedule_wake(t, ctx);
         }
     }
 
@@ -500,14 +519,19 @@ impl Handler<Route> for BalancerActor {
         };
         if let Some(b) = &mut self.service_bucket {
             let _ = b.try_acquire(now);
+            if let Err(t) = b.check(now) {
+                self.wake_at(t);
+            }
         }
         let n = &mut self.nodes[i];
         n.in_flight += 1;
         if let Mirror::HalfOpen { probes } = &mut n.mirror {
             *probes = probes.saturating_sub(1);
         }
+        let mut token_due = None;
         if let Some(b) = &mut n.bucket {
             let _ = b.try_acquire(now);
+            token_due = b.check(now).err();
         }
         let bypass = n.overridden;
         if self.cfg.hedge.is_some() {
@@ -526,6 +550,9 @@ impl Handler<Route> for BalancerActor {
             hedge: msg.hedge,
         });
         self.refresh_node(i, now);
+        if let Some(t) = token_due {
+            self.wake_at(t);
+        }
         self.settle(ctx, now);
     }
 }

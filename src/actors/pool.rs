@@ -178,6 +178,7 @@ impl BalancerActor {
         let n = self.nodes.remove(i);
         self.cands.remove(i);
         self.capacity -= n.room;
+        self.counts.remove(n.flags);
         log::info!(
             "service {}: endpoint {} left the pool",
             self.service,

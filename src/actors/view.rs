@@ -75,6 +75,40 @@ pub(crate) struct NodeView {
     pub ramp_from: Option<Instant>,
     /// Room counted in the balancer's capacity.
     pub room: usize,
+    /// What this node adds to the balancer's counts (as of its last refresh).
+    pub flags: Flags,
+}
+
+/// A node's contribution to the balancer's counts, kept so that deciding
+/// the service's gate is O(1) per event whatever the pool size.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Flags {
+    pub in_service: bool,
+    pub open: bool,
+    pub token_blocked: bool,
+}
+
+/// Sums of [`Flags`] over the pool.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Counts {
+    pub in_service: usize,
+    pub open: usize,
+    pub token_blocked: usize,
+}
+
+impl Counts {
+    pub fn swap(&mut self, old: Flags, new: Flags) {
+        self.remove(old);
+        self.in_service += new.in_service as usize;
+        self.open += new.open as usize;
+        self.token_blocked += new.token_blocked as usize;
+    }
+
+    pub fn remove(&mut self, old: Flags) {
+        self.in_service -= old.in_service as usize;
+        self.open -= old.open as usize;
+        self.token_blocked -= old.token_blocked as usize;
+    }
 }
 
 impl NodeView {
@@ -102,6 +136,7 @@ impl NodeView {
             bucket,
             ramp_from: None,
             room: 0,
+            flags: Flags::default(),
         }
     }
 
