@@ -268,7 +268,7 @@ async fn run(config: Config, source: String, flaky: Arc<Backend>) -> bool {
             *why_failed.entry(f.reason.to_string()).or_default() += 1;
         }
         for a in &r.attempts {
-            let (errors, latency) = nodes.entry(a.node.clone()).or_insert_with(no_attempts);
+            let (errors, latency) = nodes.entry(a.node.to_string()).or_insert_with(no_attempts);
             *errors += u64::from(a.outcome.is_node_failure());
             latency.saturating_record(a.latency.as_micros() as u64);
         }

@@ -28,6 +28,7 @@ use crate::transport::{awc_factory, TransportFactory};
 
 #[derive(Clone)]
 pub(crate) struct ServiceHandle {
+    pub name: Arc<str>,
     pub cfg: Arc<ServiceConfig>,
     pub queue: Addr<QueueActor>,
     pub balancer: Addr<BalancerActor>,
@@ -143,6 +144,7 @@ impl Dispatcher {
         self.inner.services.write().expect("lock").insert(
             name.clone(),
             ServiceHandle {
+                name: name.as_str().into(),
                 cfg,
                 queue,
                 balancer,
@@ -171,31 +173,36 @@ impl Dispatcher {
         self.handle(service).map(|h| h.queue)
     }
 
-    /// Submits one task and waits for its result. Never fails: problems come
-    /// back as a rejection or failure inside the result.
-    pub async fn submit(&self, task: Task) -> TaskResult {
-        self.submit_inner(task, false).await
+    /// Submits one task; the returned future resolves to its result. The
+    /// task is checked and handed to its service's queue at once, when
+    /// `submit` is called (not when the future is first polled), so the
+    /// future only waits for the answer and is small. It never fails:
+    /// problems come back as a rejection or failure inside the result.
+    pub fn submit(&self, task: Task) -> Submission {
+        self.submit_inner(task, false)
     }
 
-    async fn submit_inner(&self, task: Task, wait: bool) -> TaskResult {
+    fn submit_inner(&self, task: Task, wait: bool) -> Submission {
         let now = Instant::now();
         let id = self.inner.ids.fetch_add(1, Ordering::Relaxed);
-        let service = task.service().to_owned();
-        let Some(h) = self.handle(&service) else {
+        let Some(h) = self.handle(task.service()) else {
             self.inner.refused.fetch_add(1, Ordering::Relaxed);
             let id = task.given_id().unwrap_or(id);
-            return rejected(id, service.clone(), Rejection::UnknownService(service), now);
+            let service: Arc<str> = task.service().into();
+            let why = Rejection::UnknownService(task.service().to_owned());
+            return Submission::ready(rejected(id, service, why, now));
         };
         if self.inner.closed.load(Ordering::Acquire) {
             self.inner.refused.fetch_add(1, Ordering::Relaxed);
             let id = task.given_id().unwrap_or(id);
-            return rejected(id, service, Rejection::ShuttingDown, now);
+            return Submission::ready(rejected(id, h.name, Rejection::ShuttingDown, now));
         }
         let job = match task.prepare(id, now) {
             Ok(job) => job,
             Err((id, reason)) => {
                 self.inner.refused.fetch_add(1, Ordering::Relaxed);
-                return rejected(id, service, Rejection::InvalidTask(reason), now);
+                let why = Rejection::InvalidTask(reason);
+                return Submission::ready(rejected(id, h.name, why, now));
             }
         };
         let id = job.id;
@@ -205,7 +212,7 @@ impl Dispatcher {
             reply: tx,
             wait: wait || h.cfg.queue.on_full == OnFull::Wait,
         });
-        await_result(rx, id, service, now).await
+        Submission::waiting(rx, id, h.name, now)
     }
 
     /// Consumes a (possibly endless) stream of tasks and yields their results
@@ -228,10 +235,7 @@ impl Dispatcher {
             .max(1);
         let d = self.clone();
         tasks
-            .map(move |t| {
-                let d = d.clone();
-                async move { d.submit_inner(t, true).await }
-            })
+            .map(move |t| d.submit_inner(t, true))
             .buffer_unordered(window)
     }
 
@@ -455,22 +459,82 @@ impl Dispatcher {
     }
 }
 
-/// Waits for the queue's answer; a queue that vanished answers `ShuttingDown`.
-pub(crate) async fn await_result(
-    rx: oneshot::Receiver<TaskResult>,
-    id: TaskId,
-    service: String,
-    since: Instant,
-) -> TaskResult {
-    match rx.await {
-        Ok(r) => r,
-        Err(_) => rejected(id, service, Rejection::ShuttingDown, since),
+/// The result of one submitted task, on its way: resolves to exactly one
+/// [`TaskResult`]. A queue that vanished (the dispatcher stopped) answers
+/// `ShuttingDown`.
+#[must_use = "the task is already submitted; await this to get its result"]
+pub struct Submission(SubmissionState);
+
+enum SubmissionState {
+    Ready(Box<TaskResult>),
+    Waiting {
+        rx: oneshot::Receiver<TaskResult>,
+        id: TaskId,
+        service: Arc<str>,
+        since: Instant,
+    },
+    Done,
+}
+
+impl Submission {
+    pub(crate) fn ready(result: TaskResult) -> Self {
+        Submission(SubmissionState::Ready(Box::new(result)))
+    }
+
+    pub(crate) fn waiting(
+        rx: oneshot::Receiver<TaskResult>,
+        id: TaskId,
+        service: Arc<str>,
+        since: Instant,
+    ) -> Self {
+        Submission(SubmissionState::Waiting {
+            rx,
+            id,
+            service,
+            since,
+        })
+    }
+}
+
+impl std::future::Future for Submission {
+    type Output = TaskResult;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<TaskResult> {
+        use std::task::Poll;
+        let out = match &mut self.0 {
+            SubmissionState::Ready(_) => {
+                let SubmissionState::Ready(r) =
+                    std::mem::replace(&mut self.0, SubmissionState::Done)
+                else {
+                    unreachable!()
+                };
+                return Poll::Ready(*r);
+            }
+            SubmissionState::Waiting {
+                rx,
+                id,
+                service,
+                since,
+            } => match std::pin::Pin::new(rx).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(r)) => r,
+                Poll::Ready(Err(_)) => {
+                    rejected(*id, service.clone(), Rejection::ShuttingDown, *since)
+                }
+            },
+            SubmissionState::Done => panic!("Submission polled after it resolved"),
+        };
+        self.0 = SubmissionState::Done;
+        Poll::Ready(out)
     }
 }
 
 pub(crate) fn rejected(
     id: TaskId,
-    service: String,
+    service: Arc<str>,
     reason: Rejection,
     since: Instant,
 ) -> TaskResult {

@@ -42,7 +42,9 @@ pub use actors::pool::{PoolError, ReloadSummary};
 pub use awc::http::Method;
 pub use config::EndpointConfig;
 pub use config::{Config, ConfigError, Mode, ServiceConfig};
-pub use dispatcher::{Dispatcher, DispatcherBuilder, ReloadReport, ShutdownReport, Unfinished};
+pub use dispatcher::{
+    Dispatcher, DispatcherBuilder, ReloadReport, ShutdownReport, Submission, Unfinished,
+};
 pub use outcome::{
     Attempt, AttemptOutcome, ErrorKind, FailReason, Failure, Outcome, Rejection, Response,
     TaskResult,

@@ -1,6 +1,7 @@
 //! What a task ends in: exactly one [`TaskResult`] per accepted task.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,7 +15,7 @@ pub struct TaskResult {
     /// The task's id.
     pub id: TaskId,
     /// The service it was for.
-    pub service: String,
+    pub service: Arc<str>,
     /// How it ended.
     pub outcome: Outcome,
     /// Every attempt, in order (hedged attempts included).
@@ -102,8 +103,8 @@ pub struct Response {
     pub headers: Vec<(String, String)>,
     /// Body (up to the service's `max_body`).
     pub body: Bytes,
-    /// Address of the node that answered.
-    pub node: String,
+    /// Address of the node that answered (`"fallback"` for a fallback).
+    pub node: Arc<str>,
 }
 
 impl Response {
@@ -189,7 +190,7 @@ pub enum Rejection {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Attempt {
     /// Address of the node.
-    pub node: String,
+    pub node: Arc<str>,
     /// Status or error.
     pub outcome: AttemptOutcome,
     /// Time from send to answer (or error).

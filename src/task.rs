@@ -185,14 +185,14 @@ impl Task {
     /// Checks the task and freezes it into the engine's form.
     pub(crate) fn prepare(self, id: TaskId, now: Instant) -> Result<Job, (TaskId, String)> {
         match self.check(now) {
-            Ok((path, headers, deadline)) => Ok(Job {
+            Ok((path_start, headers, deadline)) => Ok(Job {
                 id: self.id.unwrap_or(id),
                 idempotent: self.is_idempotent(),
                 affinity: self
                     .affinity
                     .as_deref()
                     .map(crate::algo::strategy::hash_key),
-                path,
+                path_start,
                 headers,
                 deadline,
                 submitted: now,
@@ -206,7 +206,7 @@ impl Task {
     fn check(
         &self,
         now: Instant,
-    ) -> Result<(String, Vec<(HeaderName, HeaderValue)>, Option<Instant>), String> {
+    ) -> Result<(usize, Vec<(HeaderName, HeaderValue)>, Option<Instant>), String> {
         if let Some(e) = &self.build_error {
             return Err(e.clone());
         }
@@ -214,7 +214,7 @@ impl Task {
             return Err("service name is empty".into());
         }
         check_path(&self.path)?;
-        let path = self.path.strip_prefix('/').unwrap_or(&self.path).to_owned();
+        let path = usize::from(self.path.starts_with('/'));
         let mut headers = Vec::with_capacity(self.headers.len());
         for (k, v) in &self.headers {
             let name = HeaderName::from_bytes(k.as_bytes())
@@ -287,13 +287,20 @@ pub(crate) fn check_path(path: &str) -> Result<(), String> {
 pub(crate) struct Job {
     pub id: TaskId,
     pub task: Task,
-    /// Path without its leading `/`, appended to the endpoint address.
-    pub path: String,
+    /// Where the path proper starts in `task.path` (after a leading `/`).
+    pub path_start: usize,
     pub headers: Vec<(HeaderName, HeaderValue)>,
     pub deadline: Option<Instant>,
     pub idempotent: bool,
     pub affinity: Option<u64>,
     pub submitted: Instant,
+}
+
+impl Job {
+    /// The path without its leading `/`, to append to an endpoint address.
+    pub fn path(&self) -> &str {
+        &self.task.path[self.path_start..]
+    }
 }
 
 impl fmt::Display for Task {
@@ -353,7 +360,7 @@ mod tests {
             .deadline_in(Duration::from_secs(1))
             .prepare(7, now)
             .unwrap();
-        assert_eq!(j.path, "a/b?c=1");
+        assert_eq!(j.path(), "a/b?c=1");
         assert_eq!(j.id, 7);
         assert_eq!(j.deadline, Some(now + Duration::from_secs(1)));
     }

@@ -71,8 +71,8 @@ impl TransportError {
     }
 }
 
-/// Sends one request. Implementations need not enforce `timeout` (the node
-/// wraps every attempt in its own), but should.
+/// Sends one request. Implementations need not enforce `timeout`: the node
+/// wraps every attempt, body included, in its own.
 pub trait Transport {
     /// Sends `req` and resolves to the reply or the error.
     fn send(&self, req: HttpRequest) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>>;
@@ -95,10 +95,12 @@ impl AwcTransport {
     /// A client whose connects give up after `connect_timeout`.
     pub fn new(connect_timeout: Duration) -> Self {
         let connector = awc::Connector::new().limit(0).timeout(connect_timeout);
+        // No awc timeout: the node bounds every attempt (head and body) with
+        // one timer of its own, so each request costs one timer, not two.
         let client = awc::Client::builder()
             .disable_redirects()
+            .disable_timeout()
             .connector(connector)
-            .timeout(Duration::from_secs(3600))
             .finish();
         Self { client }
     }
@@ -106,10 +108,7 @@ impl AwcTransport {
 
 impl Transport for AwcTransport {
     fn send(&self, req: HttpRequest) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
-        let mut r = self
-            .client
-            .request(req.method, req.url.as_str())
-            .timeout(req.timeout);
+        let mut r = self.client.request(req.method, req.url.as_str());
         for (k, v) in req.headers {
             r = r.insert_header((k, v));
         }

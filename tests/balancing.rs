@@ -282,7 +282,11 @@ async fn p2c_tries_a_recovered_node_again() {
     ))
     .unwrap();
     let _ = run(&d, 100, 4, "slow").await;
-    assert!(bs[1].hits() < 20, "the slow node was avoided: {}", bs[1].hits());
+    assert!(
+        bs[1].hits() < 20,
+        "the slow node was avoided: {}",
+        bs[1].hits()
+    );
     bs[1].set_latency(Duration::from_millis(5));
     // Idle, its cost decays toward zero (as tower reads peak EWMA) ...
     sleep(1500).await;

@@ -137,8 +137,8 @@ async fn a_retry_moves_to_a_healthy_node() {
         // At most one failed attempt, and never twice on the failing node.
         assert!(r.attempts.len() <= 2, "{:?}", r.attempts);
         if r.attempts.len() == 2 {
-            assert_eq!(r.attempts[0].node, bs[0].url());
-            assert_eq!(r.attempts[1].node, bs[1].url());
+            assert_eq!(&*r.attempts[0].node, bs[0].url());
+            assert_eq!(&*r.attempts[1].node, bs[1].url());
         }
     }
     let s = d.stats().await;

@@ -261,7 +261,7 @@ impl Handler<Dispatch> for NodeActor {
         }
         let req = HttpRequest {
             method: job.task.method().clone(),
-            url: format!("{}{}", self.address, job.path),
+            url: format!("{}{}", self.address, job.path()),
             headers: job.headers.clone(),
             body: job.task.body_bytes().clone(),
             timeout,

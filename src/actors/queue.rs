@@ -58,7 +58,8 @@ struct Pending {
     /// Bumped at each dispatch, so a watchdog knows if it is stale.
     generation: u32,
     hedged: bool,
-    last: Option<(AttemptOutcome, Option<Response>)>,
+    /// The last failed attempt (boxed: most tasks never fail one).
+    last: Option<Box<(AttemptOutcome, Option<Response>)>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -237,7 +238,7 @@ impl QueueActor {
         let outcome = self.rejection_outcome(reason);
         let result = TaskResult {
             id: msg.job.id,
-            service: self.service.to_string(),
+            service: self.service.clone(),
             outcome,
             attempts: Vec::new(),
             total: now.saturating_duration_since(msg.job.submitted),
@@ -260,7 +261,7 @@ impl QueueActor {
                             .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
                             .collect(),
                         body: f.body.clone().into(),
-                        node: "fallback".into(),
+                        node: Arc::from("fallback"),
                     },
                     reason,
                 }
@@ -358,7 +359,7 @@ impl QueueActor {
         p.outstanding -= 1;
         let r = msg.report;
         p.attempts.push(Attempt {
-            node: msg.address.to_string(),
+            node: msg.address.clone(),
             outcome: r.outcome,
             latency: r.latency,
             hedge: msg.hedge,
@@ -367,7 +368,7 @@ impl QueueActor {
             status: rep.status,
             headers: rep.headers,
             body: rep.body,
-            node: msg.address.to_string(),
+            node: msg.address.clone(),
         });
         if r.outcome.is_success() {
             self.latencies.record(r.latency);
@@ -375,7 +376,7 @@ impl QueueActor {
             return self.finish(msg.seq, Outcome::Success(response), ctx);
         }
         if r.outcome != AttemptOutcome::Error(ErrorKind::Cancelled) {
-            p.last = Some((r.outcome, response));
+            p.last = Some(Box::new((r.outcome, response)));
             if !p.avoid.contains(&msg.node) {
                 p.avoid.push(msg.node);
             }
@@ -383,7 +384,7 @@ impl QueueActor {
         if p.outstanding > 0 {
             return; // the hedged twin may still succeed
         }
-        let Some((last, _)) = p.last.clone() else {
+        let Some(last) = p.last.as_ref().map(|l| l.0) else {
             return self.fail(msg.seq, FailReason::NotRetryable, ctx);
         };
         let retryable = match last {
@@ -445,7 +446,7 @@ impl QueueActor {
     fn fail(&mut self, seq: Seq, reason: FailReason, ctx: &mut Context<Self>) {
         let last = self.tasks.get_mut(&seq).and_then(|p| p.last.take());
         let (last, response) = match last {
-            Some((o, r)) => (Some(o), r),
+            Some(l) => (Some(l.0), l.1),
             None => (None, None),
         };
         self.finish(
@@ -486,7 +487,7 @@ impl QueueActor {
         }
         let result = TaskResult {
             id: p.job.id,
-            service: self.service.to_string(),
+            service: self.service.clone(),
             outcome,
             attempts: std::mem::take(&mut p.attempts),
             total: p.job.submitted.elapsed(),
@@ -681,7 +682,7 @@ impl Handler<Task> for QueueActor {
         let now = Instant::now();
         let id = self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        let service = self.service.to_string();
+        let service = self.service.clone();
         match task.prepare(id, now) {
             Ok(job) => {
                 self.submit(
@@ -692,14 +693,14 @@ impl Handler<Task> for QueueActor {
                     },
                     ctx,
                 );
-                Box::pin(async move { crate::dispatcher::await_result(rx, id, service, now).await })
+                Box::pin(crate::dispatcher::Submission::waiting(rx, id, service, now))
             }
             Err((id, reason)) => {
                 self.counters.submitted += 1;
                 self.counters.rejected += 1;
-                Box::pin(async move {
-                    crate::dispatcher::rejected(id, service, Rejection::InvalidTask(reason), now)
-                })
+                Box::pin(crate::dispatcher::Submission::ready(
+                    crate::dispatcher::rejected(id, service, Rejection::InvalidTask(reason), now),
+                ))
             }
         }
     }
