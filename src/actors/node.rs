@@ -9,14 +9,17 @@
 //! Each attempt runs as a detached task (not on the actor's context, so a
 //! node with many requests in flight does not re-scan them on every wake),
 //! under the attempt timeout and `catch_unwind`: a panic inside the transport
-//! is a failed attempt, never a lost task. The result comes back to the node
-//! as a message, updates its counters and breaker, and goes on to the
-//! balancer as [`Completed`] with a fresh [`LoadReport`].
+//! is a failed attempt, never a lost task. When it ends, the attempt task
+//! updates the node's counters and breaker itself (the node's state is
+//! shared with its attempt tasks on the node's thread, which saves a message
+//! per attempt) and reports to the balancer: [`Completed`] with a fresh
+//! [`LoadReport`].
 //!
 //! Nodes run under actix's `Supervisor`: a node that stops is restarted with
 //! the same struct, so counters and breaker survive, and the restart is
 //! logged.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
@@ -38,13 +41,18 @@ use crate::transport::{HttpReply, HttpRequest, Transport, TransportError, Transp
 
 /// One backend endpoint. Started by the balancer, under a `Supervisor`.
 pub struct NodeActor {
+    core: Rc<RefCell<NodeCore>>,
+    factory: TransportFactory,
+    transport: Option<Rc<dyn Transport>>,
+}
+
+/// The node's state, shared by the actor and its attempts in flight.
+struct NodeCore {
     id: NodeId,
     service: Arc<str>,
     address: Arc<str>,
     cfg: Arc<ServiceConfig>,
     balancer: Recipient<Completed>,
-    factory: TransportFactory,
-    transport: Option<Rc<dyn Transport>>,
     max_concurrent: u32,
     in_flight: u32,
     total: u64,
@@ -75,13 +83,11 @@ impl NodeActor {
     pub(crate) fn new(spec: NodeSpec) -> Self {
         let now = Instant::now();
         let cfg = spec.cfg;
-        Self {
+        let core = NodeCore {
             id: spec.id,
             service: spec.service,
             address: spec.address,
             balancer: spec.balancer,
-            factory: spec.factory,
-            transport: None,
             max_concurrent: spec.max_concurrent,
             in_flight: 0,
             total: 0,
@@ -101,9 +107,30 @@ impl NodeActor {
             restarts: 0,
             cancels: HashMap::new(),
             cfg,
+        };
+        Self {
+            core: Rc::new(RefCell::new(core)),
+            factory: spec.factory,
+            transport: None,
         }
     }
 
+    pub(crate) fn transport(&self) -> Option<Rc<dyn Transport>> {
+        self.transport.clone()
+    }
+
+    pub(crate) fn address(&self) -> Arc<str> {
+        self.core.borrow().address.clone()
+    }
+
+    pub(crate) fn set_max_concurrent(&mut self, max: u32) {
+        self.core.borrow_mut().max_concurrent = max.max(1);
+    }
+}
+
+// === impl NodeCore ===
+
+impl NodeCore {
     fn report(&self, now: Instant) -> LoadReport {
         LoadReport {
             in_flight: self.in_flight,
@@ -125,18 +152,6 @@ impl NodeActor {
         }
     }
 
-    pub(crate) fn transport(&self) -> Option<Rc<dyn Transport>> {
-        self.transport.clone()
-    }
-
-    pub(crate) fn address(&self) -> &str {
-        &self.address
-    }
-
-    pub(crate) fn set_max_concurrent(&mut self, max: u32) {
-        self.max_concurrent = max.max(1);
-    }
-
     fn poll_breaker(&mut self, now: Instant) {
         if let Some(b) = &mut self.breaker {
             if let Some(t) = b.poll(now) {
@@ -151,6 +166,97 @@ impl NodeActor {
             seq,
             hedge,
             report: None,
+            load: self.report(now),
+        });
+    }
+
+    /// Checks slots, bucket (before the breaker) and breaker; takes a slot.
+    #[allow(clippy::result_unit_err)]
+    fn admit(&mut self, bypass_breaker: bool, now: Instant) -> Result<Option<Permit>, ()> {
+        self.poll_breaker(now);
+        if self.in_flight >= self.max_concurrent {
+            return Err(());
+        }
+        if self.bucket.as_ref().is_some_and(|b| b.check(now).is_err()) {
+            return Err(());
+        }
+        let permit = match &mut self.breaker {
+            Some(b) if !bypass_breaker => Some(b.admit(now).map_err(|_| ())?),
+            _ => None,
+        };
+        if let Some(b) = &mut self.bucket {
+            let _ = b.try_acquire(now);
+        }
+        self.in_flight += 1;
+        Ok(permit)
+    }
+
+    /// Accounts one finished attempt and reports it to the balancer.
+    fn finish(
+        &mut self,
+        seq: Seq,
+        hedge: bool,
+        permit: Option<Permit>,
+        latency: Duration,
+        result: Result<HttpReply, TransportError>,
+    ) {
+        let now = Instant::now();
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if !self.cancels.is_empty() {
+            self.cancels.remove(&(seq, hedge));
+        }
+        let outcome = match &result {
+            Ok(r) => AttemptOutcome::Status(r.status),
+            Err(e) => AttemptOutcome::Error(e.kind),
+        };
+        if outcome != AttemptOutcome::Error(ErrorKind::Cancelled) {
+            let failed = outcome.is_node_failure();
+            self.total += 1;
+            self.last_latency = latency;
+            self.latency.observe(latency.as_secs_f64());
+            self.error_rate.observe(if failed { 1.0 } else { 0.0 });
+            if failed {
+                self.errors += 1;
+                self.rtt
+                    .observe_failure(latency, self.cfg.balancer.failure_penalty, now);
+            } else {
+                self.rtt.observe(latency, now);
+            }
+            if let (Some(b), Some(p)) = (&mut self.breaker, permit) {
+                let call = if failed {
+                    CallOutcome::Failure
+                } else {
+                    CallOutcome::Success
+                };
+                if let Some(t) = b.record(p, call, latency, now) {
+                    log_transition(&self.service, &self.address, &t);
+                }
+            }
+        }
+        if let Err(e) = &result {
+            log::debug!(
+                "service {}: node {}: attempt failed: {e}",
+                self.service,
+                self.address
+            );
+        }
+        let (reply, retry_after) = match result {
+            Ok(r) => {
+                let ra = retry_after(&r);
+                (Some(r), ra)
+            }
+            Err(_) => (None, None),
+        };
+        self.balancer.do_send(Completed {
+            node: self.id,
+            seq,
+            hedge,
+            report: Some(AttemptReport {
+                outcome,
+                latency,
+                reply,
+                retry_after,
+            }),
             load: self.report(now),
         });
     }
@@ -196,92 +302,70 @@ impl Actor for NodeActor {
 
     fn started(&mut self, _ctx: &mut Self::Context) {
         if self.transport.is_none() {
-            self.transport = Some((self.factory)(&self.address));
+            let address = self.address();
+            self.transport = Some((self.factory)(&address));
         }
     }
 }
 
 impl Supervised for NodeActor {
     fn restarting(&mut self, _ctx: &mut Self::Context) {
-        self.restarts += 1;
+        let mut core = self.core.borrow_mut();
+        core.restarts += 1;
         log::warn!(
             "service {}: node {}: actor stopped; restarted by its supervisor (restart {}), counters and breaker kept",
-            self.service,
-            self.address,
-            self.restarts
+            core.service,
+            core.address,
+            core.restarts
         );
     }
-}
-
-/// The result of one attempt, from the detached attempt task to its node.
-#[derive(Message)]
-#[rtype(result = "()")]
-struct Finished {
-    seq: Seq,
-    hedge: bool,
-    permit: Option<Permit>,
-    latency: Duration,
-    result: Result<HttpReply, TransportError>,
 }
 
 /// Performs one attempt, or refuses it when the node cannot take it.
 impl Handler<Dispatch> for NodeActor {
     type Result = ();
 
-    fn handle(&mut self, msg: Dispatch, ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: Dispatch, _ctx: &mut Self::Context) {
         let now = Instant::now();
-        self.poll_breaker(now);
-        if self.in_flight >= self.max_concurrent {
-            return self.refuse(msg.seq, msg.hedge, now);
-        }
-        if let Some(b) = &self.bucket {
-            if b.check(now).is_err() {
-                return self.refuse(msg.seq, msg.hedge, now);
-            }
-        }
-        let permit = match &mut self.breaker {
-            Some(b) if !msg.bypass_breaker => match b.admit(now) {
-                Ok(p) => Some(p),
-                Err(_) => return self.refuse(msg.seq, msg.hedge, now),
-            },
-            _ => None,
+        let mut core = self.core.borrow_mut();
+        let Ok(permit) = core.admit(msg.bypass_breaker, now) else {
+            return core.refuse(msg.seq, msg.hedge, now);
         };
-        if let Some(b) = &mut self.bucket {
-            let _ = b.try_acquire(now);
-        }
-        self.in_flight += 1;
-
         let job = msg.job;
-        let mut timeout = job.task.attempt_timeout().unwrap_or(self.cfg.timeout);
+        let mut timeout = job.task.attempt_timeout().unwrap_or(core.cfg.timeout);
         if let Some(d) = job.deadline {
             timeout = timeout.min(
                 d.saturating_duration_since(now)
                     .max(Duration::from_millis(1)),
             );
         }
+        let mut url = String::with_capacity(core.address.len() + job.path().len());
+        url.push_str(&core.address);
+        url.push_str(job.path());
         let req = HttpRequest {
             method: job.task.method().clone(),
-            url: format!("{}{}", self.address, job.path()),
+            url,
             headers: job.headers.clone(),
             body: job.task.body_bytes().clone(),
             timeout,
-            max_body: self.cfg.max_body,
+            max_body: core.cfg.max_body,
         };
         log::debug!(
             "service {}: node {}: task {} attempt (timeout {:?})",
-            self.service,
-            self.address,
+            core.service,
+            core.address,
             job.id,
             timeout
         );
-        let transport = self.transport.clone().expect("transport made in started()");
-        let me = ctx.address();
         let (seq, hedge) = (msg.seq, msg.hedge);
-        let cancel = self.cfg.hedge.is_some().then(|| {
+        let cancel = core.cfg.hedge.is_some().then(|| {
             let (tx, rx) = oneshot::channel::<()>();
-            self.cancels.insert((seq, hedge), tx);
+            core.cancels.insert((seq, hedge), tx);
             rx
         });
+        drop(core);
+        let transport = self.transport.clone().expect("transport made in started()");
+        let shared = self.core.clone();
         actix::spawn(async move {
             let started = Instant::now();
             let attempt = run_attempt(&*transport, req, timeout);
@@ -299,13 +383,9 @@ impl Handler<Dispatch> for NodeActor {
                     }
                 }
             };
-            me.do_send(Finished {
-                seq,
-                hedge,
-                permit,
-                latency: started.elapsed(),
-                result,
-            });
+            shared
+                .borrow_mut()
+                .finish(seq, hedge, permit, started.elapsed(), result);
         });
     }
 }
@@ -355,80 +435,15 @@ fn retry_after(reply: &HttpReply) -> Option<Duration> {
         .map(Duration::from_secs)
 }
 
-/// Accounts one finished attempt and reports it to the balancer.
-impl Handler<Finished> for NodeActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: Finished, _ctx: &mut Self::Context) {
-        let now = Instant::now();
-        self.in_flight = self.in_flight.saturating_sub(1);
-        self.cancels.remove(&(msg.seq, msg.hedge));
-        let outcome = match &msg.result {
-            Ok(r) => AttemptOutcome::Status(r.status),
-            Err(e) => AttemptOutcome::Error(e.kind),
-        };
-        let cancelled = outcome == AttemptOutcome::Error(ErrorKind::Cancelled);
-        if !cancelled {
-            let failed = outcome.is_node_failure();
-            self.total += 1;
-            self.last_latency = msg.latency;
-            self.latency.observe(msg.latency.as_secs_f64());
-            self.error_rate.observe(if failed { 1.0 } else { 0.0 });
-            if failed {
-                self.errors += 1;
-                self.rtt
-                    .observe_failure(msg.latency, self.cfg.balancer.failure_penalty, now);
-            } else {
-                self.rtt.observe(msg.latency, now);
-            }
-            if let (Some(b), Some(p)) = (&mut self.breaker, msg.permit) {
-                let call = if failed {
-                    CallOutcome::Failure
-                } else {
-                    CallOutcome::Success
-                };
-                if let Some(t) = b.record(p, call, msg.latency, now) {
-                    log_transition(&self.service, &self.address, &t);
-                }
-            }
-        }
-        if let Err(e) = &msg.result {
-            log::debug!(
-                "service {}: node {}: attempt failed: {e}",
-                self.service,
-                self.address
-            );
-        }
-        let (reply, ra) = match msg.result {
-            Ok(r) => {
-                let ra = retry_after(&r);
-                (Some(r), ra)
-            }
-            Err(_) => (None, None),
-        };
-        self.balancer.do_send(Completed {
-            node: self.id,
-            seq: msg.seq,
-            hedge: msg.hedge,
-            report: Some(AttemptReport {
-                outcome,
-                latency: msg.latency,
-                reply,
-                retry_after: ra,
-            }),
-            load: self.report(now),
-        });
-    }
-}
-
 /// Answers the node's current load (and advances its breaker's clock).
 impl Handler<GetLoad> for NodeActor {
     type Result = MessageResult<GetLoad>;
 
     fn handle(&mut self, _msg: GetLoad, _ctx: &mut Self::Context) -> Self::Result {
         let now = Instant::now();
-        self.poll_breaker(now);
-        MessageResult(self.report(now))
+        let mut core = self.core.borrow_mut();
+        core.poll_breaker(now);
+        MessageResult(core.report(now))
     }
 }
 
@@ -446,8 +461,9 @@ impl Handler<super::hedge::CancelAttempt> for NodeActor {
     type Result = ();
 
     fn handle(&mut self, msg: super::hedge::CancelAttempt, _ctx: &mut Self::Context) {
+        let mut core = self.core.borrow_mut();
         for hedge in [false, true] {
-            if let Some(tx) = self.cancels.remove(&(msg.seq, hedge)) {
+            if let Some(tx) = core.cancels.remove(&(msg.seq, hedge)) {
                 let _ = tx.send(());
             }
         }

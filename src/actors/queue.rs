@@ -58,6 +58,8 @@ struct Pending {
     /// Bumped at each dispatch, so a watchdog knows if it is stale.
     generation: u32,
     hedged: bool,
+    /// When the attempt out should have reported, at the latest.
+    watchdog_at: Instant,
     /// The last failed attempt (boxed: most tasks never fail one).
     last: Option<Box<(AttemptOutcome, Option<Response>)>>,
 }
@@ -68,8 +70,6 @@ enum Timer {
     Due,
     /// The task's deadline.
     Deadline,
-    /// An attempt of this generation should have reported by now.
-    Watchdog(u32),
     /// Time to send a hedged attempt (generation).
     Hedge(u32),
 }
@@ -224,6 +224,7 @@ impl QueueActor {
                 outstanding: 0,
                 generation: 0,
                 hedged: false,
+                watchdog_at: Instant::now(),
                 last: None,
             },
         );
@@ -330,13 +331,12 @@ impl QueueActor {
                 hedge: false,
             };
             let timeout = p.job.task.attempt_timeout().unwrap_or(self.cfg.timeout);
+            p.watchdog_at = now + timeout + timeout.max(Duration::from_secs(5));
             let hedge_at = hedge_after.map(|d| now + d);
             self.queued -= 1;
             self.in_flight += 1;
             self.credit -= 1;
             self.balancer().do_send(route);
-            let watchdog = now + timeout + timeout.max(Duration::from_secs(5));
-            self.push_timer(watchdog, seq, Timer::Watchdog(generation), ctx);
             if let Some(t) = hedge_at {
                 self.push_timer(t, seq, Timer::Hedge(generation), ctx);
             }
@@ -558,31 +558,6 @@ impl QueueActor {
                 Timer::Deadline if p.state != State::InFlight => {
                     self.finish_deadline(seq, now, ctx);
                 }
-                Timer::Watchdog(g) if p.state == State::InFlight && p.generation == g => {
-                    log::warn!(
-                        "service {}: task {}: attempt never reported back; counted as lost",
-                        self.service,
-                        p.job.id
-                    );
-                    let outstanding = p.outstanding;
-                    for _ in 0..outstanding.max(1) {
-                        self.on_attempt(
-                            AttemptDone {
-                                seq,
-                                node: NodeId(u32::MAX),
-                                address: "unknown".into(),
-                                hedge: false,
-                                report: AttemptReport {
-                                    outcome: AttemptOutcome::Error(ErrorKind::Lost),
-                                    latency: Duration::ZERO,
-                                    reply: None,
-                                    retry_after: None,
-                                },
-                            },
-                            ctx,
-                        );
-                    }
-                }
                 Timer::Hedge(g) if p.state == State::InFlight && p.generation == g => {
                     self.send_hedge(seq, now);
                 }
@@ -591,6 +566,47 @@ impl QueueActor {
         }
         if let Some(Reverse((at, _, _))) = self.timers.peek().copied() {
             self.arm(at, ctx);
+        }
+        self.pump(ctx);
+    }
+
+    /// The watchdog: answers attempts that never reported back (their node
+    /// actor died with them) as `Lost`, so no task waits forever. Attempts
+    /// are bounded by their own timeout at the node, so this only fires on
+    /// a fault; it sweeps once a second instead of keeping a timer per task.
+    fn sweep_lost(&mut self, ctx: &mut Context<Self>) {
+        let now = Instant::now();
+        let lost: Vec<(Seq, u8)> = self
+            .tasks
+            .iter()
+            .filter(|(_, p)| p.state == State::InFlight && p.watchdog_at <= now)
+            .map(|(seq, p)| (*seq, p.outstanding.max(1)))
+            .collect();
+        for (seq, outstanding) in lost {
+            if let Some(p) = self.tasks.get(&seq) {
+                log::warn!(
+                    "service {}: task {}: attempt never reported back; counted as lost",
+                    self.service,
+                    p.job.id
+                );
+            }
+            for _ in 0..outstanding {
+                self.on_attempt(
+                    AttemptDone {
+                        seq,
+                        node: NodeId(u32::MAX),
+                        address: "unknown".into(),
+                        hedge: false,
+                        report: AttemptReport {
+                            outcome: AttemptOutcome::Error(ErrorKind::Lost),
+                            latency: Duration::ZERO,
+                            reply: None,
+                            retry_after: None,
+                        },
+                    },
+                    ctx,
+                );
+            }
         }
         self.pump(ctx);
     }
@@ -672,6 +688,10 @@ fn hedge_delay(
 
 impl Actor for QueueActor {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.run_interval(Duration::from_secs(1), |act, ctx| act.sweep_lost(ctx));
+    }
 }
 
 /// A task sent straight to the queue's address.
