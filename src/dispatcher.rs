@@ -35,7 +35,7 @@ pub(crate) struct ServiceHandle {
 }
 
 struct Inner {
-    services: RwLock<HashMap<String, ServiceHandle>>,
+    services: RwLock<HashMap<String, Arc<ServiceHandle>>>,
     order: RwLock<Vec<String>>,
     factory: TransportFactory,
     ids: Arc<AtomicU64>,
@@ -143,17 +143,17 @@ impl Dispatcher {
         );
         self.inner.services.write().expect("lock").insert(
             name.clone(),
-            ServiceHandle {
+            Arc::new(ServiceHandle {
                 name: name.as_str().into(),
                 cfg,
                 queue,
                 balancer,
-            },
+            }),
         );
         self.inner.order.write().expect("lock").push(name);
     }
 
-    pub(crate) fn handle(&self, service: &str) -> Option<ServiceHandle> {
+    pub(crate) fn handle(&self, service: &str) -> Option<Arc<ServiceHandle>> {
         self.inner
             .services
             .read()
@@ -170,7 +170,7 @@ impl Dispatcher {
     /// The queue of `service`: `Task` messages sent to it are answered with a
     /// `TaskResult` like [`Dispatcher::submit`].
     pub fn queue(&self, service: &str) -> Option<Addr<QueueActor>> {
-        self.handle(service).map(|h| h.queue)
+        self.handle(service).map(|h| h.queue.clone())
     }
 
     /// Submits one task; the returned future resolves to its result. The
@@ -195,24 +195,24 @@ impl Dispatcher {
         if self.inner.closed.load(Ordering::Acquire) {
             self.inner.refused.fetch_add(1, Ordering::Relaxed);
             let id = task.given_id().unwrap_or(id);
-            return Submission::ready(rejected(id, h.name, Rejection::ShuttingDown, now));
+            return Submission::ready(rejected(id, h.name.clone(), Rejection::ShuttingDown, now));
         }
         let job = match task.prepare(id, now) {
             Ok(job) => job,
             Err((id, reason)) => {
                 self.inner.refused.fetch_add(1, Ordering::Relaxed);
                 let why = Rejection::InvalidTask(reason);
-                return Submission::ready(rejected(id, h.name, why, now));
+                return Submission::ready(rejected(id, h.name.clone(), why, now));
             }
         };
         let id = job.id;
         let (tx, rx) = oneshot::channel();
         h.queue.do_send(Submit {
-            job,
+            job: Arc::new(job),
             reply: tx,
             wait: wait || h.cfg.queue.on_full == OnFull::Wait,
         });
-        Submission::waiting(rx, id, h.name, now)
+        Submission::waiting(rx, id, h.name.clone(), now)
     }
 
     /// Consumes a (possibly endless) stream of tasks and yields their results
@@ -241,7 +241,7 @@ impl Dispatcher {
 
     /// Counters of every service and the view of every node.
     pub async fn stats(&self) -> Stats {
-        let handles: Vec<ServiceHandle> = {
+        let handles: Vec<Arc<ServiceHandle>> = {
             let map = self.inner.services.read().expect("lock");
             self.service_names()
                 .iter()
@@ -270,7 +270,7 @@ impl Dispatcher {
     /// actors and returns the report (which lists those tasks).
     pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
         self.inner.closed.store(true, Ordering::Release);
-        let handles: Vec<ServiceHandle> = self
+        let handles: Vec<Arc<ServiceHandle>> = self
             .inner
             .services
             .read()
@@ -339,7 +339,7 @@ pub struct ReloadReport {
 impl Dispatcher {
     /// The balancer of `service`, to send it pool-change messages directly.
     pub fn balancer(&self, service: &str) -> Option<Addr<BalancerActor>> {
-        self.handle(service).map(|h| h.balancer)
+        self.handle(service).map(|h| h.balancer.clone())
     }
 
     async fn ask<M>(&self, service: &str, msg: M) -> Result<M::Result, PoolError>

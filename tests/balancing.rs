@@ -272,11 +272,21 @@ async fn hedging_cuts_a_slow_nodes_latency_and_never_duplicates_posts() {
 #[actix_rt::test]
 async fn p2c_tries_a_recovered_node_again() {
     init_logs();
+    recovered_node_share("p2c").await;
+}
+
+#[actix_rt::test]
+async fn least_load_tries_a_recovered_node_again() {
+    init_logs();
+    recovered_node_share("least_load").await;
+}
+
+async fn recovered_node_share(mode: &str) {
     let bs = backends(2);
     bs[0].set_latency(Duration::from_millis(5));
     bs[1].set_latency(Duration::from_millis(300));
     let d = Dispatcher::start(config(
-        "p2c",
+        mode,
         &[(&bs[0], 1, 16), (&bs[1], 1, 16)],
         r#""balancer":{"decay":"300ms"}"#,
     ))
@@ -293,6 +303,6 @@ async fn p2c_tries_a_recovered_node_again() {
     bs[1].reset_counters();
     let _ = run(&d, 200, 4, "back").await;
     // ... so it is tried again, found fast, and takes its share.
-    assert!(bs[1].hits() >= 60, "recovered node share: {}", bs[1].hits());
+    assert!(bs[1].hits() >= 60, "{mode}: recovered node share: {}", bs[1].hits());
     d.shutdown(Duration::from_secs(1)).await;
 }

@@ -62,7 +62,7 @@ pub struct LoadReport {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Submit {
-    pub job: Job,
+    pub job: Arc<Job>,
     pub reply: oneshot::Sender<TaskResult>,
     /// Wait for room instead of rejecting when full.
     pub wait: bool,

@@ -215,7 +215,7 @@ impl QueueActor {
         self.tasks.insert(
             seq,
             Pending {
-                job: Arc::new(msg.job),
+                job: msg.job,
                 reply: Some(msg.reply),
                 attempts: Vec::new(),
                 retries: 0,
@@ -371,7 +371,12 @@ impl QueueActor {
             node: msg.address.clone(),
         });
         if r.outcome.is_success() {
-            self.latencies.record(r.latency);
+            if matches!(
+                self.cfg.hedge,
+                Some(crate::config::HedgeAfter::Percentile(_))
+            ) {
+                self.latencies.record(r.latency);
+            }
             let response = response.expect("a status comes with a reply");
             return self.finish(msg.seq, Outcome::Success(response), ctx);
         }
@@ -707,7 +712,7 @@ impl Handler<Task> for QueueActor {
             Ok(job) => {
                 self.submit(
                     Submit {
-                        job,
+                        job: Arc::new(job),
                         reply: tx,
                         wait: false,
                     },

@@ -201,19 +201,19 @@ impl NodeView {
         now: Instant,
         decay: Duration,
     ) -> Candidate {
+        // Latency and error figures of a node that gets no answers decay
+        // toward zero with the idle time, so that one bad spell does not
+        // starve it for good: it is tried again, and its answers count.
+        let idle = now.saturating_duration_since(self.load.rtt_at);
+        let fade = |x: f64| crate::algo::ewma::decay_idle(x, idle, decay);
         Candidate {
             eligible,
             weight,
             in_flight: self.in_flight,
             max_concurrent: self.max_concurrent,
-            latency_ewma: self.load.latency_ewma,
-            error_rate: self.load.error_rate,
-            // Decayed toward zero while idle, so a once-slow node is retried.
-            rtt_estimate: crate::algo::ewma::decay_idle(
-                self.load.rtt,
-                now.saturating_duration_since(self.load.rtt_at),
-                decay,
-            ),
+            latency_ewma: fade(self.load.latency_ewma),
+            error_rate: fade(self.load.error_rate),
+            rtt_estimate: fade(self.load.rtt),
         }
     }
 }

@@ -1,0 +1,231 @@
+//! Load benchmarks of the dispatch engine.
+//!
+//! ```text
+//! cargo run --release --example loadbench -- <scenario> [options]
+//! ```
+//!
+//! Scenarios: `overhead`, `throughput`, `nginx`, `slow-node`, `memory`, `all`
+//! (every one of those), and `micro` (turns the criterion estimates of
+//! `cargo bench --bench algo` into a table). `--smoke` shrinks everything to
+//! a few hundred tasks and a second or two. Results go to
+//! `bench/results/<scenario>.json` and `bench/results/latest.md` (smoke runs
+//! write next to the binary instead, so they never overwrite real numbers).
+//!
+//! The HTTP backends run in a separate process: this same binary started
+//! again with the hidden `backend` scenario, so the client and the servers
+//! never share an event loop. See `bench/README.md` for the methodology.
+
+#[path = "loadbench/backend.rs"]
+mod backend;
+#[path = "loadbench/common.rs"]
+mod common;
+#[path = "loadbench/memory.rs"]
+mod memory;
+#[path = "loadbench/micro.rs"]
+mod micro;
+#[path = "loadbench/nginx.rs"]
+mod nginx;
+#[path = "loadbench/overhead.rs"]
+mod overhead;
+#[path = "loadbench/report.rs"]
+mod report;
+#[path = "loadbench/slow_node.rs"]
+mod slow_node;
+#[path = "loadbench/throughput.rs"]
+mod throughput;
+
+use clap::{Parser, ValueEnum};
+
+/// Which benchmark to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    /// Engine cost per task with an in-process transport, against bare actix round trips.
+    Overhead,
+    /// Engine against a bare awc client, 3 backends in another process, closed loop.
+    Throughput,
+    /// Engine against nginx (least_conn, keepalive) in front of the same backends.
+    Nginx,
+    /// Open loop, 6 backends at 20 ms, one at 500 ms for the middle third: every mode and nginx.
+    SlowNode,
+    /// Resident memory with 100 000 queued tasks and with 1000 nodes; cost per task vs pool size.
+    Memory,
+    /// Every scenario above, in order.
+    All,
+    /// Tabulates the criterion results of `cargo bench --bench algo` against the targets.
+    Micro,
+    /// (internal) The HTTP backend process.
+    #[value(hide = true)]
+    Backend,
+    /// (internal) The memory measurements, in a fresh process.
+    #[value(hide = true)]
+    MemoryProbe,
+}
+
+impl Scenario {
+    /// The name used for result files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Overhead => "overhead",
+            Scenario::Throughput => "throughput",
+            Scenario::Nginx => "nginx",
+            Scenario::SlowNode => "slow-node",
+            Scenario::Memory => "memory",
+            Scenario::All => "all",
+            Scenario::Micro => "micro",
+            Scenario::Backend => "backend",
+            Scenario::MemoryProbe => "memory-probe",
+        }
+    }
+}
+
+/// Command line of `loadbench`.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "loadbench",
+    about = "Load benchmarks of actix-dispatch",
+    after_help = "Results: bench/results/<scenario>.json and bench/results/latest.md. See bench/README.md."
+)]
+pub struct Cli {
+    /// The scenario to run.
+    #[arg(value_enum)]
+    pub scenario: Scenario,
+
+    /// Shrink everything to a few hundred tasks and about a second per run.
+    #[arg(long)]
+    pub smoke: bool,
+
+    /// Tasks per measured run (closed-loop scenarios; default per scenario).
+    #[arg(long)]
+    pub tasks: Option<usize>,
+
+    /// Seconds per measured run: a cap for closed loops, the length of open loops.
+    #[arg(long)]
+    pub duration: Option<f64>,
+
+    /// Tasks in flight in closed loops against HTTP backends.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+
+    /// Tasks in flight in the in-process runs (overhead: default sweeps 64, 256 and 1024).
+    #[arg(long)]
+    pub window: Option<usize>,
+
+    /// Arrival rate of the open-loop slow-node scenario, tasks per second.
+    #[arg(long, default_value_t = 400.0)]
+    pub rate: f64,
+
+    /// Nodes in the pool of the `overhead` engines.
+    #[arg(long, default_value_t = 3)]
+    pub nodes: usize,
+
+    /// Balancing mode of the engine in `throughput` and `nginx`.
+    #[arg(long, default_value = "p2c")]
+    pub mode: String,
+
+    /// Alternating rounds (engine, baseline) of each closed-loop comparison.
+    #[arg(long)]
+    pub rounds: Option<usize>,
+
+    /// max_concurrent of every node in the HTTP scenarios.
+    #[arg(long, default_value_t = 64)]
+    pub max_concurrent: u32,
+
+    /// Worker threads of the backend process.
+    #[arg(long, default_value_t = 1)]
+    pub backend_workers: usize,
+
+    /// Never run bench/install-nginx.sh; skip the nginx parts when nginx is missing.
+    #[arg(long)]
+    pub no_install_nginx: bool,
+
+    /// Where to write results (default: bench/results, or next to the binary for --smoke).
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+
+    // --- the backend process (hidden) ---
+    /// (backend) number of servers.
+    #[arg(long, hide = true, default_value_t = 3)]
+    pub servers: usize,
+    /// (backend) fixed latency per server in ms, comma separated (the last repeats).
+    #[arg(long, hide = true, default_value = "0")]
+    pub latency_ms: String,
+    /// (backend) `server:ms:from_ms:to_ms`: server is that slow during [from, to) after `start`.
+    #[arg(long, hide = true)]
+    pub slow: Vec<String>,
+    /// (backend) hard time limit in seconds.
+    #[arg(long, hide = true, default_value_t = 900)]
+    pub max_secs: u64,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = env_logger::try_init();
+    }
+    if cli.scenario == Scenario::Backend {
+        if let Err(e) = backend::serve(&cli) {
+            eprintln!("backend: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    if cli.scenario == Scenario::MemoryProbe {
+        std::process::exit(memory::probe_main(&cli));
+    }
+    let code = actix_rt::System::new().block_on(run(cli));
+    std::process::exit(code);
+}
+
+/// Runs the scenario(s); the exit code is non-zero only when one crashed or
+/// failed to run (a missed target is reported, not an error).
+async fn run(cli: Cli) -> i32 {
+    let list: Vec<Scenario> = match cli.scenario {
+        Scenario::All => vec![
+            Scenario::Overhead,
+            Scenario::Throughput,
+            Scenario::Nginx,
+            Scenario::SlowNode,
+            Scenario::Memory,
+        ],
+        s => vec![s],
+    };
+    let out = report::out_dir(&cli);
+    let mut failed = Vec::new();
+    for s in list {
+        eprintln!("=== {} ===", s.name());
+        let result = match s {
+            Scenario::Overhead => overhead::run(&cli).await,
+            Scenario::Throughput => throughput::run_throughput(&cli).await,
+            Scenario::Nginx => throughput::run_nginx(&cli).await,
+            Scenario::SlowNode => slow_node::run(&cli).await,
+            Scenario::Memory => memory::run(&cli).await,
+            Scenario::Micro => micro::run(&cli),
+            Scenario::All | Scenario::Backend | Scenario::MemoryProbe => {
+                unreachable!("handled in main")
+            }
+        };
+        match result {
+            Ok(rep) => {
+                if let Err(e) = report::save(&out, &rep) {
+                    eprintln!("{}: cannot write results: {e}", s.name());
+                    failed.push(s.name());
+                }
+                println!("{}", rep.markdown);
+            }
+            Err(e) => {
+                eprintln!("{}: FAILED: {e}", s.name());
+                failed.push(s.name());
+            }
+        }
+    }
+    match report::write_latest(&out) {
+        Ok(p) => eprintln!("results: {}", p.display()),
+        Err(e) => eprintln!("cannot write latest.md: {e}"),
+    }
+    if failed.is_empty() {
+        0
+    } else {
+        eprintln!("failed scenarios: {}", failed.join(", "));
+        1
+    }
+}

@@ -1,0 +1,308 @@
+//! The HTTP backends, in a separate process.
+//!
+//! `loadbench backend --servers N --latency-ms 20,20,.. --slow 2:500:5000:10000`
+//! binds N actix-web servers on 127.0.0.1 ephemeral ports (one `HttpServer`
+//! with N listeners; the local port of each connection tells which server it
+//! is), prints `PORTS p1,p2,..` as one line on stdout, and answers every
+//! request `200 ok` (header `x-backend: bK`) after server K's latency. A
+//! `--slow K:MS:FROM:TO` makes server K answer after MS during [FROM, TO)
+//! milliseconds after the last `start` line read on stdin (or after process
+//! start). Commands on stdin, one per line: `start` (re-arms the schedule,
+//! answers `STARTED`), `hits` (answers `HITS h1,h2,..`, requests per
+//! server). The process exits when stdin closes, or after `--max-secs`.
+//!
+//! [`BackendProc`] is the client side: it starts this binary again with the
+//! hidden `backend` scenario and talks to it over the pipes.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use actix_dispatch::Instant;
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+
+use crate::Cli;
+
+/// Server `server` answers after `ms` during [from_ms, to_ms) of the schedule.
+#[derive(Debug, Clone, Copy)]
+pub struct Slow {
+    pub server: usize,
+    pub ms: u64,
+    pub from_ms: u64,
+    pub to_ms: u64,
+}
+
+impl Slow {
+    fn parse(s: &str) -> Result<Slow, String> {
+        let v: Vec<u64> = s
+            .split(':')
+            .map(|x| x.trim().parse::<u64>())
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("--slow {s:?}: {e}"))?;
+        match v[..] {
+            [server, ms, from_ms, to_ms] => Ok(Slow {
+                server: server as usize,
+                ms,
+                from_ms,
+                to_ms,
+            }),
+            _ => Err(format!("--slow {s:?}: expected server:ms:from_ms:to_ms")),
+        }
+    }
+
+    fn arg(&self) -> String {
+        format!(
+            "{}:{}:{}:{}",
+            self.server, self.ms, self.from_ms, self.to_ms
+        )
+    }
+}
+
+struct State {
+    ports: Vec<u16>,
+    latency_us: Vec<u64>,
+    slow: Vec<Slow>,
+    base: Instant,
+    /// Nanoseconds from `base` to the last `start`.
+    epoch_ns: AtomicU64,
+    hits: Vec<AtomicU64>,
+    names: Vec<String>,
+}
+
+async fn handle(req: HttpRequest, st: web::Data<State>) -> HttpResponse {
+    let port = req.app_config().local_addr().port();
+    let k = st.ports.iter().position(|&p| p == port).unwrap_or(0);
+    st.hits[k].fetch_add(1, Ordering::Relaxed);
+    let mut us = st.latency_us[k];
+    if !st.slow.is_empty() {
+        let since_ms = (st.base.elapsed().as_nanos() as u64)
+            .saturating_sub(st.epoch_ns.load(Ordering::Relaxed))
+            / 1_000_000;
+        for s in &st.slow {
+            if s.server == k && (s.from_ms..s.to_ms).contains(&since_ms) {
+                us = s.ms * 1000;
+            }
+        }
+    }
+    if us > 0 {
+        actix_web::rt::time::sleep(Duration::from_micros(us)).await;
+    }
+    HttpResponse::Ok()
+        .insert_header(("x-backend", st.names[k].as_str()))
+        .body("ok")
+}
+
+/// Runs the backend process (the hidden `backend` scenario).
+pub fn serve(cli: &Cli) -> Result<(), String> {
+    let n = cli.servers.max(1);
+    let lat: Vec<u64> = cli
+        .latency_ms
+        .split(',')
+        .map(|x| x.trim().parse::<u64>())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("--latency-ms: {e}"))?;
+    let latency_us: Vec<u64> = (0..n)
+        .map(|i| lat.get(i).or(lat.last()).copied().unwrap_or(0) * 1000)
+        .collect();
+    let slow = cli
+        .slow
+        .iter()
+        .map(|s| Slow::parse(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut listeners = Vec::with_capacity(n);
+    let mut ports = Vec::with_capacity(n);
+    for _ in 0..n {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
+        ports.push(l.local_addr().map_err(|e| e.to_string())?.port());
+        listeners.push(l);
+    }
+    let state = web::Data::new(State {
+        ports: ports.clone(),
+        latency_us,
+        slow,
+        base: Instant::now(),
+        epoch_ns: AtomicU64::new(0),
+        hits: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        names: (0..n).map(|i| format!("b{i}")).collect(),
+    });
+
+    // Commands and end of input.
+    let st = state.clone();
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        for line in stdin.lock().lines() {
+            let Ok(line) = line else { break };
+            match line.trim() {
+                "start" => {
+                    st.epoch_ns
+                        .store(st.base.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    println!("STARTED");
+                }
+                "hits" => {
+                    let h: Vec<String> = st
+                        .hits
+                        .iter()
+                        .map(|h| h.load(Ordering::Relaxed).to_string())
+                        .collect();
+                    println!("HITS {}", h.join(","));
+                }
+                _ => {}
+            }
+        }
+        std::process::exit(0);
+    });
+    // Hard time limit, whatever the client does.
+    let max = Duration::from_secs(cli.max_secs);
+    std::thread::spawn(move || {
+        std::thread::sleep(max);
+        eprintln!("backend: hard time limit of {max:?} reached; exiting");
+        std::process::exit(0);
+    });
+
+    let workers = cli.backend_workers.max(1);
+    actix_rt::System::new().block_on(async move {
+        let data = state.clone();
+        let mut server = HttpServer::new(move || {
+            App::new()
+                .app_data(data.clone())
+                .default_service(web::to(handle))
+        })
+        .workers(workers)
+        .backlog(4096)
+        .disable_signals()
+        .shutdown_timeout(1);
+        for l in listeners {
+            server = server.listen(l).map_err(|e| format!("listen: {e}"))?;
+        }
+        let running = server.run();
+        let p: Vec<String> = ports.iter().map(u16::to_string).collect();
+        println!("PORTS {}", p.join(","));
+        running.await.map_err(|e| format!("server: {e}"))
+    })
+}
+
+/// A running backend process.
+pub struct BackendProc {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    pub ports: Vec<u16>,
+}
+
+impl BackendProc {
+    /// Starts `servers` backends with the given latencies (the last one
+    /// repeats) and slow periods, and waits for their ports.
+    pub fn spawn(
+        servers: usize,
+        latency_ms: &[u64],
+        slow: &[Slow],
+        workers: usize,
+        max_secs: u64,
+    ) -> Result<BackendProc, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+        let lat: Vec<String> = latency_ms.iter().map(u64::to_string).collect();
+        let mut cmd = Command::new(exe);
+        cmd.arg("backend")
+            .arg("--servers")
+            .arg(servers.to_string())
+            .arg("--latency-ms")
+            .arg(if lat.is_empty() {
+                "0".into()
+            } else {
+                lat.join(",")
+            })
+            .arg("--backend-workers")
+            .arg(workers.to_string())
+            .arg("--max-secs")
+            .arg(max_secs.to_string());
+        for s in slow {
+            cmd.arg("--slow").arg(s.arg());
+        }
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start the backend process: {e}"))?;
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut b = BackendProc {
+            child,
+            stdin,
+            stdout,
+            ports: Vec::new(),
+        };
+        let line = b.read_line()?;
+        let ports = line
+            .strip_prefix("PORTS ")
+            .ok_or_else(|| format!("backend said {line:?} instead of its ports"))?;
+        b.ports = ports
+            .split(',')
+            .map(|p| p.parse::<u16>().map_err(|e| format!("port {p:?}: {e}")))
+            .collect::<Result<_, _>>()?;
+        Ok(b)
+    }
+
+    fn read_line(&mut self) -> Result<String, String> {
+        let mut line = String::new();
+        let n = self
+            .stdout
+            .read_line(&mut line)
+            .map_err(|e| format!("backend stdout: {e}"))?;
+        if n == 0 {
+            return Err("the backend process ended".into());
+        }
+        Ok(line.trim().to_owned())
+    }
+
+    fn command(&mut self, cmd: &str) -> Result<String, String> {
+        let stdin = self.stdin.as_mut().ok_or("backend stdin closed")?;
+        writeln!(stdin, "{cmd}")
+            .and_then(|_| stdin.flush())
+            .map_err(|e| format!("backend stdin: {e}"))?;
+        self.read_line()
+    }
+
+    /// The base URL of every server.
+    pub fn urls(&self) -> Vec<String> {
+        self.ports
+            .iter()
+            .map(|p| format!("http://127.0.0.1:{p}/"))
+            .collect()
+    }
+
+    /// Starts the slow-period schedule now.
+    pub fn start_schedule(&mut self) -> Result<(), String> {
+        match self.command("start")?.as_str() {
+            "STARTED" => Ok(()),
+            other => Err(format!("backend answered {other:?} to start")),
+        }
+    }
+
+    /// Requests received so far, per server.
+    pub fn hits(&mut self) -> Result<Vec<u64>, String> {
+        let line = self.command("hits")?;
+        let h = line
+            .strip_prefix("HITS ")
+            .ok_or_else(|| format!("backend answered {line:?} to hits"))?;
+        h.split(',')
+            .map(|x| x.parse::<u64>().map_err(|e| e.to_string()))
+            .collect()
+    }
+}
+
+impl Drop for BackendProc {
+    fn drop(&mut self) {
+        // Closing stdin ends the process; kill it if it lingers.
+        self.stdin.take();
+        for _ in 0..100 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
