@@ -303,6 +303,10 @@ async fn recovered_node_share(mode: &str) {
     bs[1].reset_counters();
     let _ = run(&d, 200, 4, "back").await;
     // ... so it is tried again, found fast, and takes its share.
-    assert!(bs[1].hits() >= 60, "{mode}: recovered node share: {}", bs[1].hits());
+    assert!(
+        bs[1].hits() >= 60,
+        "{mode}: recovered node share: {}",
+        bs[1].hits()
+    );
     d.shutdown(Duration::from_secs(1)).await;
 }
