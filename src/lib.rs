@@ -39,6 +39,7 @@ pub mod task;
 pub mod transport;
 
 pub use actors::pool::{PoolError, ReloadSummary};
+pub use awc::http::header::HeaderMap;
 pub use awc::http::Method;
 pub use config::EndpointConfig;
 pub use config::{Config, ConfigError, Mode, ServiceConfig};

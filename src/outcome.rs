@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use awc::http::header::HeaderMap;
 use bytes::Bytes;
 use serde::Serialize;
 
@@ -99,8 +100,8 @@ pub enum Outcome {
 pub struct Response {
     /// Status code.
     pub status: u16,
-    /// Headers, in order, names lower-case.
-    pub headers: Vec<(String, String)>,
+    /// Headers, as awc received them.
+    pub headers: HeaderMap,
     /// Body (up to the service's `max_body`).
     pub body: Bytes,
     /// Address of the node that answered (`"fallback"` for a fallback).
@@ -108,12 +109,9 @@ pub struct Response {
 }
 
 impl Response {
-    /// First value of header `name` (case-insensitive).
+    /// First value of header `name` (case-insensitive), if it is text.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 }
 

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use awc::error::{ConnectError, PayloadError, SendRequestError};
-use awc::http::header::{HeaderName, HeaderValue};
+use awc::http::header::{HeaderMap, HeaderName, HeaderValue};
 use awc::http::Method;
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
@@ -45,8 +45,8 @@ pub struct HttpRequest {
 pub struct HttpReply {
     /// Status code.
     pub status: u16,
-    /// Headers, names lower-case.
-    pub headers: Vec<(String, String)>,
+    /// Headers.
+    pub headers: HeaderMap,
     /// Body.
     pub body: Bytes,
 }
@@ -115,18 +115,14 @@ impl Transport for AwcTransport {
         let max_body = req.max_body;
         let send = r.send_body(req.body);
         Box::pin(async move {
-            let mut res = send.await.map_err(classify_send)?;
+            let res = send.await.map_err(classify_send)?;
             let status = res.status().as_u16();
-            let headers = res
-                .headers()
-                .iter()
-                .map(|(k, v)| {
-                    (
-                        k.as_str().to_owned(),
-                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                    )
-                })
-                .collect();
+            // Take the headers out of the response head rather than cloning them.
+            let mut headers = HeaderMap::new();
+            let mut res = res.map_body(|head, payload| {
+                headers = std::mem::take(&mut head.headers);
+                payload
+            });
             let body = res.body().limit(max_body).await.map_err(classify_payload)?;
             Ok(HttpReply {
                 status,

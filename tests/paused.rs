@@ -33,7 +33,7 @@ impl Transport for Immediate {
         Box::pin(async move {
             Ok(HttpReply {
                 status,
-                headers: Vec::new(),
+                headers: Default::default(),
                 body: Default::default(),
             })
         })

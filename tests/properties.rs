@@ -50,10 +50,15 @@ impl Transport for Scripted {
             };
             Ok(HttpReply {
                 status,
-                headers: if status == 429 {
-                    vec![("retry-after".into(), "1".into())]
-                } else {
-                    Vec::new()
+                headers: {
+                    let mut h = actix_dispatch::HeaderMap::new();
+                    if status == 429 {
+                        h.insert(
+                            awc::http::header::RETRY_AFTER,
+                            awc::http::header::HeaderValue::from_static("1"),
+                        );
+                    }
+                    h
                 },
                 body: Default::default(),
             })

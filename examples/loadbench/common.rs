@@ -304,7 +304,7 @@ impl Transport for ImmediateTransport {
     ) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
         Box::pin(std::future::ready(Ok(HttpReply {
             status: 200,
-            headers: Vec::new(),
+            headers: Default::default(),
             body: Bytes::from_static(b"ok"),
         })))
     }

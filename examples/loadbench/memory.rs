@@ -34,7 +34,7 @@ impl Transport for HeldTransport {
             let _ = rx.wait_for(|go| *go).await;
             Ok(HttpReply {
                 status: 200,
-                headers: Vec::new(),
+                headers: Default::default(),
                 body: Bytes::from_static(b"ok"),
             })
         })

@@ -298,19 +298,39 @@ impl BalancerActor {
 
     /// After any change: grant credit, set the gate, arm the timer.
     pub(super) fn settle(&mut self, ctx: &mut Context<Self>, now: Instant) {
-        let mut cap = self.capacity;
-        let service_tokens = self
-            .service_bucket
-            .as_ref()
-            .map(|b| b.available(now) as usize);
-        if let Some(t) = service_tokens {
-            cap = cap.min(t);
+        let credit = self.take_credit(now);
+        if credit > 0 {
+            self.queue.do_send(Credit(credit));
         }
+        self.settle_gate(ctx, now);
+    }
+
+    /// What the nodes can take now, capped by the service's tokens.
+    fn capacity_now(&self, now: Instant) -> (usize, bool) {
+        match &self.service_bucket {
+            Some(b) => {
+                let t = b.available(now) as usize;
+                (self.capacity.min(t), t == 0)
+            }
+            None => (self.capacity, false),
+        }
+    }
+
+    /// Credit to hand the queue now (counted as granted).
+    fn take_credit(&mut self, now: Instant) -> usize {
+        let (cap, _) = self.capacity_now(now);
         if cap > self.granted {
-            self.queue.do_send(Credit(cap - self.granted));
+            let more = cap - self.granted;
             self.granted = cap;
+            more
+        } else {
+            0
         }
-        let service_out = service_tokens == Some(0);
+    }
+
+    /// Opens or closes the queue's gate and arms the timer.
+    fn settle_gate(&mut self, ctx: &mut Context<Self>, now: Instant) {
+        let (cap, service_out) = self.capacity_now(now);
         let c = self.counts;
         let maybe_all_open = c.open > 0 && c.open == c.in_service;
         let maybe_limited =
@@ -511,10 +531,11 @@ impl Handler<Route> for BalancerActor {
             .as_ref()
             .is_none_or(|b| b.check(now).is_ok());
         let Some(i) = service_ok.then(|| self.pick(&msg)).flatten() else {
-            self.queue.do_send(Bounce {
+            self.queue.do_send(Answer::Bounce(Bounce {
                 seq: msg.seq,
                 hedge: msg.hedge,
-            });
+                credit: 0,
+            }));
             return self.settle(ctx, now);
         };
         if let Some(b) = &mut self.service_bucket {
@@ -565,20 +586,22 @@ impl Handler<Completed> for BalancerActor {
         let now = Instant::now();
         let Some(&i) = self.index.get(&msg.node) else {
             // A removed node's last attempt: the queue still needs the answer.
-            if let Some(report) = msg.report {
-                self.queue.do_send(AttemptDone {
-                    seq: msg.seq,
+            let (seq, hedge) = (msg.seq, msg.hedge);
+            self.queue.do_send(match msg.report {
+                Some(report) => Answer::Done(AttemptDone {
+                    seq,
                     node: msg.node,
                     address: "removed".into(),
-                    hedge: msg.hedge,
+                    hedge,
                     report,
-                });
-            } else {
-                self.queue.do_send(Bounce {
-                    seq: msg.seq,
-                    hedge: msg.hedge,
-                });
-            }
+                    credit: 0,
+                }),
+                None => Answer::Bounce(Bounce {
+                    seq,
+                    hedge,
+                    credit: 0,
+                }),
+            });
             return;
         };
         self.nodes[i].in_flight = self.nodes[i].in_flight.saturating_sub(1);
@@ -589,19 +612,7 @@ impl Handler<Completed> for BalancerActor {
             }
         }
         let changed = self.apply_load(i, msg.load);
-        match msg.report {
-            Some(report) => self.queue.do_send(AttemptDone {
-                seq: msg.seq,
-                node: msg.node,
-                address: self.nodes[i].address.clone(),
-                hedge: msg.hedge,
-                report,
-            }),
-            None => self.queue.do_send(Bounce {
-                seq: msg.seq,
-                hedge: msg.hedge,
-            }),
-        }
+        let address = self.nodes[i].address.clone();
         if self.nodes[i].draining && self.nodes[i].in_flight == 0 {
             self.finish_removal(i);
         } else if changed {
@@ -609,7 +620,24 @@ impl Handler<Completed> for BalancerActor {
         } else {
             self.refresh_node(i, now);
         }
-        self.settle(ctx, now);
+        // The slot this attempt freed travels with its answer: one message.
+        let credit = self.take_credit(now);
+        self.queue.do_send(match msg.report {
+            Some(report) => Answer::Done(AttemptDone {
+                seq: msg.seq,
+                node: msg.node,
+                address,
+                hedge: msg.hedge,
+                report,
+                credit,
+            }),
+            None => Answer::Bounce(Bounce {
+                seq: msg.seq,
+                hedge: msg.hedge,
+                credit,
+            }),
+        });
+        self.settle_gate(ctx, now);
     }
 }
 

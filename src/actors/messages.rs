@@ -97,11 +97,11 @@ pub(crate) struct Route {
 }
 
 /// The balancer could not place the task after all: back to the queue's front.
-#[derive(Message)]
-#[rtype(result = "()")]
 pub(crate) struct Bounce {
     pub seq: Seq,
     pub hedge: bool,
+    /// Credit granted along with it.
+    pub credit: usize,
 }
 
 /// One attempt of one task on one node.
@@ -136,14 +136,24 @@ pub(crate) struct Completed {
 }
 
 /// Balancer to queue: an attempt of task `seq` ended.
-#[derive(Message)]
-#[rtype(result = "()")]
 pub(crate) struct AttemptDone {
     pub seq: Seq,
     pub node: NodeId,
     pub address: Arc<str>,
     pub hedge: bool,
     pub report: AttemptReport,
+    /// Credit granted along with it (the slot the attempt freed).
+    pub credit: usize,
+}
+
+/// Balancer to queue: what became of a routed task, with any new credit.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) enum Answer {
+    /// An attempt ended.
+    Done(AttemptDone),
+    /// No attempt was made; the task goes back to the queue's front.
+    Bounce(Bounce),
 }
 
 /// Ask a node for its load report.

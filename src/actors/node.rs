@@ -429,9 +429,9 @@ fn retry_after(reply: &HttpReply) -> Option<Duration> {
     }
     reply
         .headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("retry-after"))
-        .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+        .get(awc::http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
         .map(Duration::from_secs)
 }
 

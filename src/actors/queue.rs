@@ -256,11 +256,7 @@ impl QueueActor {
                 Outcome::Fallback {
                     response: Response {
                         status: f.status,
-                        headers: f
-                            .headers
-                            .iter()
-                            .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
-                            .collect(),
+                        headers: fallback_headers(f),
                         body: f.body.clone().into(),
                         node: Arc::from("fallback"),
                     },
@@ -608,12 +604,36 @@ impl QueueActor {
                             reply: None,
                             retry_after: None,
                         },
+                        credit: 0,
                     },
                     ctx,
                 );
             }
         }
         self.pump(ctx);
+    }
+
+    /// The balancer could not place a task: it goes back to the front.
+    fn on_bounce(&mut self, msg: Bounce, ctx: &mut Context<Self>) {
+        let Some(p) = self.tasks.get_mut(&msg.seq) else {
+            return;
+        };
+        if p.state != State::InFlight || p.outstanding == 0 {
+            return;
+        }
+        p.outstanding -= 1;
+        if msg.hedge || p.outstanding > 0 {
+            return; // a hedge that found no node: the first attempt goes on
+        }
+        p.state = State::Ready;
+        self.in_flight -= 1;
+        self.queued += 1;
+        self.ready.push_front(msg.seq);
+        if let Gate::Reject(r) = self.gate.clone() {
+            let outcome = self.rejection_outcome(r);
+            self.counters.rejected -= 1;
+            self.finish(msg.seq, outcome, ctx);
+        }
     }
 
     /// Reject every ready task (the gate closed).
@@ -674,6 +694,21 @@ impl QueueActor {
             },
         }
     }
+}
+
+/// The configured fallback headers (checked at config load).
+fn fallback_headers(f: &crate::config::FallbackConfig) -> awc::http::header::HeaderMap {
+    use awc::http::header::{HeaderName, HeaderValue};
+    let mut map = awc::http::header::HeaderMap::new();
+    for (k, v) in &f.headers {
+        if let (Ok(k), Ok(v)) = (
+            HeaderName::from_bytes(k.as_bytes()),
+            HeaderValue::from_str(v),
+        ) {
+            map.append(k, v);
+        }
+    }
+    map
 }
 
 /// When to hedge `job`, if the service hedges and the task is idempotent.
@@ -769,40 +804,21 @@ impl Handler<SetGate> for QueueActor {
     }
 }
 
-/// The balancer could not place a task: it goes back to the front.
-impl Handler<Bounce> for QueueActor {
+/// What became of a routed task: an attempt ended, or it bounced.
+impl Handler<Answer> for QueueActor {
     type Result = ();
 
-    fn handle(&mut self, msg: Bounce, ctx: &mut Self::Context) {
-        let Some(p) = self.tasks.get_mut(&msg.seq) else {
-            return;
-        };
-        if p.state != State::InFlight || p.outstanding == 0 {
-            return;
+    fn handle(&mut self, msg: Answer, ctx: &mut Self::Context) {
+        match msg {
+            Answer::Done(done) => {
+                self.credit += done.credit;
+                self.on_attempt(done, ctx);
+            }
+            Answer::Bounce(b) => {
+                self.credit += b.credit;
+                self.on_bounce(b, ctx);
+            }
         }
-        p.outstanding -= 1;
-        if msg.hedge || p.outstanding > 0 {
-            return; // a hedge that found no node: the first attempt goes on
-        }
-        p.state = State::Ready;
-        self.in_flight -= 1;
-        self.queued += 1;
-        self.ready.push_front(msg.seq);
-        if let Gate::Reject(r) = self.gate.clone() {
-            let outcome = self.rejection_outcome(r);
-            self.counters.rejected -= 1;
-            self.finish(msg.seq, outcome, ctx);
-        }
-        self.pump(ctx);
-    }
-}
-
-/// An attempt ended.
-impl Handler<AttemptDone> for QueueActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: AttemptDone, ctx: &mut Self::Context) {
-        self.on_attempt(msg, ctx);
         self.pump(ctx);
     }
 }
