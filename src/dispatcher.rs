@@ -41,6 +41,8 @@ struct Inner {
     ids: Arc<AtomicU64>,
     refused: AtomicU64,
     closed: AtomicBool,
+    /// Threads that run node actors (see [`DispatcherBuilder::node_threads`]).
+    node_threads: std::sync::Mutex<Vec<actix::Arbiter>>,
 }
 
 /// Handle to a running engine. Cheap to clone.
@@ -53,12 +55,23 @@ pub struct Dispatcher {
 pub struct DispatcherBuilder {
     config: Config,
     factory: Option<TransportFactory>,
+    node_threads: usize,
 }
 
 impl DispatcherBuilder {
     /// Uses `factory` to make each node's transport (default: awc).
     pub fn transport(mut self, factory: TransportFactory) -> Self {
         self.factory = Some(factory);
+        self
+    }
+
+    /// Runs the node actors (the HTTP attempts: awc, sockets, parsing) on
+    /// `n` threads of their own, nodes spread over them round robin, while
+    /// the queues and balancers stay on the calling arbiter. Default 0: all
+    /// on the calling arbiter. One thread moves the HTTP work off the
+    /// caller's core; more rarely helps (see the README's performance notes).
+    pub fn node_threads(mut self, n: usize) -> Self {
+        self.node_threads = n;
         self
     }
 
@@ -77,6 +90,11 @@ impl DispatcherBuilder {
             ids: Arc::new(AtomicU64::new(1)),
             refused: AtomicU64::new(0),
             closed: AtomicBool::new(false),
+            node_threads: std::sync::Mutex::new(
+                (0..self.node_threads)
+                    .map(|_| actix::Arbiter::new())
+                    .collect(),
+            ),
         });
         let d = Dispatcher { inner };
         for svc in self.config.services {
@@ -125,15 +143,25 @@ impl Dispatcher {
         DispatcherBuilder {
             config,
             factory: None,
+            node_threads: 0,
         }
     }
 
     fn start_service(&self, svc: ServiceConfig) {
         let cfg = Arc::new(svc);
+        let arbiters = self
+            .inner
+            .node_threads
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|a| a.handle())
+            .collect();
         let (queue, balancer) = QueueActor::start(
             cfg.clone(),
             self.inner.factory.clone(),
             self.inner.ids.clone(),
+            arbiters,
         );
         let name = cfg.name.clone();
         log::info!(
@@ -297,6 +325,9 @@ impl Dispatcher {
         let stats = self.stats().await;
         for h in &handles {
             h.queue.do_send(Stop);
+        }
+        for a in self.inner.node_threads.lock().expect("lock").drain(..) {
+            a.stop();
         }
         let done: u64 = stats
             .services

@@ -425,3 +425,31 @@ async fn conservation_with_faults_20k_tasks() {
     assert_eq!(attempts, N as u64 + svc.queue.retried);
     d.shutdown(Duration::from_secs(1)).await;
 }
+
+#[actix_rt::test]
+async fn node_actors_on_their_own_thread() {
+    init_logs();
+    let bs = backends(2);
+    for b in &bs {
+        b.set_latency(Duration::from_millis(2));
+    }
+    bs[1].fail_every(5, 503);
+    let d = Dispatcher::builder(config("p2c", &[(&bs[0], 1, 4), (&bs[1], 1, 4)], ""))
+        .node_threads(1)
+        .start()
+        .unwrap();
+    let results: Vec<TaskResult> = futures::stream::iter(0..2000)
+        .map(|i| d.submit(Task::get("svc", format!("/nt/{i}"))))
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    assert!(results.iter().all(TaskResult::is_success));
+    let ids: std::collections::HashSet<_> = results.iter().map(|r| r.id).collect();
+    assert_eq!(ids.len(), 2000);
+    assert!(bs[0].peak_concurrent() <= 4 && bs[1].peak_concurrent() <= 4);
+    d.restart_node("svc", &bs[0].url()).await.unwrap();
+    assert!(d.submit(Task::get("svc", "/after")).await.is_success());
+    let report = d.shutdown(Duration::from_secs(1)).await;
+    assert!(report.drained);
+    assert!(report.stats.services[0].is_balanced());
+}

@@ -171,7 +171,7 @@ fn params(cli: &Cli) -> (usize, usize, Duration, usize) {
     (n, rounds, max, cli.concurrency.max(1))
 }
 
-fn engine(cli: &Cli, mode: &str, urls: &[String]) -> Result<Dispatcher, String> {
+fn engine(cli: &Cli, mode: &str, urls: &[String], threads: usize) -> Result<Dispatcher, String> {
     let mut cfg = common::engine_config(
         mode,
         urls,
@@ -180,7 +180,10 @@ fn engine(cli: &Cli, mode: &str, urls: &[String]) -> Result<Dispatcher, String> 
     )?;
     // Every node's room counts as credit; keep the queue roomy.
     cfg.services[0].queue.capacity = cfg.services[0].queue.capacity.max(cli.concurrency * 4);
-    Dispatcher::start(cfg).map_err(|e| e.to_string())
+    Dispatcher::builder(cfg)
+        .node_threads(threads)
+        .start()
+        .map_err(|e| e.to_string())
 }
 
 pub async fn run_throughput(cli: &Cli) -> Result<Report, String> {
@@ -194,10 +197,13 @@ pub async fn run_throughput(cli: &Cli) -> Result<Report, String> {
     );
     let backend = BackendProc::spawn(3, &[0], &[], cli.backend_workers, 900)?;
     let urls = backend.urls();
-    let mut modes = vec![cli.mode.clone()];
+    // (mode, node threads): the engine all on the caller's thread, and
+    // with its HTTP work on a node thread of its own.
+    let mut modes = vec![(cli.mode.clone(), 0)];
     if cli.mode != "round_robin" {
-        modes.push("round_robin".into());
+        modes.push(("round_robin".into(), 0));
     }
+    modes.push((cli.mode.clone(), 1));
     let mut entries = vec![Entry::new(
         "bare awc, round robin by hand",
         Contender::Bare {
@@ -206,12 +212,13 @@ pub async fn run_throughput(cli: &Cli) -> Result<Report, String> {
         },
     )];
     let mut engines = Vec::new();
-    for m in &modes {
-        let d = engine(cli, m, &urls)?;
-        entries.push(Entry::new(
-            &format!("engine ({m})"),
-            Contender::Engine(d.clone()),
-        ));
+    let label = |m: &str, t: usize| match t {
+        0 => format!("engine ({m})"),
+        t => format!("engine ({m}, node_threads {t})"),
+    };
+    for (m, t) in &modes {
+        let d = engine(cli, m, &urls, *t)?;
+        entries.push(Entry::new(&label(m, *t), Contender::Engine(d.clone())));
         engines.push(d);
     }
     compare(&mut entries, n, conc, max, rounds).await;
@@ -221,12 +228,12 @@ pub async fn run_throughput(cli: &Cli) -> Result<Report, String> {
     drop(backend);
 
     let mut ratios = serde_json::Map::new();
-    for (k, m) in modes.iter().enumerate() {
+    for (k, (m, t)) in modes.iter().enumerate() {
         let r = ratio(&entries[k + 1], &entries[0]);
-        ratios.insert(m.clone(), json!(r));
+        ratios.insert(label(m, *t), json!(r));
         let (le, lb) = (entries[k + 1].lat(), entries[0].lat());
         rep.target(
-            format!("engine ({m}) throughput / bare awc throughput"),
+            format!("{} throughput / bare awc throughput", label(m, *t)),
             ">= 0.90",
             format!("{r:.3} (p99 {} vs {} ms)", ms(le.p99_ms), ms(lb.p99_ms)),
             Some(r >= 0.90),
@@ -272,7 +279,7 @@ pub async fn run_nginx(cli: &Cli) -> Result<Report, String> {
     let backend = BackendProc::spawn(3, &[0], &[], cli.backend_workers, 900)?;
     let urls = backend.urls();
     let proxy = Nginx::start(&bin, &backend.ports, conc, Duration::from_secs(5))?;
-    let d = engine(cli, &cli.mode, &urls)?;
+    let d = engine(cli, &cli.mode, &urls, 0)?;
     let mut entries = vec![
         Entry::new(
             "bare awc -> nginx least_conn",

@@ -38,6 +38,8 @@ pub struct BalancerActor {
     pub(super) cfg: Arc<ServiceConfig>,
     pub(super) queue: Addr<QueueActor>,
     pub(super) factory: TransportFactory,
+    /// Threads to run node actors on (round robin); empty: this thread.
+    pub(super) arbiters: Vec<actix::dev::ArbiterHandle>,
     pub(super) nodes: Vec<NodeView>,
     pub(super) index: HashMap<NodeId, usize>,
     pub(super) next_id: u32,
@@ -74,6 +76,7 @@ impl BalancerActor {
         cfg: Arc<ServiceConfig>,
         queue: Addr<QueueActor>,
         factory: TransportFactory,
+        arbiters: Vec<actix::dev::ArbiterHandle>,
         ctx: &mut Context<Self>,
     ) -> Self {
         let now = Instant::now();
@@ -84,6 +87,7 @@ impl BalancerActor {
             service,
             queue,
             factory,
+            arbiters,
             nodes: Vec::new(),
             index: HashMap::new(),
             next_id: 0,
@@ -121,7 +125,7 @@ impl BalancerActor {
         let recipient = ctx.address().recipient();
         let factory = self.factory.clone();
         let max = ep.max_concurrent;
-        let addr = actix::Supervisor::start(move |_| {
+        let make = move |_: &mut Context<NodeActor>| {
             NodeActor::new(NodeSpec {
                 id,
                 service,
@@ -131,7 +135,13 @@ impl BalancerActor {
                 balancer: recipient,
                 factory,
             })
-        });
+        };
+        let addr = if self.arbiters.is_empty() {
+            actix::Supervisor::start(make)
+        } else {
+            let arbiter = &self.arbiters[id.0 as usize % self.arbiters.len()];
+            actix::Supervisor::start_in_arbiter(arbiter, make)
+        };
         let load = LoadReport {
             in_flight: 0,
             total: 0,

@@ -119,12 +119,15 @@ impl QueueActor {
         cfg: Arc<ServiceConfig>,
         factory: TransportFactory,
         ids: Arc<std::sync::atomic::AtomicU64>,
+        arbiters: Vec<actix::dev::ArbiterHandle>,
     ) -> (Addr<QueueActor>, Addr<BalancerActor>) {
         let mut balancer_addr = None;
         let queue = QueueActor::create(|ctx| {
             let me = ctx.address();
             let bcfg = cfg.clone();
-            let b = BalancerActor::create(move |bctx| BalancerActor::new(bcfg, me, factory, bctx));
+            let b = BalancerActor::create(move |bctx| {
+                BalancerActor::new(bcfg, me, factory, arbiters, bctx)
+            });
             balancer_addr = Some(b.clone());
             QueueActor::new(cfg, b, ids)
         });
