@@ -1,12 +1,14 @@
 //! Hedging support: the service's recent latency and cancellation of the
 //! losing attempt.
 //!
-//! A hedged task has two attempts out on two nodes (the balancer never picks
-//! the same node: the first node is in the task's avoid list only after it
-//! fails, so the hedge is routed with the first node masked by the strategy's
-//! eligibility instead). The first good answer wins; the queue then sends
-//! [`CancelTask`] and the balancer tells the node still working on it to
-//! drop the attempt, which reports back as `Cancelled` and counts nowhere.
+//! A hedged task has two attempts out on two different nodes: for services
+//! that hedge, the balancer remembers which nodes work on each task and
+//! masks them when it places the hedge (no other eligible node: the hedge is
+//! dropped, the first attempt goes on). The first good answer wins; the
+//! queue then sends [`CancelTask`] and the balancer tells the node still
+//! working on it to drop the attempt, which reports back as `Cancelled` and
+//! counts nowhere. Hedges are only sent for idempotent tasks and each one is
+//! paid from the retry budget.
 
 use std::time::Duration;
 
