@@ -164,6 +164,14 @@ impl Dispatcher {
             arbiters,
         );
         let name = cfg.name.clone();
+        #[cfg(not(feature = "tls"))]
+        for ep in cfg.endpoints.iter().filter(|e| e.address.starts_with("https:")) {
+            log::warn!(
+                "service {name}: endpoint {}: this build has no TLS (cargo feature `tls`); \
+                 attempts to it will fail to connect",
+                ep.address
+            );
+        }
         log::info!(
             "service {name}: started, mode {:?}, {} endpoint(s)",
             cfg.mode,
