@@ -76,13 +76,14 @@ pub(crate) struct RawRetry {
 
 impl Default for RawRetry {
     fn default() -> Self {
+        let budget = crate::algo::budget::BudgetConfig::default();
         Self {
             max_retries: 3,
             backoff_base: Duration::from_millis(25),
             backoff_max: Duration::from_secs(1),
             max_retry_after: Duration::from_secs(10),
-            budget_percent: 0.2,
-            min_retries_per_sec: 10,
+            budget_percent: budget.percent,
+            min_retries_per_sec: budget.min_per_sec,
         }
     }
 }
@@ -146,10 +147,11 @@ pub(crate) struct RawLeastLoad {
 
 impl Default for RawLeastLoad {
     fn default() -> Self {
+        let w = crate::algo::strategy::LeastLoadWeights::default();
         Self {
-            in_flight: 0.5,
-            latency: 0.3,
-            errors: 0.2,
+            in_flight: w.in_flight,
+            latency: w.latency,
+            errors: w.errors,
         }
     }
 }
@@ -178,18 +180,21 @@ pub(crate) struct RawBreaker {
 }
 
 impl Default for RawBreaker {
+    /// The breaker's own defaults (see `BreakerConfig`); the probe timeout
+    /// defaults to twice the service's attempt timeout (set in validation).
     fn default() -> Self {
+        let b = crate::algo::breaker::BreakerConfig::default();
         Self {
             enabled: true,
-            consecutive_failures: 5,
-            failure_rate: 0.5,
-            window: 20,
-            min_calls: 10,
-            slow_call: None,
-            open_for: Duration::from_secs(5),
-            max_open_for: Duration::from_secs(60),
-            reset_after: Duration::from_secs(60),
-            half_open_probes: 1,
+            consecutive_failures: b.consecutive_failures,
+            failure_rate: b.failure_rate,
+            window: b.window,
+            min_calls: b.min_calls,
+            slow_call: b.slow_call,
+            open_for: b.open_for,
+            max_open_for: b.max_open_for,
+            reset_after: b.reset_after,
+            half_open_probes: b.half_open_probes,
             probe_timeout: None,
             on_all_open: "fail_fast".into(),
             max_ejected_percent: 100,
