@@ -165,7 +165,11 @@ impl Dispatcher {
         );
         let name = cfg.name.clone();
         #[cfg(not(feature = "tls"))]
-        for ep in cfg.endpoints.iter().filter(|e| e.address.starts_with("https:")) {
+        for ep in cfg
+            .endpoints
+            .iter()
+            .filter(|e| e.address.starts_with("https:"))
+        {
             log::warn!(
                 "service {name}: endpoint {}: this build has no TLS (cargo feature `tls`); \
                  attempts to it will fail to connect",

@@ -409,3 +409,44 @@ async fn chaos_20k_tasks_every_task_answered_once() {
     assert!(ok > N * 9 / 10, "ok {ok}");
     d.shutdown(Duration::from_secs(1)).await;
 }
+
+#[actix_rt::test]
+async fn max_ejected_percent_keeps_the_healthiest_open_node_serving() {
+    init_logs();
+    let bs = backends(2);
+    let run = |extra: &'static str| {
+        let nodes = [(&bs[0], 1, 10), (&bs[1], 1, 10)];
+        Dispatcher::start(config("round_robin", &nodes, extra)).unwrap()
+    };
+    for capped in [false, true] {
+        for b in &bs {
+            b.set_status(Some(503));
+        }
+        let d = run(if capped {
+            r#""breaker":{"consecutive_failures":1,"open_for":"30s","max_ejected_percent":50},"retry":{"max_retries":0}"#
+        } else {
+            r#""breaker":{"consecutive_failures":1,"open_for":"30s"},"retry":{"max_retries":0}"#
+        });
+        for i in 0..2 {
+            let _ = d.submit(Task::get("svc", format!("/trip/{i}"))).await;
+        }
+        sleep(20).await;
+        let s = d.stats().await;
+        assert!(
+            s.services[0].nodes.iter().all(|n| n.trips == 1),
+            "both tripped"
+        );
+        // The backends recover; both breakers stay open for 30 s.
+        for b in &bs {
+            b.set_status(None);
+        }
+        let r = d.submit(Task::get("svc", "/after")).await;
+        if capped {
+            // At most half the pool may be ejected: one node still serves.
+            assert!(r.is_success(), "{:?}", r.outcome);
+        } else {
+            assert!(matches!(r.rejection(), Some(Rejection::CircuitOpen { .. })));
+        }
+        d.shutdown(Duration::from_secs(1)).await;
+    }
+}
