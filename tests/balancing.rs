@@ -98,7 +98,7 @@ async fn slow_start_ramps_a_joining_nodes_weight() {
     let d = Dispatcher::start(config(
         "weighted",
         &[(&bs[0], 10, 10), (&bs[1], 10, 10)],
-        r#""balancer":{"slow_start":"1s","slow_start_floor":0.1}"#,
+        r#""balancer":{"slow_start":"3s","slow_start_floor":0.1}"#,
     ))
     .unwrap();
     d.add_endpoint("svc", EndpointConfig::new(bs[2].url()).weight(10))
@@ -110,7 +110,7 @@ async fn slow_start_ramps_a_joining_nodes_weight() {
     let w0 = w(&d.stats().await);
     assert!(w0 < 10, "starts low: {w0}");
     let early_share = bs[2].hits();
-    sleep(1100).await;
+    sleep(3100).await;
     assert_eq!(w(&d.stats().await), 10);
     bs[2].reset_counters();
     let _ = run(&d, 120, 1, "late").await;
@@ -137,11 +137,11 @@ async fn health_checks_mark_a_stopped_backend_out_and_a_restarted_one_in() {
     ))
     .unwrap();
     let health = |s: &actix_dispatch::Stats, u: &str| s.services[0].node(u).unwrap().health;
-    sleep(350).await;
+    sleep(600).await;
     assert_eq!(health(&d.stats().await, &bs[0].url()), "healthy");
     assert!(bs[0].health_hits() >= 2);
     bs[0].stop();
-    sleep(500).await;
+    sleep(800).await;
     assert_eq!(health(&d.stats().await, &bs[0].url()), "unhealthy");
     let results = run(&d, 20, 1, "out").await;
     assert!(
@@ -149,13 +149,13 @@ async fn health_checks_mark_a_stopped_backend_out_and_a_restarted_one_in() {
         "no task to the unhealthy node"
     );
     bs[0].restart();
-    sleep(500).await;
+    sleep(800).await;
     assert_eq!(health(&d.stats().await, &bs[0].url()), "healthy");
     let results = run(&d, 20, 1, "in").await;
     assert!(results.iter().any(|r| served_by(r) == bs[0].url()));
     // An unhealthy-but-serving node (503 on /health) is marked out too.
     bs[1].set_healthy(false);
-    sleep(500).await;
+    sleep(800).await;
     assert_eq!(health(&d.stats().await, &bs[1].url()), "unhealthy");
     d.shutdown(Duration::from_secs(1)).await;
 }
