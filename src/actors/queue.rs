@@ -2,8 +2,9 @@
 //! where a task's fate is decided.
 //!
 //! It holds a bounded FIFO of ready tasks and one timer heap for everything
-//! that waits on time (retry backoffs, task deadlines, watchdogs of attempts
-//! in flight), served by a single actix timer set for the earliest entry.
+//! that waits on time (retry backoffs, task deadlines, hedges), served by a
+//! single actix timer set for the earliest entry; a once-a-second watchdog
+//! sweep answers attempts whose node never reported back.
 //! It hands tasks to the balancer only against [`Credit`] (pull, not push),
 //! and after every attempt decides: finish, or retry after exponential
 //! backoff with full jitter, within `max_retries`, the deadline and the
@@ -55,7 +56,7 @@ struct Pending {
     state: State,
     /// Attempts out right now (2 while hedged).
     outstanding: u8,
-    /// Bumped at each dispatch, so a watchdog knows if it is stale.
+    /// Bumped at each dispatch, so a hedge timer knows if it is stale.
     generation: u32,
     hedged: bool,
     /// When the attempt out should have reported, at the latest.
