@@ -310,3 +310,29 @@ async fn recovered_node_share(mode: &str) {
     );
     d.shutdown(Duration::from_secs(1)).await;
 }
+
+#[actix_rt::test]
+async fn hedging_after_a_latency_percentile() {
+    init_logs();
+    let bs = backends(2);
+    let nodes = [(&bs[0], 1, 10), (&bs[1], 1, 10)];
+    let d = Dispatcher::start(config(
+        "round_robin",
+        &nodes,
+        r#""hedge":{"percentile":90}"#,
+    ))
+    .unwrap();
+    // Learn the service's latency (fast), then one node turns slow.
+    let warm = run(&d, 40, 1, "warm").await;
+    assert!(warm.iter().all(TaskResult::is_success));
+    bs[1].set_latency(Duration::from_millis(600));
+    let mut slow = 0;
+    for i in 0..12 {
+        let r = d.submit(Task::get("svc", format!("/p/{i}"))).await;
+        assert!(r.is_success());
+        slow += (r.total > Duration::from_millis(450)) as usize;
+    }
+    assert_eq!(slow, 0, "hedged at the p90 of recent latency");
+    assert!(d.stats().await.services[0].queue.hedged >= 5);
+    d.shutdown(Duration::from_secs(1)).await;
+}
