@@ -422,17 +422,30 @@ fn panicked(p: Box<dyn std::any::Any + Send>) -> TransportError {
     TransportError::new(ErrorKind::Panicked, format!("attempt panicked: {what}"))
 }
 
-/// Parses `Retry-After` as delta-seconds (HTTP dates are ignored).
+/// `Retry-After` of a 429 or 503, as delta-seconds or an HTTP date.
 fn retry_after(reply: &HttpReply) -> Option<Duration> {
     if reply.status != 429 && reply.status != 503 {
         return None;
     }
-    reply
+    let value = reply
         .headers
-        .get(awc::http::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(Duration::from_secs)
+        .get(awc::http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?;
+    #[allow(clippy::disallowed_methods)] // an HTTP date is wall-clock time
+    let wall = std::time::SystemTime::now();
+    parse_retry_after(value, wall)
+}
+
+/// Parses a `Retry-After` value: delta-seconds, or an HTTP date (a date in
+/// the past means "now").
+fn parse_retry_after(value: &str, wall_now: std::time::SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(wall_now).unwrap_or(Duration::ZERO))
 }
 
 /// Answers the node's current load (and advances its breaker's clock).
@@ -467,5 +480,29 @@ impl Handler<super::hedge::CancelAttempt> for NodeActor {
                 let _ = tx.send(());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_takes_seconds_or_an_http_date() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_445_412_480);
+        assert_eq!(
+            parse_retry_after(" 120 ", now),
+            Some(Duration::from_secs(120))
+        );
+        // 2015-10-21 07:28:00 GMT is `now`; one minute later:
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:29:00 GMT", now),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon", now), None);
     }
 }
