@@ -3,7 +3,7 @@
 //! ```text
 //!  submit ─► QueueActor ──Route──► BalancerActor ──Dispatch──► NodeActor ──► backend
 //!               ▲  ▲ ◄──Credit/Gate──┘  ▲ ◄──────Completed──────┘
-//!               │  └──AttemptDone/Bounce┘ ──GetLoad (every refresh)──► NodeActor
+//!               │  └──Answer (+credit)──┘ ──GetLoad (every refresh)──► NodeActor
 //! ```
 //!
 //! Between pipeline actors everything is one-way (`do_send`): replies travel
