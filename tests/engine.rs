@@ -364,6 +364,9 @@ async fn bad_tasks_are_refused_with_their_reason() {
     assert!(r.is_success());
     let r = q.send(Task::get("svc", "http://x/")).await.unwrap();
     assert!(matches!(r.rejection(), Some(Rejection::InvalidTask(_))));
+    let r = q.send(Task::get("other", "/x")).await.unwrap();
+    let why = r.rejection().map(|r| r.to_string()).unwrap_or_default();
+    assert!(why.contains("sent to the queue of service"), "{why}");
     d.shutdown(Duration::from_secs(1)).await;
 }
 

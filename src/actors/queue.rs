@@ -747,7 +747,17 @@ impl Handler<Task> for QueueActor {
         let id = self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         let service = self.service.clone();
-        match task.prepare(id, now) {
+        let checked = if task.service() == &*self.service {
+            task.prepare(id, now)
+        } else {
+            let why = format!(
+                "task names service {:?} but was sent to the queue of service {:?}",
+                task.service(),
+                self.service
+            );
+            Err((task.given_id().unwrap_or(id), why))
+        };
+        match checked {
             Ok(job) => {
                 self.submit(
                     Submit {
