@@ -292,9 +292,10 @@ async fn recovered_node_share(mode: &str) {
     ))
     .unwrap();
     let _ = run(&d, 100, 4, "slow").await;
+    // Round robin would give it 50 of the 100.
     assert!(
-        bs[1].hits() < 20,
-        "the slow node was avoided: {}",
+        bs[1].hits() < 30,
+        "{mode}: the slow node was avoided: {}",
         bs[1].hits()
     );
     bs[1].set_latency(Duration::from_millis(5));

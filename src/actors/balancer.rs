@@ -535,7 +535,8 @@ impl Handler<Route> for BalancerActor {
         if !msg.hedge {
             self.granted = self.granted.saturating_sub(1);
         }
-        let now = Instant::now();
+        // Decide at the time the queue sent it (µs ago): one clock read less.
+        let now = msg.at;
         let service_ok = self
             .service_bucket
             .as_ref()
@@ -579,6 +580,7 @@ impl Handler<Route> for BalancerActor {
             job: msg.job,
             bypass_breaker: bypass,
             hedge: msg.hedge,
+            at: now,
         });
         self.refresh_node(i, now);
         if let Some(t) = token_due {
@@ -593,7 +595,7 @@ impl Handler<Completed> for BalancerActor {
     type Result = ();
 
     fn handle(&mut self, msg: Completed, ctx: &mut Self::Context) {
-        let now = Instant::now();
+        let now = msg.at;
         let Some(&i) = self.index.get(&msg.node) else {
             // A removed node's last attempt: the queue still needs the answer.
             let (seq, hedge) = (msg.seq, msg.hedge);
@@ -605,6 +607,7 @@ impl Handler<Completed> for BalancerActor {
                     hedge,
                     report,
                     credit: 0,
+                    at: msg.at,
                 }),
                 None => Answer::Bounce(Bounce {
                     seq,
@@ -640,6 +643,7 @@ impl Handler<Completed> for BalancerActor {
                 hedge: msg.hedge,
                 report,
                 credit,
+                at: msg.at,
             }),
             None => Answer::Bounce(Bounce {
                 seq: msg.seq,

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use actix::Message;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::algo::breaker::BreakerState;
 use crate::outcome::{AttemptOutcome, TaskResult};
@@ -94,6 +95,8 @@ pub(crate) struct Route {
     /// Nodes that already failed this task: used only if nothing else can take it.
     pub avoid: Vec<NodeId>,
     pub hedge: bool,
+    /// When the queue sent it: the time the balancer and node decide at.
+    pub at: Instant,
 }
 
 /// The balancer could not place the task after all: back to the queue's front.
@@ -113,6 +116,8 @@ pub(crate) struct Dispatch {
     /// Send even though the breaker is open (max_ejected_percent override).
     pub bypass_breaker: bool,
     pub hedge: bool,
+    /// The balancer's decision time (its bucket mirror used it too).
+    pub at: Instant,
 }
 
 /// What one attempt gave, as the queue needs it.
@@ -133,6 +138,8 @@ pub(crate) struct Completed {
     /// `None`: the node refused the dispatch (stale view); no attempt was made.
     pub report: Option<AttemptReport>,
     pub load: LoadReport,
+    /// When the attempt ended (or was refused).
+    pub at: Instant,
 }
 
 /// Balancer to queue: an attempt of task `seq` ended.
@@ -144,6 +151,8 @@ pub(crate) struct AttemptDone {
     pub report: AttemptReport,
     /// Credit granted along with it (the slot the attempt freed).
     pub credit: usize,
+    /// When the attempt ended.
+    pub at: Instant,
 }
 
 /// Balancer to queue: what became of a routed task, with any new credit.

@@ -167,6 +167,7 @@ impl NodeCore {
             hedge,
             report: None,
             load: self.report(now),
+            at: now,
         });
     }
 
@@ -191,7 +192,7 @@ impl NodeCore {
         Ok(permit)
     }
 
-    /// Accounts one finished attempt and reports it to the balancer.
+    /// Accounts one finished attempt (ended at `now`) and reports it.
     fn finish(
         &mut self,
         seq: Seq,
@@ -199,8 +200,8 @@ impl NodeCore {
         permit: Option<Permit>,
         latency: Duration,
         result: Result<HttpReply, TransportError>,
+        now: Instant,
     ) {
-        let now = Instant::now();
         self.in_flight = self.in_flight.saturating_sub(1);
         if !self.cancels.is_empty() {
             self.cancels.remove(&(seq, hedge));
@@ -258,6 +259,7 @@ impl NodeCore {
                 retry_after,
             }),
             load: self.report(now),
+            at: now,
         });
     }
 }
@@ -326,7 +328,8 @@ impl Handler<Dispatch> for NodeActor {
     type Result = ();
 
     fn handle(&mut self, msg: Dispatch, _ctx: &mut Self::Context) {
-        let now = Instant::now();
+        // The balancer's decision time: its bucket mirror used the same.
+        let now = msg.at;
         let mut core = self.core.borrow_mut();
         let Ok(permit) = core.admit(msg.bypass_breaker, now) else {
             return core.refuse(msg.seq, msg.hedge, now);
@@ -366,9 +369,10 @@ impl Handler<Dispatch> for NodeActor {
         drop(core);
         let transport = self.transport.clone().expect("transport made in started()");
         let shared = self.core.clone();
+        let deadline = now + timeout;
         actix::spawn(async move {
             let started = Instant::now();
-            let attempt = run_attempt(&*transport, req, timeout);
+            let attempt = run_attempt(&*transport, req, deadline);
             let result = match cancel {
                 None => attempt.await,
                 Some(rx) => {
@@ -383,9 +387,11 @@ impl Handler<Dispatch> for NodeActor {
                     }
                 }
             };
+            let end = Instant::now();
+            let latency = end.saturating_duration_since(started);
             shared
                 .borrow_mut()
-                .finish(seq, hedge, permit, started.elapsed(), result);
+                .finish(seq, hedge, permit, latency, result, end);
         });
     }
 }
@@ -394,13 +400,14 @@ impl Handler<Dispatch> for NodeActor {
 async fn run_attempt(
     transport: &dyn Transport,
     req: HttpRequest,
-    timeout: Duration,
+    deadline: Instant,
 ) -> Result<HttpReply, TransportError> {
+    let timeout = req.timeout;
     let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| transport.send(req))) {
         Ok(f) => f,
         Err(p) => return Err(panicked(p)),
     };
-    match AssertUnwindSafe(tokio::time::timeout(timeout, fut))
+    match AssertUnwindSafe(tokio::time::timeout_at(deadline, fut))
         .catch_unwind()
         .await
     {

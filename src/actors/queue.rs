@@ -112,6 +112,9 @@ pub struct QueueActor {
     drains: Vec<oneshot::Sender<()>>,
     full: bool,
     latencies: super::hedge::LatencyWindow,
+    /// The time of the message being handled, read at most once per message
+    /// (clock reads are a measurable share of a task's cost).
+    clock: Option<Instant>,
 }
 
 impl QueueActor {
@@ -168,8 +171,19 @@ impl QueueActor {
             drains: Vec::new(),
             full: false,
             latencies: super::hedge::LatencyWindow::new(1024),
+            clock: None,
             cfg,
         }
+    }
+
+    /// Starts handling a message that happened at `at` (or now, if unknown).
+    fn tick(&mut self, at: Option<Instant>) {
+        self.clock = at;
+    }
+
+    /// The current message's time.
+    fn now(&mut self) -> Instant {
+        *self.clock.get_or_insert_with(Instant::now)
     }
 
     fn balancer(&self) -> &Addr<BalancerActor> {
@@ -179,7 +193,7 @@ impl QueueActor {
     // === intake ===
 
     fn submit(&mut self, msg: Submit, ctx: &mut Context<Self>) {
-        let now = Instant::now();
+        let now = self.now();
         if self.closed {
             return self.reject_new(msg, Rejection::ShuttingDown, now);
         }
@@ -277,7 +291,7 @@ impl QueueActor {
             let Some(msg) = self.waiting.pop_front() else {
                 break;
             };
-            let now = Instant::now();
+            let now = self.now();
             if msg.job.deadline.is_some_and(|d| d <= now) {
                 self.reject_new(msg, Rejection::DeadlinePassed, now);
                 continue;
@@ -299,7 +313,7 @@ impl QueueActor {
 
     /// Sends ready tasks to the balancer while there is credit.
     fn pump(&mut self, ctx: &mut Context<Self>) {
-        let now = Instant::now();
+        let now = self.now();
         while self.credit > 0 && self.gate == Gate::Open {
             let Some(seq) = self.ready.pop_front() else {
                 break;
@@ -329,6 +343,7 @@ impl QueueActor {
                 job: p.job.clone(),
                 avoid: p.avoid.clone(),
                 hedge: false,
+                at: now,
             };
             let timeout = p.job.task.attempt_timeout().unwrap_or(self.cfg.timeout);
             p.watchdog_at = now + timeout + timeout.max(Duration::from_secs(5));
@@ -349,7 +364,7 @@ impl QueueActor {
     // === answers ===
 
     fn on_attempt(&mut self, msg: AttemptDone, ctx: &mut Context<Self>) {
-        let now = Instant::now();
+        let now = self.now();
         let Some(p) = self.tasks.get_mut(&msg.seq) else {
             return; // answered already (shutdown abort, hedge twin)
         };
@@ -478,6 +493,7 @@ impl QueueActor {
 
     /// Answers task `seq` and forgets it. The only place results are sent.
     fn finish(&mut self, seq: Seq, outcome: Outcome, ctx: &mut Context<Self>) {
+        let now = self.now();
         let Some(mut p) = self.tasks.remove(&seq) else {
             return;
         };
@@ -495,7 +511,7 @@ impl QueueActor {
             service: self.service.clone(),
             outcome,
             attempts: std::mem::take(&mut p.attempts),
-            total: p.job.submitted.elapsed(),
+            total: now.saturating_duration_since(p.job.submitted),
         };
         if let Some(reply) = p.reply.take() {
             let _ = reply.send(result);
@@ -535,13 +551,14 @@ impl QueueActor {
         let delay = at.saturating_duration_since(Instant::now());
         let h = ctx.run_later(delay, |act, ctx| {
             act.timer = None;
+            act.tick(None);
             act.on_timer(ctx);
         });
         self.timer = Some((at, h));
     }
 
     fn on_timer(&mut self, ctx: &mut Context<Self>) {
-        let now = Instant::now();
+        let now = self.now();
         while let Some(Reverse((at, seq, kind))) = self.timers.peek().copied() {
             if at > now {
                 break;
@@ -580,7 +597,7 @@ impl QueueActor {
     /// are bounded by their own timeout at the node, so this only fires on
     /// a fault; it sweeps once a second instead of keeping a timer per task.
     fn sweep_lost(&mut self, ctx: &mut Context<Self>) {
-        let now = Instant::now();
+        let now = self.now();
         let lost: Vec<(Seq, u8)> = self
             .tasks
             .iter()
@@ -609,6 +626,7 @@ impl QueueActor {
                             retry_after: None,
                         },
                         credit: 0,
+                        at: now,
                     },
                     ctx,
                 );
@@ -673,6 +691,7 @@ impl QueueActor {
             job: p.job.clone(),
             avoid: p.avoid.clone(),
             hedge: true,
+            at: now,
         };
         self.balancer().do_send(route);
     }
@@ -691,7 +710,10 @@ impl QueueActor {
             hedged: self.counters.hedged,
             peak_queued: self.counters.peak_queued as u64,
             capacity: self.cfg.queue.capacity as u64,
-            retry_budget_left: self.budget.remaining(Instant::now()) as u64,
+            retry_budget_left: self
+                .budget
+                .remaining(self.clock.unwrap_or_else(Instant::now))
+                as u64,
             gate: match &self.gate {
                 Gate::Open => None,
                 Gate::Reject(r) => Some(r.to_string()),
@@ -734,7 +756,10 @@ impl Actor for QueueActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.run_interval(Duration::from_secs(1), |act, ctx| act.sweep_lost(ctx));
+        ctx.run_interval(Duration::from_secs(1), |act, ctx| {
+            act.tick(None);
+            act.sweep_lost(ctx)
+        });
     }
 }
 
@@ -743,7 +768,8 @@ impl Handler<Task> for QueueActor {
     type Result = ResponseFuture<TaskResult>;
 
     fn handle(&mut self, task: Task, ctx: &mut Self::Context) -> Self::Result {
-        let now = Instant::now();
+        self.tick(None);
+        let now = self.now();
         let id = self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         let service = self.service.clone();
@@ -785,6 +811,7 @@ impl Handler<Submit> for QueueActor {
     type Result = ();
 
     fn handle(&mut self, msg: Submit, ctx: &mut Self::Context) {
+        self.tick(Some(msg.job.submitted));
         self.submit(msg, ctx);
     }
 }
@@ -794,6 +821,7 @@ impl Handler<Credit> for QueueActor {
     type Result = ();
 
     fn handle(&mut self, msg: Credit, ctx: &mut Self::Context) {
+        self.tick(None);
         self.credit += msg.0;
         self.pump(ctx);
     }
@@ -804,13 +832,15 @@ impl Handler<SetGate> for QueueActor {
     type Result = ();
 
     fn handle(&mut self, msg: SetGate, ctx: &mut Self::Context) {
+        self.tick(None);
         self.gate = msg.0;
         match self.gate.clone() {
             Gate::Open => self.pump(ctx),
             Gate::Reject(r) => {
                 self.reject_ready(r.clone(), ctx);
                 while let Some(w) = self.waiting.pop_front() {
-                    self.reject_new(w, r.clone(), Instant::now());
+                    let now = self.now();
+                    self.reject_new(w, r.clone(), now);
                 }
                 self.check_drained();
             }
@@ -825,10 +855,12 @@ impl Handler<Answer> for QueueActor {
     fn handle(&mut self, msg: Answer, ctx: &mut Self::Context) {
         match msg {
             Answer::Done(done) => {
+                self.tick(Some(done.at));
                 self.credit += done.credit;
                 self.on_attempt(done, ctx);
             }
             Answer::Bounce(b) => {
+                self.tick(None);
                 self.credit += b.credit;
                 self.on_bounce(b, ctx);
             }
@@ -842,6 +874,7 @@ impl Handler<GetQueueStats> for QueueActor {
     type Result = MessageResult<GetQueueStats>;
 
     fn handle(&mut self, _msg: GetQueueStats, _ctx: &mut Self::Context) -> Self::Result {
+        self.tick(None);
         MessageResult(self.stats())
     }
 }
@@ -851,8 +884,9 @@ impl Handler<CloseIntake> for QueueActor {
     type Result = ();
 
     fn handle(&mut self, _msg: CloseIntake, _ctx: &mut Self::Context) {
+        self.tick(None);
         self.closed = true;
-        let now = Instant::now();
+        let now = self.now();
         while let Some(w) = self.waiting.pop_front() {
             self.reject_new(w, Rejection::ShuttingDown, now);
         }
@@ -865,6 +899,7 @@ impl Handler<Drain> for QueueActor {
     type Result = ();
 
     fn handle(&mut self, msg: Drain, _ctx: &mut Self::Context) {
+        self.tick(None);
         self.drains.push(msg.reply);
         self.check_drained();
     }
@@ -875,6 +910,7 @@ impl Handler<Abort> for QueueActor {
     type Result = MessageResult<Abort>;
 
     fn handle(&mut self, _msg: Abort, ctx: &mut Self::Context) -> Self::Result {
+        self.tick(None);
         self.closed = true;
         let mut seqs: Vec<Seq> = self.tasks.keys().copied().collect();
         seqs.sort_unstable();
@@ -893,7 +929,7 @@ impl Handler<Abort> for QueueActor {
             self.counters.rejected -= 1;
             self.finish(seq, outcome, ctx);
         }
-        let now = Instant::now();
+        let now = self.now();
         while let Some(w) = self.waiting.pop_front() {
             self.reject_new(w, Rejection::ShuttingDown, now);
         }
