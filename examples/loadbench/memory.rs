@@ -193,8 +193,8 @@ fn run_probe(cli: &Cli, queued_n: usize) -> Result<Value, String> {
 
 pub async fn run(cli: &Cli) -> Result<Report, String> {
     let queued_n = pick(cli.tasks, cli.smoke, 5_000, 100_000);
-    let per_task_n = if cli.smoke { 2_000 } else { 200_000 };
-    let rounds = pick(cli.rounds, cli.smoke, 1, 3);
+    let per_task_n = if cli.smoke { 2_000 } else { 100_000 };
+    let rounds = pick(cli.rounds, cli.smoke, 1, 7);
     let window = cli.window.unwrap_or(1024);
     let pool_n = 1000;
     let mut rep = Report::new(
@@ -235,7 +235,11 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
     let mut us: Vec<Vec<f64>> = vec![Vec::new(); engines.len()];
     for r in 0..rounds {
         bare.push(bare_round_trips(per_task_n, window, max).await.us_per_task);
-        for (k, (m, n, d)) in engines.iter().enumerate() {
+        // Rotate the order every round so no pool size always runs first.
+        let k_all = engines.len();
+        for j in 0..k_all {
+            let k = (j + r) % k_all;
+            let (m, n, d) = &engines[k];
             let run = engine_tasks(d, per_task_n, window, max).await;
             eprintln!(
                 "memory: round {r}: {m} {n} nodes: {:.3} µs/task",
@@ -263,7 +267,24 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
             row.push(format!("{v:.3}"));
             cost_json.push(json!({"mode": m, "nodes": n, "us_per_task": v, "runs": us[k]}));
         }
-        let growth = by_size[2] / by_size[0].max(1e-9);
+        // Median of the per-round ratios: each round's two runs are close in
+        // time, so the machine's drift cancels out.
+        let (k3, k1000) = (
+            engines
+                .iter()
+                .position(|(em, en, _)| *em == m && *en == 3)
+                .expect("started"),
+            engines
+                .iter()
+                .position(|(em, en, _)| *em == m && *en == 1000)
+                .expect("started"),
+        );
+        let ratios: Vec<f64> = us[k1000]
+            .iter()
+            .zip(&us[k3])
+            .map(|(a, b)| a / b.max(1e-9))
+            .collect();
+        let growth = median(&ratios);
         row.push(format!("{growth:.2}"));
         rep.target(
             format!("{m}: µs per task at 1000 nodes / at 3 nodes"),
@@ -345,7 +366,8 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
         "RSS is VmRSS of /proc/self/status before and after each step, measured in a fresh child \
          process (`loadbench memory-probe`) so no earlier allocation is reused; the 1000-node pool \
          stays up during the queued-task step so that step cannot reuse its memory. Cost per task: \
-         {} tasks per run, window {}, median of {rounds} round(s); a bare actix round trip cost \
+         {} tasks per run, window {}, median of {rounds} round(s) in rotating order, the \
+         1000/3 column the median of the per-round ratios; a bare actix round trip cost \
          {bare_us:.3} µs in the same run.",
         count(per_task_n as f64),
         window
