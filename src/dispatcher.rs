@@ -589,3 +589,62 @@ pub(crate) fn rejected(
         total: since.elapsed(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::{AttemptOutcome, ErrorKind, FailReason};
+    use crate::transport::{HttpReply, HttpRequest, Transport, TransportError};
+    use futures::future::LocalBoxFuture;
+    use std::rc::Rc;
+
+    /// Never answers: the attempt is only ever ended by its node's timeout.
+    struct Silent;
+
+    impl Transport for Silent {
+        fn send(
+            &self,
+            _req: HttpRequest,
+        ) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
+            Box::pin(futures::future::pending())
+        }
+    }
+
+    /// The watchdog answers attempts whose node died with them in flight:
+    /// here the node thread is stopped, so not even the node's timeout can
+    /// end the attempt. Queue and balancer run under paused time.
+    #[actix_rt::test]
+    async fn attempts_of_a_dead_node_are_answered_by_the_watchdog() {
+        tokio::time::pause();
+        let config = Config::from_json(
+            r#"{"services":[{"name":"svc","timeout":"1s",
+                "endpoints":[{"address":"http://127.0.0.1:9/","max_concurrent":10}],
+                "breaker":{"enabled":false},
+                "retry":{"max_retries":1,"backoff_base":"1ms","backoff_max":"1ms"}}]}"#,
+        )
+        .unwrap();
+        let silent: TransportFactory = Arc::new(|_: &str| Rc::new(Silent) as Rc<dyn Transport>);
+        let d = Dispatcher::builder(config)
+            .node_threads(1)
+            .transport(silent)
+            .start()
+            .unwrap();
+        let pending = d.submit(Task::get("svc", "/x"));
+        // The node thread dies with the attempt (or its dispatch) in flight.
+        for a in d.inner.node_threads.lock().expect("lock").drain(..) {
+            a.stop();
+        }
+        let r = pending.await;
+        match &r.outcome {
+            Outcome::Failure(f) => {
+                assert_eq!(f.reason, FailReason::RetriesExhausted);
+                assert_eq!(f.last, Some(AttemptOutcome::Error(ErrorKind::Lost)));
+            }
+            o => panic!("{o:?}"),
+        }
+        assert_eq!(r.attempts.len(), 2);
+        let s = d.stats().await;
+        assert!(s.services[0].is_balanced());
+        assert_eq!(s.services[0].queue.failed, 1);
+    }
+}
