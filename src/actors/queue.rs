@@ -254,6 +254,7 @@ impl QueueActor {
     /// Answers a task that never entered the queue.
     fn reject_new(&mut self, msg: Submit, reason: Rejection, now: Instant) {
         self.counters.submitted += 1;
+        self.counters.rejected += 1;
         let outcome = self.rejection_outcome(reason);
         let result = TaskResult {
             id: msg.job.id,
@@ -265,9 +266,15 @@ impl QueueActor {
         let _ = msg.reply.send(result);
     }
 
+    /// Answers accepted task `seq` with a rejection (or the fallback).
+    fn reject(&mut self, seq: Seq, reason: Rejection, ctx: &mut Context<Self>) {
+        let outcome = self.rejection_outcome(reason);
+        self.finish(seq, outcome, ctx);
+    }
+
     /// A rejection, or the fallback response when one is configured for it.
+    /// Counts fallbacks; the rejection itself is counted where it is sent.
     fn rejection_outcome(&mut self, reason: Rejection) -> Outcome {
-        self.counters.rejected += 1;
         match (&self.cfg.fallback, &reason) {
             (Some(f), Rejection::CircuitOpen { .. } | Rejection::RateLimited { .. }) => {
                 self.counters.fallbacks += 1;
@@ -485,9 +492,7 @@ impl QueueActor {
         if tried {
             self.fail(seq, FailReason::DeadlineExceeded, ctx);
         } else {
-            let outcome = self.rejection_outcome(Rejection::DeadlinePassed);
-            self.counters.rejected -= 1; // counted again in finish
-            self.finish(seq, outcome, ctx);
+            self.reject(seq, Rejection::DeadlinePassed, ctx);
         }
     }
 
@@ -572,9 +577,7 @@ impl QueueActor {
                     p.state = State::Ready;
                     self.ready.push_front(seq);
                     if let Gate::Reject(r) = self.gate.clone() {
-                        let outcome = self.rejection_outcome(r);
-                        self.counters.rejected -= 1;
-                        self.finish(seq, outcome, ctx);
+                        self.reject(seq, r, ctx);
                     }
                 }
                 Timer::Deadline if p.state != State::InFlight => {
@@ -652,9 +655,7 @@ impl QueueActor {
         self.queued += 1;
         self.ready.push_front(msg.seq);
         if let Gate::Reject(r) = self.gate.clone() {
-            let outcome = self.rejection_outcome(r);
-            self.counters.rejected -= 1;
-            self.finish(msg.seq, outcome, ctx);
+            self.reject(msg.seq, r, ctx);
         }
     }
 
@@ -666,9 +667,7 @@ impl QueueActor {
                 .get(&seq)
                 .is_some_and(|p| p.state == State::Ready)
             {
-                let outcome = self.rejection_outcome(reason.clone());
-                self.counters.rejected -= 1;
-                self.finish(seq, outcome, ctx);
+                self.reject(seq, reason.clone(), ctx);
             }
         }
     }
@@ -925,9 +924,7 @@ impl Handler<Abort> for QueueActor {
                     was_in_flight: p.state == State::InFlight,
                 });
             }
-            let outcome = self.rejection_outcome(Rejection::ShuttingDown);
-            self.counters.rejected -= 1;
-            self.finish(seq, outcome, ctx);
+            self.reject(seq, Rejection::ShuttingDown, ctx);
         }
         let now = self.now();
         while let Some(w) = self.waiting.pop_front() {
