@@ -9,7 +9,7 @@ use actix_dispatch::{
     Config, Dispatcher, FailReason, Method, Outcome, Rejection, Task, TaskResult,
 };
 use futures::StreamExt;
-use support::cfg::{config, served_by};
+use support::cfg::{burst, config, served_by};
 use support::{backends, init_logs, Backend};
 
 #[actix_rt::test]
@@ -252,9 +252,7 @@ async fn queue_full_rejects_or_waits() {
     let b = Backend::start();
     b.set_latency(Duration::from_millis(100));
     let d = Dispatcher::start(config("p2c", &[(&b, 1, 1)], r#""queue":{"capacity":5}"#)).unwrap();
-    let results: Vec<TaskResult> =
-        futures::future::join_all((0..20).map(|i| d.submit(Task::get("svc", format!("/q/{i}")))))
-            .await;
+    let results: Vec<TaskResult> = burst(&d, 20, "q").await;
     let full = results
         .iter()
         .filter(|r| r.rejection() == Some(&Rejection::QueueFull))
@@ -273,9 +271,7 @@ async fn queue_full_rejects_or_waits() {
     ))
     .unwrap();
     b.set_latency(Duration::from_millis(5));
-    let results: Vec<TaskResult> =
-        futures::future::join_all((0..20).map(|i| d.submit(Task::get("svc", format!("/q/{i}")))))
-            .await;
+    let results: Vec<TaskResult> = burst(&d, 20, "q").await;
     assert!(results.iter().all(TaskResult::is_success));
     let s = d.stats().await;
     assert!(s.services[0].queue.peak_queued <= 2);

@@ -13,7 +13,7 @@ use actix_dispatch::{
 };
 use futures::future::LocalBoxFuture;
 use futures::StreamExt;
-use support::cfg::{config, served_by};
+use support::cfg::{burst, config, served_by};
 use support::{backends, init_logs, Backend};
 
 async fn node_stats(d: &Dispatcher, address: &str) -> actix_dispatch::NodeStats {
@@ -162,9 +162,7 @@ async fn all_open_wait_mode_holds_tasks_until_half_open() {
     }
     b.set_status(None);
     let start = actix_dispatch::Instant::now();
-    let results: Vec<TaskResult> =
-        futures::future::join_all((0..5).map(|i| d.submit(Task::get("svc", format!("/w/{i}")))))
-            .await;
+    let results: Vec<TaskResult> = burst(&d, 5, "w").await;
     assert!(
         results.iter().all(TaskResult::is_success),
         "{:?}",
@@ -196,9 +194,7 @@ async fn rate_limit_wait_holds_the_backend_to_the_rate() {
         r#""rate_limit":{"per_node":{"rate":50,"burst":5},"on_limit":"wait"}"#,
     ))
     .unwrap();
-    let results: Vec<TaskResult> =
-        futures::future::join_all((0..80).map(|i| d.submit(Task::get("svc", format!("/rl/{i}")))))
-            .await;
+    let results: Vec<TaskResult> = burst(&d, 80, "rl").await;
     assert!(results.iter().all(TaskResult::is_success));
     assert_eq!(b.hits(), 80);
     // Any 500 ms window: the engine admits at most burst + rate * 0.5 = 30;
@@ -222,9 +218,7 @@ async fn rate_limit_reject_reproduces_the_seed_burst() {
         r#""rate_limit":{"service":{"rate":20,"burst":10},"on_limit":"reject"}"#,
     ))
     .unwrap();
-    let results: Vec<TaskResult> =
-        futures::future::join_all((0..50).map(|i| d.submit(Task::get("svc", format!("/s/{i}")))))
-            .await;
+    let results: Vec<TaskResult> = burst(&d, 50, "s").await;
     let ok = results.iter().filter(|r| r.is_success()).count();
     let limited = results
         .iter()

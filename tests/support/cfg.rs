@@ -30,3 +30,9 @@ pub fn served_by(r: &TaskResult) -> String {
         .unwrap_or_else(|| panic!("not a success: {:?}", r.outcome))
         .to_owned()
 }
+
+/// Submits `n` GETs to `svc` at once (paths `/{tag}/{i}`) and waits for all.
+pub async fn burst(d: &actix_dispatch::Dispatcher, n: usize, tag: &str) -> Vec<TaskResult> {
+    let tasks = (0..n).map(|i| d.submit(actix_dispatch::Task::get("svc", format!("/{tag}/{i}"))));
+    futures::future::join_all(tasks).await
+}
