@@ -1,4 +1,4 @@
-//! The messages between the pipeline's actors, one struct each.
+//! The messages between the pipeline's actors, one type each.
 //!
 //! ```text
 //!  submit ─► QueueActor ──Route──► BalancerActor ──Dispatch──► NodeActor ──► backend
