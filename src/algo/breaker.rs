@@ -255,7 +255,7 @@ impl Breaker {
     pub fn peek(&self, now: Instant) -> Result<bool, Instant> {
         match (self.pending(now), self.state) {
             (Some(TransitionReason::OpenElapsed), _) => Ok(true),
-            (Some(_), _) => Err(later(now, self.next_period())),
+            (Some(_), _) => Err(super::time::add(now, self.next_period())),
             (None, BreakerState::Closed) => Ok(false),
             (None, BreakerState::Open { until }) => Err(until),
             (None, BreakerState::HalfOpen) if self.probes_issued < self.probes() => Ok(true),
@@ -280,7 +280,7 @@ impl Breaker {
                 let permit = permit(true);
                 self.probes_issued += 1;
                 if self.probe_deadline.is_none() {
-                    self.probe_deadline = Some(later(now, self.config.probe_timeout));
+                    self.probe_deadline = Some(super::time::add(now, self.config.probe_timeout));
                 }
                 Ok(permit)
             }
@@ -420,7 +420,7 @@ impl Breaker {
         let period = self.next_period();
         self.last_period = Some(period);
         self.trips += 1;
-        let until = later(now, period);
+        let until = super::time::add(now, period);
         self.enter(BreakerState::Open { until }, reason, now)
     }
 
@@ -441,11 +441,6 @@ impl Breaker {
     }
 }
 
-/// `now + d`, saturating at tokio's "far future" (30 years) on overflow.
-fn later(now: Instant, d: Duration) -> Instant {
-    now.checked_add(d)
-        .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365 * 30))
-}
 
 #[cfg(test)]
 mod tests {

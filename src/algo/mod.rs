@@ -10,3 +10,4 @@ pub mod budget;
 pub mod ewma;
 pub mod limiter;
 pub mod strategy;
+pub mod time;
