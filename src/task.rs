@@ -5,8 +5,12 @@
 //! an actix [`Message`] whose answer is a [`TaskResult`]. Building a task
 //! never fails; it is checked when submitted, and an invalid one comes back
 //! at once as [`Rejection::InvalidTask`] with the reason. A path must stay
-//! relative: absolute URLs, schemes, a leading `//` and CR/LF are refused, so
-//! the engine only ever talks to configured endpoints.
+//! relative and under its endpoint's prefix: absolute URLs, schemes, a
+//! leading `//`, CR/LF/NUL and dot-segments in any spelling are refused, so
+//! the engine only ever talks to configured endpoints; headers that change
+//! routing or framing (`Host`, `Content-Length`, ...) are refused too (see
+//! [`check_path`] and [`check_header_name`]). A timeout or deadline longer
+//! than [`crate::algo::time::MAX_DURATION`] (365 days) is refused, naming it.
 //!
 //! ```
 //! use std::time::Duration;
@@ -27,10 +31,17 @@ use awc::http::Method;
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use crate::algo::time;
+
+mod check;
+#[cfg(test)]
+mod props;
+
 pub use crate::outcome::{
     Attempt, AttemptOutcome, ErrorKind, FailReason, Failure, Outcome, Rejection, Response,
     TaskResult,
 };
+pub use check::{check_header_name, check_path};
 
 /// Identifier of a task, unique within a dispatcher unless set by the caller.
 pub type TaskId = u64;
@@ -219,6 +230,7 @@ impl Task {
         for (k, v) in &self.headers {
             let name = HeaderName::from_bytes(k.as_bytes())
                 .map_err(|_| format!("header name {k:?} is not a valid HTTP header name"))?;
+            check_header_name(k)?;
             if v.contains(['\r', '\n', '\0']) {
                 return Err(format!("header {k:?} contains CR, LF or NUL"));
             }
@@ -226,13 +238,20 @@ impl Task {
                 .map_err(|_| format!("header {k:?} has a value that is not valid in HTTP"))?;
             headers.push((name, value));
         }
-        if self.timeout.is_some_and(|t| t.is_zero()) {
-            return Err("timeout must be greater than zero".into());
+        if let Some(t) = self.timeout {
+            if t.is_zero() {
+                return Err("timeout must be greater than zero".into());
+            }
+            time::bounded("timeout", t)?;
         }
-        let deadline = self.deadline.map(|d| match d {
-            Deadline::At(t) => t,
-            Deadline::After(d) => now + d,
-        });
+        let deadline = match self.deadline {
+            None => None,
+            Some(Deadline::After(d)) => Some(time::add(now, time::bounded("deadline_in", d)?)),
+            Some(Deadline::At(t)) => {
+                time::bounded("deadline", t.saturating_duration_since(now))?;
+                Some(t)
+            }
+        };
         Ok((path, headers, deadline))
     }
 
@@ -244,42 +263,6 @@ impl Task {
     pub(crate) fn body_bytes(&self) -> &Bytes {
         &self.body
     }
-}
-
-/// Checks that a path is relative to its endpoint and a valid URI path.
-pub(crate) fn check_path(path: &str) -> Result<(), String> {
-    if path.contains(['\r', '\n', '\0']) {
-        return Err("path contains CR, LF or NUL".into());
-    }
-    if path.starts_with("//") || path.starts_with("\\\\") {
-        return Err(format!(
-            "path {path:?} starts with `//`: a path must be relative to the endpoint"
-        ));
-    }
-    if path.contains("://") {
-        return Err(format!(
-            "path {path:?} is an absolute URL: a path must be relative to the endpoint"
-        ));
-    }
-    if !path.starts_with('/') {
-        let first = path.split(['/', '?', '#']).next().unwrap_or("");
-        if first.contains(':') {
-            return Err(format!(
-                "path {path:?} starts with a scheme-like segment; start it with `/`"
-            ));
-        }
-    }
-    if path.contains('#') {
-        return Err(format!("path {path:?} has a fragment"));
-    }
-    let with_slash = if path.starts_with('/') {
-        path.to_owned()
-    } else {
-        format!("/{path}")
-    };
-    awc::http::uri::PathAndQuery::from_maybe_shared(Bytes::from(with_slash))
-        .map_err(|e| format!("path {path:?} is not a valid URI path: {e}"))?;
-    Ok(())
 }
 
 /// A checked task as the engine carries it (shared by `Arc` between attempts).
@@ -363,5 +346,77 @@ mod tests {
         assert_eq!(j.path(), "a/b?c=1");
         assert_eq!(j.id, 7);
         assert_eq!(j.deadline, Some(now + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn deadline_in_duration_max_is_refused_not_a_panic() {
+        let e = reason(Task::get("s", "/").deadline_in(Duration::MAX));
+        assert!(e.contains("deadline_in") && e.contains("365 days"), "{e}");
+        let e =
+            reason(Task::get("s", "/").deadline_in(time::MAX_DURATION + Duration::from_secs(1)));
+        assert!(e.contains("deadline_in"), "{e}");
+        let now = Instant::now();
+        let far = now + time::MAX_DURATION + Duration::from_secs(1);
+        let e = reason(Task::get("s", "/").deadline(far));
+        assert!(e.contains("deadline"), "{e}");
+        let j = Task::get("s", "/")
+            .deadline_in(time::MAX_DURATION)
+            .prepare(1, now)
+            .unwrap();
+        assert_eq!(j.deadline, Some(now + time::MAX_DURATION));
+    }
+
+    #[test]
+    fn timeout_duration_max_is_refused() {
+        let e = reason(Task::get("s", "/").timeout(Duration::MAX));
+        assert!(e.contains("timeout") && e.contains("365 days"), "{e}");
+        assert!(Task::get("s", "/")
+            .timeout(time::MAX_DURATION)
+            .prepare(1, Instant::now())
+            .is_ok());
+    }
+
+    #[test]
+    fn dot_segment_paths_are_invalid_tasks() {
+        for p in [
+            "../../admin",
+            "/%2e%2e/admin",
+            "..%2f..%2fadmin",
+            "/.%2e/admin",
+            r"\..\..\admin",
+        ] {
+            assert!(reason(Task::get("s", p)).contains("dot-segment"), "{p}");
+        }
+    }
+
+    #[test]
+    fn colon_slash_slash_in_query_is_accepted() {
+        let j = Task::get("s", "/login?next=https://app.example/home")
+            .prepare(1, Instant::now())
+            .unwrap();
+        assert_eq!(j.path(), "login?next=https://app.example/home");
+    }
+
+    #[test]
+    fn host_header_is_refused_and_repeats_are_kept() {
+        let e = reason(Task::get("s", "/").header("Host", "evil.example"));
+        assert!(e.contains("Host") && e.contains("routed or framed"), "{e}");
+        for h in [
+            "Transfer-Encoding",
+            "content-length",
+            "Proxy-Authorization",
+            "TE",
+        ] {
+            assert!(
+                reason(Task::get("s", "/").header(h, "x")).contains(h),
+                "{h}"
+            );
+        }
+        let j = Task::get("s", "/")
+            .header("accept", "text/html")
+            .header("accept", "application/json")
+            .prepare(1, Instant::now())
+            .unwrap();
+        assert_eq!(j.headers.len(), 2);
     }
 }

@@ -1,0 +1,249 @@
+//! What a task may carry: a path that stays under its endpoint's prefix, and
+//! headers that do not change where or how the request travels.
+//!
+//! A task's path is appended to an endpoint address such as `http://h/v1/`.
+//! Servers and proxies normalise dot-segments (RFC 3986 §5.2.4) and many
+//! decode `%2e`, `%2f` and `%5c` first, or treat `\` as `/` (IIS, some
+//! proxies), or drop `;params` from a segment (Tomcat's `..;/`). So the path
+//! part (before `?`) is refused when any spelling of it, percent-decoded
+//! again and again (double encoding) with `\` read as `/` and `;params`
+//! dropped, has a `.` or `..` segment. A `://` or a `..` in the query is
+//! data and fine.
+//!
+//! Headers that change routing or framing (`Host`, `Connection`,
+//! `Transfer-Encoding`, `Content-Length`, `Upgrade`, `TE`, `Trailer`,
+//! `Keep-Alive`, `Proxy-*`) belong to the engine and the HTTP client, not to
+//! the task: a `Host: evil.example` would reach a virtual host the endpoint
+//! was never meant to serve, and a framing header lets a request smuggle
+//! another. They are refused at submit.
+//!
+//! ```
+//! use actix_dispatch::task::{check_header_name, check_path};
+//! assert!(check_path("/v1/chat?next=http://x/../y").is_ok());
+//! assert!(check_path("/v1/%2E%2e/admin").is_err());
+//! assert!(check_path("..%2f..%2fadmin").is_err());
+//! assert!(check_path(r"\..\..\admin").is_err());
+//! assert!(check_header_name("Host").is_err());
+//! assert!(check_header_name("accept").is_ok());
+//! ```
+
+use bytes::Bytes;
+
+/// How many rounds of percent-decoding are looked through; a path still
+/// encoded after that many is refused (nobody encodes a path 4 times).
+const DECODE_ROUNDS: usize = 4;
+
+/// Checks that a path is relative to its endpoint, stays under the
+/// endpoint's prefix, and is a valid URI path (with an optional query).
+pub fn check_path(path: &str) -> Result<(), String> {
+    if path.contains(['\r', '\n', '\0']) {
+        return Err("path contains CR, LF or NUL".into());
+    }
+    if path.contains('#') {
+        return Err(format!("path {path:?} has a fragment"));
+    }
+    let (part, _query) = path.split_once('?').unwrap_or((path, ""));
+    if part.starts_with("//") || part.starts_with("\\\\") {
+        return Err(format!(
+            "path {path:?} starts with `//`: a path must be relative to the endpoint"
+        ));
+    }
+    if part.contains("://") {
+        return Err(format!(
+            "path {path:?} is an absolute URL: a path must be relative to the endpoint"
+        ));
+    }
+    if !part.starts_with('/') {
+        let first = part.split(['/', '\\']).next().unwrap_or("");
+        if first.contains(':') {
+            return Err(format!(
+                "path {path:?} starts with a scheme-like segment; start it with `/`"
+            ));
+        }
+    }
+    check_segments(path, part.as_bytes())?;
+    let with_slash = if path.starts_with('/') {
+        path.to_owned()
+    } else {
+        format!("/{path}")
+    };
+    awc::http::uri::PathAndQuery::from_maybe_shared(Bytes::from(with_slash))
+        .map_err(|e| format!("path {path:?} is not a valid URI path: {e}"))?;
+    Ok(())
+}
+
+/// Refuses dot-segments in `part` and in every percent-decoding of it.
+fn check_segments(path: &str, part: &[u8]) -> Result<(), String> {
+    let mut current = part.to_vec();
+    for _ in 0..=DECODE_ROUNDS {
+        if has_dot_segment(&current) {
+            return Err(format!(
+                "path {path:?} has a dot-segment (`.` or `..`, in some spelling): \
+                 a path must stay under the endpoint's prefix"
+            ));
+        }
+        match percent_decode(&current) {
+            Some(next) => current = next,
+            None => return Ok(()),
+        }
+    }
+    Err(format!(
+        "path {path:?} is percent-encoded more than {DECODE_ROUNDS} times over"
+    ))
+}
+
+/// Whether a segment, split on `/` or `\` and without its `;params`, is `.` or `..`.
+fn has_dot_segment(part: &[u8]) -> bool {
+    part.split(|&b| b == b'/' || b == b'\\').any(|seg| {
+        let name = seg.split(|&b| b == b';').next().unwrap_or(seg);
+        name == b"." || name == b".."
+    })
+}
+
+/// One round of percent-decoding, or `None` when there is nothing to decode.
+fn percent_decode(s: &[u8]) -> Option<Vec<u8>> {
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(s.len());
+    let mut changed = false;
+    let mut i = 0;
+    while i < s.len() {
+        if s[i] == b'%' && i + 2 < s.len() {
+            if let (Some(h), Some(l)) = (hex(s[i + 1]), hex(s[i + 2])) {
+                out.push(h << 4 | l);
+                changed = true;
+                i += 3;
+                continue;
+            }
+        }
+        out.push(s[i]);
+        i += 1;
+    }
+    changed.then_some(out)
+}
+
+/// Checks that a task may set header `name` (case-insensitive): headers
+/// that change routing or framing are refused, with the reason.
+pub fn check_header_name(name: &str) -> Result<(), String> {
+    const ENGINE_OWNED: [&str; 8] = [
+        "host",
+        "connection",
+        "transfer-encoding",
+        "content-length",
+        "upgrade",
+        "te",
+        "trailer",
+        "keep-alive",
+    ];
+    let lower = name.to_ascii_lowercase();
+    if ENGINE_OWNED.contains(&lower.as_str()) || lower.starts_with("proxy-") {
+        return Err(format!(
+            "header {name:?} changes how the request is routed or framed; \
+             the engine sets it, not the task"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dot_segments_in_every_spelling_are_refused() {
+        for p in [
+            "../../admin",
+            "/../admin",
+            "/v1/..",
+            "/./admin",
+            ".",
+            "/a/./b",
+            "/%2e%2e/admin",
+            "/%2E%2E/admin",
+            "/.%2e/admin",
+            "/.%2E/admin",
+            "/%2E./admin",
+            "/%2e/admin",
+            "..%2f..%2fadmin",
+            "..%2F..%2Fadmin",
+            "/a%2f..%2fadmin",
+            r"\..\..\admin",
+            r"/a\..\admin",
+            "/a%5c..%5cadmin",
+            "/a%5C..%5Cadmin",
+            "/%252e%252e/admin",
+            "/%25252e%25252e/admin",
+            "/..;/admin",
+            "/..;x=1/admin",
+            "/..?x=1",
+        ] {
+            let e = check_path(p).expect_err(p);
+            assert!(e.contains("dot-segment"), "{p}: {e}");
+        }
+    }
+
+    #[test]
+    fn ordinary_paths_and_queries_pass() {
+        for p in [
+            "/v1/chat",
+            "v1/x",
+            "/a..b/c",
+            "/.well-known/x",
+            "/...",
+            "/a.b/c.d",
+            "/%2e%2e%2e",
+            "/a%2fb",
+            "/?next=http://x/y",
+            "/search?q=../../etc",
+            "/v1/models:predict?x=1",
+            "",
+            "?x=1",
+        ] {
+            assert!(check_path(p).is_ok(), "{p}: {:?}", check_path(p));
+        }
+    }
+
+    #[test]
+    fn colon_slash_slash_in_the_query_is_fine_but_not_in_the_path() {
+        assert!(check_path("/redirect?to=https://example.com/").is_ok());
+        assert!(check_path("/a/http://evil/").is_err());
+    }
+
+    #[test]
+    fn deeply_encoded_paths_are_refused() {
+        let mut p = String::from("%2e");
+        for _ in 0..DECODE_ROUNDS {
+            p = p.replace('%', "%25");
+        }
+        assert!(check_path(&format!("/{p}{p}/x")).is_err());
+        assert!(check_path(&format!("/a{p}b/x")).is_err());
+    }
+
+    #[test]
+    fn routing_and_framing_headers_are_refused() {
+        for h in [
+            "Host",
+            "host",
+            "Connection",
+            "Transfer-Encoding",
+            "content-length",
+            "Upgrade",
+            "TE",
+            "Trailer",
+            "Keep-Alive",
+            "Proxy-Authorization",
+            "proxy-connection",
+        ] {
+            let e = check_header_name(h).expect_err(h);
+            assert!(e.contains(h) && e.contains("routed or framed"), "{e}");
+        }
+        for h in [
+            "accept",
+            "x-request-id",
+            "authorization",
+            "cookie",
+            "hostname",
+        ] {
+            assert!(check_header_name(h).is_ok(), "{h}");
+        }
+    }
+}
