@@ -181,8 +181,9 @@ impl Dispatcher {
             cfg.mode,
             cfg.endpoints.len()
         );
+        // Keyed lower-cased: names match case-insensitively, as the seed's.
         self.inner.services.write().expect("lock").insert(
-            name.clone(),
+            name.to_lowercase(),
             Arc::new(ServiceHandle {
                 name: name.as_str().into(),
                 cfg,
@@ -193,12 +194,11 @@ impl Dispatcher {
         self.inner.order.write().expect("lock").push(name);
     }
 
+    /// The service named `service`, case-insensitively.
     pub(crate) fn handle(&self, service: &str) -> Option<Arc<ServiceHandle>> {
-        self.inner
-            .services
-            .read()
-            .expect("lock")
-            .get(service)
+        let map = self.inner.services.read().expect("lock");
+        map.get(service)
+            .or_else(|| map.get(&service.to_lowercase()))
             .cloned()
     }
 
@@ -285,7 +285,7 @@ impl Dispatcher {
             let map = self.inner.services.read().expect("lock");
             self.service_names()
                 .iter()
-                .filter_map(|n| map.get(n).cloned())
+                .filter_map(|n| map.get(&n.to_lowercase()).cloned())
                 .collect()
         };
         let mut services = Vec::with_capacity(handles.len());
@@ -460,7 +460,11 @@ impl Dispatcher {
     /// kept service stay as they were started.
     pub async fn reload(&self, config: Config) -> Result<ReloadReport, PoolError> {
         let mut report = ReloadReport::default();
-        let wanted: Vec<String> = config.services.iter().map(|s| s.name.clone()).collect();
+        let wanted: Vec<String> = config
+            .services
+            .iter()
+            .map(|s| s.name.to_lowercase())
+            .collect();
         for svc in config.services {
             if self.handle(&svc.name).is_some() {
                 let name = svc.name.clone();
@@ -474,7 +478,7 @@ impl Dispatcher {
         let gone: Vec<String> = self
             .service_names()
             .into_iter()
-            .filter(|n| !wanted.contains(n))
+            .filter(|n| !wanted.contains(&n.to_lowercase()))
             .collect();
         for name in gone {
             let h = {
@@ -484,7 +488,7 @@ impl Dispatcher {
                     .write()
                     .expect("lock")
                     .retain(|n| n != &name);
-                map.remove(&name)
+                map.remove(&name.to_lowercase())
             };
             if let Some(h) = h {
                 log::info!("service {name}: removed from the config; draining");

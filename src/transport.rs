@@ -109,8 +109,9 @@ impl AwcTransport {
 impl Transport for AwcTransport {
     fn send(&self, req: HttpRequest) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
         let mut r = self.client.request(req.method, req.url.as_str());
+        // Append, not insert: a task's repeated headers (two `accept`) are kept.
         for (k, v) in req.headers {
-            r = r.insert_header((k, v));
+            r = r.append_header((k, v));
         }
         let max_body = req.max_body;
         let send = r.send_body(req.body);

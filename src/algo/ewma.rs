@@ -14,9 +14,19 @@
 //!   since the previous observation (a node that turns fast is trusted again
 //!   gradually, over about `decay`).
 //!
-//! Unlike tower, which also decays the estimate toward zero whenever it reads
-//! the load, reading a [`PeakEwma`] here changes nothing: only observations
-//! move it, so a node that receives no traffic keeps its last estimate.
+//! # What reading does
+//!
+//! This is the one place that says it. The stored estimates move only on
+//! observations: [`PeakEwma::get`] and [`Ewma::get`] return them unchanged.
+//! What the balancer *uses*, though, decays with idle time, as tower reads
+//! its `PeakEwma`: each pick reads a node's RTT, latency and error-rate
+//! figures through [`decay_idle`], `value · exp(-idle / decay)`, where
+//! `idle` is the time since the node's last observation and `decay` is the
+//! service's `balancer.decay`. So a node that stopped getting traffic after
+//! one bad spell looks cheaper as time passes and is tried again, while its
+//! stored estimate stays as it was until its next answer
+//! ([`PeakEwma::decayed_secs`] is that read for one estimator).
+//!
 //! Time is never read from a clock: every call takes `now`, so tests run on a
 //! fake clock.
 //!
@@ -136,9 +146,9 @@ impl PeakEwma {
         self.observe(rtt.max(penalty), now);
     }
 
-    /// The current estimate. Reading decays nothing (only [`observe`] moves
-    /// the estimate), so this is the estimate at any `now` until the next
-    /// observation.
+    /// The stored estimate, unchanged by reading (only [`observe`] moves
+    /// it); the balancer reads it decayed by idle time (see the
+    /// [module docs](self#what-reading-does)).
     ///
     /// [`observe`]: PeakEwma::observe
     pub fn get(&self) -> Duration {

@@ -7,7 +7,13 @@
 //! its own so that any error names the service and the field path
 //! (`service "api": field `retry.max_retries`: invalid type ...`). The result
 //! holds only values the engine can run: non-zero capacities, weights in
-//! 1..=100, addresses that are http(s) URLs ending in `/`.
+//! 1..=100, addresses that are http(s) URLs ending in `/`, durations no
+//! longer than [`crate::algo::time::MAX_DURATION`] (365 days). Nothing in it
+//! panics, whatever the input.
+//!
+//! As in the seed, service names match case-insensitively (two names that
+//! differ only in case are a duplicate), a repeated endpoint address keeps
+//! its first entry (with a warning), and `IsActive` is an alias of `active`.
 //!
 //! The seed project's format loads unchanged:
 //!
@@ -22,6 +28,8 @@
 //! ```
 
 mod raw;
+#[cfg(test)]
+mod tests;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -58,9 +66,10 @@ impl Config {
         Self::from_json(&text)
     }
 
-    /// The service named `name`.
+    /// The service named `name`, matched case-insensitively (as the seed).
     pub fn service(&self, name: &str) -> Option<&ServiceConfig> {
-        self.services.iter().find(|s| s.name == name)
+        let name = name.to_lowercase();
+        self.services.iter().find(|s| s.name.to_lowercase() == name)
     }
 }
 
@@ -282,7 +291,8 @@ pub enum HedgeAfter {
 /// One named service: a pool of endpoints and its policies.
 #[derive(Debug, Clone)]
 pub struct ServiceConfig {
-    /// Unique name that tasks address.
+    /// Unique name that tasks address; names match case-insensitively (a
+    /// task for `"did"` reaches service `"Did"`), as in the seed.
     pub name: String,
     /// Balancing mode (default `p2c`).
     pub mode: Mode,

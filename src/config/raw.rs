@@ -1,9 +1,9 @@
 //! The config file as written: serde structs with documented defaults.
 //!
 //! These mirror the JSON exactly (unknown fields are refused, the seed's
-//! `ApiServers` / `Name` / `Mode` / `ApiEndPoints` / `Address` / `Weight`
-//! spellings are accepted as aliases). [`super::validate`] turns them into the
-//! checked values the engine runs on.
+//! `ApiServers` / `Name` / `Mode` / `ApiEndPoints` / `Address` / `Weight` /
+//! `IsActive` spellings are accepted as aliases). [`super::validate`] turns
+//! them into the checked values the engine runs on.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -56,7 +56,7 @@ pub(crate) struct RawEndpoint {
     pub weight: i64,
     #[serde(alias = "MaxConcurrent", default = "default_max_concurrent")]
     pub max_concurrent: u32,
-    #[serde(alias = "Active", default = "yes")]
+    #[serde(alias = "Active", alias = "IsActive", default = "yes")]
     pub active: bool,
 }
 

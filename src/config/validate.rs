@@ -1,11 +1,12 @@
 //! From the file's raw structs to validated [`super::Config`] values.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use serde_json::Value;
 
 use super::raw::{RawBucket, RawEndpoint, RawService};
 use super::*;
+use crate::algo::time;
 
 /// Why a config was refused. Each variant names where the problem is.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -112,11 +113,13 @@ pub(super) fn parse(json: &str) -> Result<Config, ConfigError> {
             }
         })?;
         let svc = service(raw)?;
-        if !names.insert(svc.name.clone()) {
+        // Names match case-insensitively, as the seed's (lower-cased on load
+        // and on lookup): "Did" and "did" are one service.
+        if !names.insert(svc.name.to_lowercase()) {
             return Err(ConfigError::Service {
                 service: svc.name,
                 field: "name".into(),
-                message: "duplicate service name".into(),
+                message: "duplicate service name (names match case-insensitively)".into(),
             });
         }
         services.push(svc);
@@ -129,6 +132,16 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Refuses a duration longer than [`time::MAX_DURATION`], naming the field.
+    fn bounded(&self, field: &str, d: Option<Duration>) -> Result<(), ConfigError> {
+        match d {
+            Some(d) => time::bounded(field, d)
+                .map(drop)
+                .map_err(|m| self.err(field, m)),
+            None => Ok(()),
+        }
+    }
+
     fn err(&self, field: impl Into<String>, message: impl Into<String>) -> ConfigError {
         ConfigError::Service {
             service: self.service.into(),
@@ -156,6 +169,35 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
         })?,
     };
     let endpoints = endpoints(&cx, raw.endpoints)?;
+    // Every duration from the file, bounded before any arithmetic on it.
+    let hc = raw.health_check.as_ref();
+    for (field, d) in [
+        ("timeout", Some(raw.timeout)),
+        ("retry.backoff_base", Some(raw.retry.backoff_base)),
+        ("retry.backoff_max", Some(raw.retry.backoff_max)),
+        ("retry.max_retry_after", Some(raw.retry.max_retry_after)),
+        (
+            "balancer.refresh_interval",
+            Some(raw.balancer.refresh_interval),
+        ),
+        ("balancer.decay", Some(raw.balancer.decay)),
+        ("balancer.default_rtt", Some(raw.balancer.default_rtt)),
+        (
+            "balancer.failure_penalty",
+            Some(raw.balancer.failure_penalty),
+        ),
+        ("balancer.slow_start", raw.balancer.slow_start),
+        ("breaker.slow_call", raw.breaker.slow_call),
+        ("breaker.open_for", Some(raw.breaker.open_for)),
+        ("breaker.max_open_for", Some(raw.breaker.max_open_for)),
+        ("breaker.reset_after", Some(raw.breaker.reset_after)),
+        ("breaker.probe_timeout", raw.breaker.probe_timeout),
+        ("health_check.interval", hc.map(|h| h.interval)),
+        ("health_check.timeout", hc.map(|h| h.timeout)),
+        ("hedge.after", raw.hedge.as_ref().and_then(|h| h.after)),
+    ] {
+        cx.bounded(field, d)?;
+    }
     if raw.timeout.is_zero() {
         return Err(cx.err("timeout", "must be greater than zero"));
     }
@@ -291,7 +333,7 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
             reset_after: br.reset_after,
             half_open_probes: br.half_open_probes,
             // A probe that outlives two attempt timeouts is not coming back.
-            probe_timeout: br.probe_timeout.unwrap_or(raw.timeout * 2),
+            probe_timeout: br.probe_timeout.unwrap_or(time::mul(raw.timeout, 2)),
         },
         on_all_open,
         max_ejected_percent: br.max_ejected_percent,
@@ -406,6 +448,17 @@ fn bucket(cx: &Ctx<'_>, field: &str, b: RawBucket) -> Result<BucketConfig, Confi
     if !(b.rate.is_finite() && b.rate > 0.0) {
         return Err(cx.err(format!("{field}.rate"), "must be greater than zero"));
     }
+    // One token per `1/rate` seconds: that period is bounded like any duration.
+    if b.rate < 1.0 / time::MAX_DURATION.as_secs_f64() {
+        return Err(cx.err(
+            format!("{field}.rate"),
+            format!(
+                "{} per second is less than one token per {} days",
+                b.rate,
+                time::MAX_DURATION.as_secs() / 86_400
+            ),
+        ));
+    }
     if b.burst == 0 {
         return Err(cx.err(format!("{field}.burst"), "must be at least 1"));
     }
@@ -420,27 +473,23 @@ fn endpoints(cx: &Ctx<'_>, raw: Vec<RawEndpoint>) -> Result<Vec<EndpointConfig>,
         return Err(cx.err("endpoints", "no endpoints configured"));
     }
     let mut out: Vec<EndpointConfig> = Vec::with_capacity(raw.len());
-    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut seen: HashSet<String> = HashSet::new();
     for (i, e) in raw.into_iter().enumerate() {
         let field = |f: &str| format!("endpoints[{i}].{f}");
         let address = normalize_address(&e.address).map_err(|m| cx.err(field("address"), m))?;
         if e.max_concurrent == 0 {
             return Err(cx.err(field("max_concurrent"), "must be greater than zero"));
         }
-        let weight = clamp_weight(cx.service, &address, e.weight);
-        if let Some(&j) = seen.get(&address) {
-            let kept = &mut out[j];
+        // As the seed: a repeated address keeps its first entry.
+        if !seen.insert(address.clone()) {
             log::warn!(
-                "service {}: endpoint {} listed twice; merged (weights and max_concurrent added)",
+                "service {}: endpoint {} listed again as endpoints[{i}]; the first entry is kept",
                 cx.service,
                 address
             );
-            kept.weight = (kept.weight + weight).min(100);
-            kept.max_concurrent = kept.max_concurrent.saturating_add(e.max_concurrent);
-            kept.active |= e.active;
             continue;
         }
-        seen.insert(address.clone(), out.len());
+        let weight = clamp_weight(cx.service, &address, e.weight);
         out.push(EndpointConfig {
             address,
             weight,
@@ -527,7 +576,7 @@ mod tests {
     }
 
     #[test]
-    fn weights_clamped_and_duplicates_merged() {
+    fn weights_clamped_and_a_repeated_address_keeps_its_first_entry() {
         let c = Config::from_json(
             r#"{"services":[{"name":"a","endpoints":[
                 {"address":"http://127.0.0.1:1","weight":0},
@@ -538,8 +587,8 @@ mod tests {
         let e = &c.services[0].endpoints;
         assert_eq!(e.len(), 2);
         assert_eq!(e[0].address, "http://127.0.0.1:1/");
-        assert_eq!(e[0].weight, 4);
-        assert_eq!(e[0].max_concurrent, 15);
+        assert_eq!(e[0].weight, 1);
+        assert_eq!(e[0].max_concurrent, 10);
         assert_eq!(e[1].weight, 100);
     }
 

@@ -1,0 +1,209 @@
+//! Hostile input end to end: headers that would re-route a request, paths
+//! that would leave the endpoint's prefix, extreme durations, repeated
+//! headers, and the seed's case-insensitive service names, against real
+//! actix-web backends on loopback.
+
+mod support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_dispatch::{Config, Dispatcher, Outcome, Rejection, Task, TaskResult};
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use support::cfg::config;
+use support::{init_logs, Backend};
+
+/// A backend that echoes what it received: the `host` and every `accept`
+/// value, each on its own; and answers two `set-cookie` headers.
+struct HeaderEcho {
+    url: String,
+    hits: Arc<AtomicU64>,
+    handle: actix_web::dev::ServerHandle,
+}
+
+impl HeaderEcho {
+    /// Starts on the current actix system (its worker runs on its own thread).
+    fn start() -> HeaderEcho {
+        let hits = Arc::new(AtomicU64::new(0));
+        let h = hits.clone();
+        let server = HttpServer::new(move || {
+            let h = h.clone();
+            App::new().default_service(web::to(move |req: HttpRequest| {
+                h.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    let accepts: Vec<&str> = (req.headers().get_all("accept"))
+                        .filter_map(|v| v.to_str().ok())
+                        .collect();
+                    let host = (req.headers().get("host"))
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("");
+                    HttpResponse::Ok()
+                        .append_header(("set-cookie", "a=1"))
+                        .append_header(("set-cookie", "b=2"))
+                        .body(format!(
+                            "path={} host={host} accept={}",
+                            req.path(),
+                            accepts.join("|")
+                        ))
+                }
+            }))
+        })
+        .workers(1)
+        .disable_signals()
+        .bind(("127.0.0.1", 0))
+        .expect("bind");
+        let port = server.addrs()[0].port();
+        let server = server.run();
+        let handle = server.handle();
+        actix_rt::spawn(server);
+        HeaderEcho {
+            url: format!("http://127.0.0.1:{port}/v1/"),
+            hits,
+            handle,
+        }
+    }
+
+    fn config(&self) -> Config {
+        let json = format!(
+            r#"{{"services":[{{"name":"svc","endpoints":[{{"address":"{}"}}]}}]}}"#,
+            self.url
+        );
+        Config::from_json(&json).unwrap()
+    }
+}
+
+fn invalid_reason(r: &TaskResult) -> &str {
+    match &r.outcome {
+        Outcome::Rejected(Rejection::InvalidTask(why)) => why,
+        other => panic!("expected InvalidTask, got {other:?}"),
+    }
+}
+
+#[actix_rt::test]
+async fn host_header_is_refused_and_repeated_headers_reach_the_backend_and_come_back() {
+    init_logs();
+    let b = HeaderEcho::start();
+    let d = Dispatcher::start(b.config()).unwrap();
+
+    // Host (and every header that re-routes or re-frames) is refused at submit.
+    for (k, v) in [
+        ("Host", "evil.example"),
+        ("transfer-encoding", "chunked"),
+        ("Content-Length", "0"),
+        ("Proxy-Authorization", "x"),
+    ] {
+        let r = d.submit(Task::get("svc", "/x").header(k, v)).await;
+        assert!(invalid_reason(&r).contains(k), "{k}: {:?}", r.outcome);
+    }
+    assert_eq!(
+        b.hits.load(Ordering::SeqCst),
+        0,
+        "nothing reached the backend"
+    );
+
+    // Repeated request headers are all sent; repeated response headers all kept.
+    let r = d
+        .submit(
+            Task::get("svc", "/x")
+                .header("accept", "text/html")
+                .header("accept", "application/json"),
+        )
+        .await;
+    let resp = r.response().unwrap_or_else(|| panic!("{:?}", r.outcome));
+    let body = String::from_utf8_lossy(&resp.body);
+    assert!(
+        body.contains("accept=text/html|application/json")
+            || body.contains("accept=text/html, application/json"),
+        "{body}"
+    );
+    assert!(body.contains("path=/v1/x"), "{body}");
+    assert!(body.contains("host=127.0.0.1:"), "{body}");
+    let cookies: Vec<&str> = (resp.headers.get_all("set-cookie"))
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    assert_eq!(cookies, ["a=1", "b=2"]);
+
+    d.shutdown(Duration::from_secs(1)).await;
+    b.handle.stop(false).await;
+}
+
+#[actix_rt::test]
+async fn dot_segment_paths_never_reach_the_backend_but_colon_slash_slash_in_a_query_does() {
+    init_logs();
+    let b = HeaderEcho::start();
+    let d = Dispatcher::start(b.config()).unwrap();
+    for p in [
+        "../../admin",
+        "/%2e%2e/admin",
+        "..%2f..%2fadmin",
+        "/.%2e/admin",
+        r"\..\..\admin",
+        "/a/%5c..%5c..%5cadmin",
+        "/./admin",
+    ] {
+        let r = d.submit(Task::get("svc", p)).await;
+        assert!(invalid_reason(&r).contains("dot-segment"), "{p}");
+    }
+    assert_eq!(b.hits.load(Ordering::SeqCst), 0);
+    let r = d
+        .submit(Task::get("svc", "/login?next=https://app.example/"))
+        .await;
+    let body = String::from_utf8_lossy(&r.response().expect("answered").body).into_owned();
+    assert!(body.contains("path=/v1/login"), "{body}");
+    d.shutdown(Duration::from_secs(1)).await;
+    b.handle.stop(false).await;
+}
+
+#[actix_rt::test]
+async fn duration_max_deadline_and_timeout_are_rejected_not_a_panic() {
+    init_logs();
+    let b = Backend::start();
+    let d = Dispatcher::start(config("p2c", &[(&b, 1, 10)], "")).unwrap();
+    let r = d
+        .submit(Task::get("svc", "/x").deadline_in(Duration::MAX))
+        .await;
+    assert!(invalid_reason(&r).contains("deadline_in"));
+    let r = d
+        .submit(Task::get("svc", "/x").timeout(Duration::MAX))
+        .await;
+    assert!(invalid_reason(&r).contains("timeout"));
+    // The service still works afterwards.
+    let r = d.submit(Task::get("svc", "/x")).await;
+    assert!(r.is_success(), "{:?}", r.outcome);
+    let s = d.stats().await;
+    assert_eq!(s.refused, 2);
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+#[actix_rt::test]
+async fn a_task_for_did_reaches_service_did_case_insensitively() {
+    init_logs();
+    let b = Backend::start();
+    let json = format!(
+        r#"{{"ApiServers":[{{"Name":"Did","Mode":"Poll","ApiEndPoints":[{{"Address":"{}","Weight":1,"IsActive":true}}]}}]}}"#,
+        b.url()
+    );
+    let d = Dispatcher::start(Config::from_json(&json).unwrap()).unwrap();
+    for name in ["did", "Did", "DID"] {
+        let r = d.submit(Task::get(name, "/hello")).await;
+        assert!(r.is_success(), "{name}: {:?}", r.outcome);
+    }
+    assert_eq!(b.hits(), 3);
+    let s = d.stats().await;
+    assert_eq!(s.services.len(), 1);
+    assert_eq!(s.services[0].name, "Did");
+    assert!(d.queue("dId").is_some());
+    // A reload that spells the name differently keeps the same service.
+    let report = d
+        .reload(Config::from_json(&json.replace("\"Did\"", "\"did\"")).unwrap())
+        .await
+        .unwrap();
+    assert!(
+        report.started.is_empty() && report.stopped.is_empty(),
+        "{report:?}"
+    );
+    let r = d.submit(Task::get("did", "/again")).await;
+    assert!(r.is_success(), "{:?}", r.outcome);
+    d.shutdown(Duration::from_secs(1)).await;
+}
