@@ -176,6 +176,10 @@ pub enum Rejection {
         /// Time until the first breaker half-opens.
         retry_after: Duration,
     },
+    /// The service's pipeline failed inside the engine (a bug, logged at
+    /// `error`); the task was not finished and may be submitted again.
+    #[error("internal error: {0}")]
+    Internal(String),
     /// Out of tokens (`on_limit: reject`).
     #[error("rate limited; next token in {retry_after:?}")]
     RateLimited {
@@ -221,11 +225,19 @@ impl fmt::Display for AttemptOutcome {
 pub enum ErrorKind {
     /// Could not connect: the request was never sent (always retryable).
     Connect,
+    /// Connected, but no byte of the request can have been acted on: the
+    /// write failed before anything left, or a reused keep-alive connection
+    /// was closed or reset before any byte of the answer (the race with a
+    /// server closing an idle connection; see [`crate::transport`]). Always
+    /// retryable, and not the node's fault.
+    NotSent,
     /// No answer within the attempt timeout (retryable if idempotent).
     Timeout,
     /// The connection broke after sending (retryable if idempotent).
     Reset,
-    /// The response body was too large or broken (not retried).
+    /// The response body was over `max_body` or could not be decoded (not
+    /// retried, and not the node's fault). A connection that breaks while
+    /// the body is read is [`ErrorKind::Reset`].
     Body,
     /// The request could not be built (not retried).
     Invalid,
@@ -241,6 +253,7 @@ impl fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             ErrorKind::Connect => "connect error",
+            ErrorKind::NotSent => "not sent (connection closed before the request)",
             ErrorKind::Timeout => "timeout",
             ErrorKind::Reset => "connection reset",
             ErrorKind::Body => "body error",
@@ -254,13 +267,43 @@ impl fmt::Display for ErrorKind {
 
 impl AttemptOutcome {
     /// Whether this counts against a node's health (breaker, error rate):
-    /// connect errors, timeouts, resets, panics and 5xx; never 4xx.
+    /// connect errors, timeouts, resets, panics, lost attempts and 5xx.
+    /// Never 4xx, nor what is the task's or the race's doing: a body over
+    /// `max_body` (a large resource is not a sick node), an invalid request,
+    /// a cancelled hedge, or a request not sent because a keep-alive
+    /// connection closed under it.
     pub fn is_node_failure(&self) -> bool {
         match self {
             AttemptOutcome::Status(s) => *s >= 500,
-            AttemptOutcome::Error(ErrorKind::Cancelled) => false,
-            AttemptOutcome::Error(ErrorKind::Invalid) => false,
-            AttemptOutcome::Error(_) => true,
+            AttemptOutcome::Error(
+                ErrorKind::Connect
+                | ErrorKind::Timeout
+                | ErrorKind::Reset
+                | ErrorKind::Panicked
+                | ErrorKind::Lost,
+            ) => true,
+            AttemptOutcome::Error(
+                ErrorKind::NotSent | ErrorKind::Body | ErrorKind::Invalid | ErrorKind::Cancelled,
+            ) => false,
+        }
+    }
+
+    /// Whether a task that ended with this may be tried again (the rule of
+    /// [`crate::algo::policy`]): 429 and 5xx, connect errors and requests
+    /// not sent, always;
+    /// timeouts, resets, panics and lost attempts only when `idempotent`
+    /// (the server may have acted); other statuses, body errors, invalid
+    /// requests and cancelled attempts never.
+    pub fn is_retryable(&self, idempotent: bool) -> bool {
+        match self {
+            AttemptOutcome::Status(s) => *s == 429 || *s >= 500,
+            AttemptOutcome::Error(ErrorKind::Connect | ErrorKind::NotSent) => true,
+            AttemptOutcome::Error(
+                ErrorKind::Timeout | ErrorKind::Reset | ErrorKind::Panicked | ErrorKind::Lost,
+            ) => idempotent,
+            AttemptOutcome::Error(ErrorKind::Body | ErrorKind::Invalid | ErrorKind::Cancelled) => {
+                false
+            }
         }
     }
 

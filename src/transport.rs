@@ -1,23 +1,84 @@
 //! How one attempt reaches a backend: a small trait, and awc behind it.
 //!
 //! Every [`crate::actors::NodeActor`] owns one [`Transport`], made on the
-//! node's own thread by a [`TransportFactory`] (awc's `Client` is `!Send`).
-//! The default, [`AwcTransport`], disables redirects (the node that answers
-//! must be the node the task was sent to), lifts awc's 100-connection limit
-//! (`max_concurrent` is the cap), reads the body under a size limit, and maps
-//! awc's errors onto [`ErrorKind`]s by what they mean for a retry: connect
-//! failures were never sent; timeouts and resets are ambiguous.
+//! node's own thread by a [`TransportFactory`] (awc's `Client` is `!Send`)
+//! and then told its service's [`ConnectionSettings`] with
+//! [`Transport::configure`]. The default, [`AwcTransport`], disables
+//! redirects (the node that answers must be the node the task was sent to),
+//! lifts awc's 100-connection limit (`max_concurrent` is the cap), keeps idle
+//! connections `keep_alive` and any connection at most `max_connection_age`,
+//! reads the body under a size limit, and maps awc's errors onto
+//! [`ErrorKind`]s by what they mean for a retry.
+//!
+//! # Was the request sent?
+//!
+//! A pooling client meets one race with every HTTP/1.1 server: it reuses an
+//! idle connection just as the server closes it. The request then fails,
+//! though the server never read it, and a POST may only be retried if the
+//! engine knows that. What awc 3 (its pool and h1 dispatcher) reports, and
+//! what the engine makes of it:
+//!
+//! - **A pooled connection already seen closed** is never used: before
+//!   reusing one, awc's pool polls a read on it and drops it on EOF or error
+//!   (and on unexpected bytes). But it sees only what tokio's reactor has
+//!   noticed; a FIN that arrived since the last reactor turn is missed, so
+//!   the race remains.
+//! - **The write fails** (`SendRequestError::Send`): the connection was
+//!   already reset when the request was written. A request of at most 8 KiB
+//!   (awc's write buffer) goes out in one write, which then wrote nothing:
+//!   [`ErrorKind::NotSent`].
+//! - **EOF before any byte of the answer** (`SendRequestError::Connect(
+//!   ConnectError::Disconnected)`), or **a read error before the answer's
+//!   head** (`SendRequestError::Response(ParseError::Io)`, a reset): on a
+//!   reused connection this is the race (the server closed an idle
+//!   connection, or reset it with our request unread), so
+//!   [`ErrorKind::NotSent`], the rule of Chromium's `ShouldResendRequest`
+//!   and Firefox for reused connections, and Envoy's `reset-before-request`
+//!   in spirit. On a new connection it is ambiguous (the server may have
+//!   read the request and died): [`ErrorKind::Reset`].
+//! - **After the head, while reading the body** (`PayloadError::Incomplete`
+//!   or `Io`): [`ErrorKind::Reset`], a node failure. A body over `max_body`
+//!   (`PayloadError::Overflow`) or one that cannot be decoded is
+//!   [`ErrorKind::Body`]: the task's failure, not the node's.
+//! - Connect errors (refused, connect timeout, resolver) were never sent:
+//!   [`ErrorKind::Connect`].
+//!
+//! awc does not say whether it reused a connection. The engine learns it by
+//! wrapping awc's TCP connector: it marks the attempt being polled when awc
+//! opens a connection for it (awc opens and writes HTTP/1.1 connections
+//! inside the request's own future, on the node's thread). An attempt that
+//! opened none was sent on a pooled connection.
+//!
+//! What the engine cannot tell: whether a server that closed a *reused*
+//! connection without answering had read the request (a server that reads a
+//! request, then dies before writing one byte of the answer, looks exactly
+//! like the race; such a request is retried, as browsers do), and, for a
+//! request over 8 KiB whose write failed on a new connection, how much of it
+//! left (then [`ErrorKind::Reset`]). HTTP/2 (with the `tls` feature) runs its
+//! connections on tasks of their own; its errors stay [`ErrorKind::Reset`].
+//!
+//! The race itself is avoided where it can be: `keep_alive` defaults to
+//! 1 s, below the idle timeouts of common servers (gunicorn 2 s; uvicorn,
+//! Node.js, Apache and actix-web 5 s; nginx 75 s), so the engine closes idle
+//! connections before the server does.
 //!
 //! Benchmarks and tests of pure scheduling may plug another transport with
 //! [`crate::DispatcherBuilder::transport`]; behaviour tests use the real one.
 
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use actix_service::Service;
+use actix_tls::connect::{ConnectError as TcpConnectError, ConnectInfo, Connection, Resolver};
 use awc::error::{ConnectError, PayloadError, SendRequestError};
 use awc::http::header::{HeaderMap, HeaderName, HeaderValue};
 use awc::http::Method;
+use awc::http::Uri;
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
 
@@ -76,6 +137,41 @@ impl TransportError {
 pub trait Transport {
     /// Sends `req` and resolves to the reply or the error.
     fn send(&self, req: HttpRequest) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>>;
+
+    /// Takes the service's connection settings; the node calls it once,
+    /// right after the factory made the transport. The default ignores them
+    /// (a transport without connections of its own has nothing to keep).
+    fn configure(&self, _settings: &ConnectionSettings) {}
+}
+
+/// How a node's connections are kept (from its service's config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionSettings {
+    /// Idle time after which a pooled connection is closed (zero: none is
+    /// reused).
+    pub keep_alive: Duration,
+    /// Longest life of a connection, idle or not.
+    pub max_connection_age: Duration,
+}
+
+impl Default for ConnectionSettings {
+    /// The config's defaults: 1 s idle (below gunicorn's 2 s and the 5 s of
+    /// uvicorn and Node.js), 60 s of life.
+    fn default() -> Self {
+        Self {
+            keep_alive: Duration::from_secs(1),
+            max_connection_age: Duration::from_secs(60),
+        }
+    }
+}
+
+impl From<&crate::config::ServiceConfig> for ConnectionSettings {
+    fn from(cfg: &crate::config::ServiceConfig) -> Self {
+        Self {
+            keep_alive: cfg.keep_alive,
+            max_connection_age: cfg.max_connection_age,
+        }
+    }
 }
 
 /// Builds a node's transport on the node's thread; gets the endpoint address.
@@ -86,37 +182,84 @@ pub fn awc_factory(connect_timeout: Duration) -> TransportFactory {
     Arc::new(move |_addr: &str| Rc::new(AwcTransport::new(connect_timeout)) as Rc<dyn Transport>)
 }
 
-/// awc, set up for an engine: no redirects, no connection cap, own timeouts.
+/// The mark of the attempt being polled, if any: set by [`Marked`] around
+/// each poll, raised by [`MarkOpened`] when awc opens a connection.
+type Slot = Rc<RefCell<Option<Rc<Cell<bool>>>>>;
+
+/// Largest request that awc writes in one piece (its write buffer's high
+/// water mark), so that a failed write means no byte of it left.
+const ONE_WRITE: usize = 8 * 1024;
+
+/// awc, set up for an engine: no redirects, no connection cap, own timeouts,
+/// connections kept as configured, and reuse known (see the module docs).
 pub struct AwcTransport {
-    client: awc::Client,
+    client: RefCell<awc::Client>,
+    connect_timeout: Duration,
+    slot: Slot,
 }
 
 impl AwcTransport {
-    /// A client whose connects give up after `connect_timeout`.
+    /// A client whose connects give up after `connect_timeout`, with the
+    /// default [`ConnectionSettings`].
     pub fn new(connect_timeout: Duration) -> Self {
-        let connector = awc::Connector::new().limit(0).timeout(connect_timeout);
-        // No awc timeout: the node bounds every attempt (head and body) with
-        // one timer of its own, so each request costs one timer, not two.
-        let client = awc::Client::builder()
-            .disable_redirects()
-            .disable_timeout()
-            .connector(connector)
-            .finish();
-        Self { client }
+        let slot = Slot::default();
+        let client = client(connect_timeout, &ConnectionSettings::default(), &slot);
+        Self {
+            client: RefCell::new(client),
+            connect_timeout,
+            slot,
+        }
     }
 }
 
+fn client(connect_timeout: Duration, settings: &ConnectionSettings, slot: &Slot) -> awc::Client {
+    let tcp = MarkOpened {
+        inner: actix_tls::connect::Connector::new(Resolver::default()).service(),
+        slot: slot.clone(),
+    };
+    let connector = awc::Connector::new()
+        .connector(tcp)
+        .limit(0)
+        .timeout(connect_timeout)
+        .conn_keep_alive(settings.keep_alive)
+        .conn_lifetime(settings.max_connection_age);
+    // No awc timeout: the node bounds every attempt (head and body) with
+    // one timer of its own, so each request costs one timer, not two.
+    awc::Client::builder()
+        .disable_redirects()
+        .disable_timeout()
+        .connector(connector)
+        .finish()
+}
+
 impl Transport for AwcTransport {
+    fn configure(&self, settings: &ConnectionSettings) {
+        *self.client.borrow_mut() = client(self.connect_timeout, settings, &self.slot);
+    }
+
     fn send(&self, req: HttpRequest) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
-        let mut r = self.client.request(req.method, req.url.as_str());
+        let one_write = req.body.len()
+            + req.url.len()
+            + req
+                .headers
+                .iter()
+                .map(|(k, v)| k.as_str().len() + v.len() + 4)
+                .sum::<usize>()
+            + 256
+            <= ONE_WRITE;
+        let mut r = self.client.borrow().request(req.method, req.url.as_str());
         // Append, not insert: a task's repeated headers (two `accept`) are kept.
         for (k, v) in req.headers {
             r = r.append_header((k, v));
         }
         let max_body = req.max_body;
         let send = r.send_body(req.body);
-        Box::pin(async move {
-            let res = send.await.map_err(classify_send)?;
+        let opened = Rc::new(Cell::new(false));
+        let mark = opened.clone();
+        let attempt = Box::pin(async move {
+            let res = send
+                .await
+                .map_err(|e| classify_send(e, !opened.get(), one_write))?;
             let status = res.status().as_u16();
             // Take the headers out of the response head rather than cloning them.
             let mut headers = HeaderMap::new();
@@ -130,26 +273,40 @@ impl Transport for AwcTransport {
                 headers,
                 body,
             })
+        });
+        Box::pin(Marked {
+            inner: attempt,
+            mark,
+            slot: self.slot.clone(),
         })
     }
 }
 
-/// awc's send errors by what they mean for a retry (see ACTIX notes).
-fn classify_send(e: SendRequestError) -> TransportError {
+/// awc's send errors by what they mean for a retry (see the module docs):
+/// `reused` when the attempt opened no connection, `one_write` when the
+/// request fits awc's write buffer.
+fn classify_send(e: SendRequestError, reused: bool, one_write: bool) -> TransportError {
     let kind = match &e {
+        // EOF before any byte of the answer.
+        SendRequestError::Connect(ConnectError::Disconnected) if reused => ErrorKind::NotSent,
         SendRequestError::Connect(ConnectError::Disconnected) => ErrorKind::Reset,
-        SendRequestError::Connect(ConnectError::Timeout) => ErrorKind::Connect,
         SendRequestError::Connect(_) => ErrorKind::Connect,
+        // The write failed: the connection was reset before it.
+        SendRequestError::Send(_) if reused || one_write => ErrorKind::NotSent,
+        // A read error before the answer's head was complete.
+        SendRequestError::Response(p) if reused && is_io(p) => ErrorKind::NotSent,
         SendRequestError::Timeout => ErrorKind::Timeout,
         SendRequestError::Url(_) | SendRequestError::Http(_) | SendRequestError::Body(_) => {
             ErrorKind::Invalid
         }
-        SendRequestError::Send(_) | SendRequestError::Response(_) | SendRequestError::H2(_) => {
-            ErrorKind::Reset
-        }
         _ => ErrorKind::Reset,
     };
-    TransportError::new(kind, e.to_string())
+    let detail = if kind == ErrorKind::NotSent {
+        format!("{e} (before any answer, on a reused connection or a failed write)")
+    } else {
+        e.to_string()
+    };
+    TransportError::new(kind, detail)
 }
 
 fn classify_payload(e: PayloadError) -> TransportError {
@@ -159,4 +316,139 @@ fn classify_payload(e: PayloadError) -> TransportError {
         _ => ErrorKind::Body,
     };
     TransportError::new(kind, e.to_string())
+}
+
+/// Whether awc's `ParseError` (not exported) is its `Io` variant: a read
+/// that failed, rather than an answer that made no sense.
+fn is_io(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.source().is_some_and(|s| s.is::<std::io::Error>()) || e.to_string().starts_with("I/O error")
+}
+
+// === impl Marked ===
+
+/// An attempt's future, with its mark in the transport's slot while it is
+/// polled: awc opens a connection (and writes an HTTP/1.1 request) inside
+/// the poll of the request's own future.
+struct Marked<F> {
+    inner: F,
+    mark: Rc<Cell<bool>>,
+    slot: Slot,
+}
+
+impl<F: Future + Unpin> Future for Marked<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        let outer = this.slot.replace(Some(this.mark.clone()));
+        let out = Pin::new(&mut this.inner).poll(cx);
+        *this.slot.borrow_mut() = outer;
+        out
+    }
+}
+
+// === impl MarkOpened ===
+
+/// awc's TCP connector, raising the polled attempt's mark when it opens a
+/// connection: an attempt left unmarked went out on a pooled connection.
+#[derive(Clone)]
+struct MarkOpened<S> {
+    inner: S,
+    slot: Slot,
+}
+
+impl<S> Service<ConnectInfo<Uri>> for MarkOpened<S>
+where
+    S: Service<
+        ConnectInfo<Uri>,
+        Response = Connection<Uri, actix_rt::net::TcpStream>,
+        Error = TcpConnectError,
+    >,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    actix_service::forward_ready!(inner);
+
+    fn call(&self, req: ConnectInfo<Uri>) -> Self::Future {
+        if let Some(mark) = self.slot.borrow().as_ref() {
+            mark.set(true);
+        }
+        self.inner.call(req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+
+    fn kind(e: SendRequestError, reused: bool, one_write: bool) -> ErrorKind {
+        classify_send(e, reused, one_write).kind
+    }
+
+    #[test]
+    fn closed_before_the_answer_is_not_sent_only_on_a_reused_connection() {
+        let eof = || SendRequestError::Connect(ConnectError::Disconnected);
+        let reset =
+            || SendRequestError::Response(io::Error::from(io::ErrorKind::ConnectionReset).into());
+        assert_eq!(kind(eof(), true, true), ErrorKind::NotSent);
+        assert_eq!(kind(eof(), false, true), ErrorKind::Reset);
+        assert_eq!(kind(reset(), true, false), ErrorKind::NotSent);
+        assert_eq!(kind(reset(), false, true), ErrorKind::Reset);
+        // A garbled answer is the node's doing, reused or not.
+        let utf8 = std::str::from_utf8(&[0xff]).unwrap_err();
+        assert_eq!(
+            kind(SendRequestError::Response(utf8.into()), true, true),
+            ErrorKind::Reset
+        );
+    }
+
+    #[test]
+    fn a_failed_write_is_not_sent_when_nothing_can_have_left() {
+        let write = || SendRequestError::Send(io::Error::from(io::ErrorKind::BrokenPipe));
+        assert_eq!(kind(write(), false, true), ErrorKind::NotSent);
+        assert_eq!(kind(write(), true, false), ErrorKind::NotSent);
+        assert_eq!(kind(write(), false, false), ErrorKind::Reset);
+    }
+
+    #[test]
+    fn connect_errors_and_timeouts_keep_their_kinds() {
+        let refused = SendRequestError::Connect(ConnectError::Io(io::Error::from(
+            io::ErrorKind::ConnectionRefused,
+        )));
+        assert_eq!(kind(refused, false, true), ErrorKind::Connect);
+        assert_eq!(
+            kind(
+                SendRequestError::Connect(ConnectError::Timeout),
+                false,
+                true
+            ),
+            ErrorKind::Connect
+        );
+        assert_eq!(
+            kind(SendRequestError::Timeout, true, true),
+            ErrorKind::Timeout
+        );
+    }
+
+    #[test]
+    fn payload_errors_split_body_from_reset() {
+        assert_eq!(
+            classify_payload(PayloadError::Overflow).kind,
+            ErrorKind::Body
+        );
+        assert_eq!(
+            classify_payload(PayloadError::Incomplete(None)).kind,
+            ErrorKind::Reset
+        );
+        assert_eq!(
+            classify_payload(PayloadError::Io(io::Error::from(
+                io::ErrorKind::ConnectionReset
+            )))
+            .kind,
+            ErrorKind::Reset
+        );
+    }
 }

@@ -35,9 +35,12 @@ use super::messages::*;
 use crate::algo::breaker::{Breaker, CallOutcome, Permit};
 use crate::algo::ewma::{Ewma, PeakEwma};
 use crate::algo::limiter::TokenBucket;
+use crate::algo::time;
 use crate::config::ServiceConfig;
 use crate::outcome::{AttemptOutcome, ErrorKind};
-use crate::transport::{HttpReply, HttpRequest, Transport, TransportError, TransportFactory};
+use crate::transport::{
+    ConnectionSettings, HttpReply, HttpRequest, Transport, TransportError, TransportFactory,
+};
 
 /// One backend endpoint. Started by the balancer, under a `Supervisor`.
 pub struct NodeActor {
@@ -64,6 +67,8 @@ struct NodeCore {
     breaker: Option<Breaker>,
     bucket: Option<TokenBucket>,
     restarts: u32,
+    /// The last report's version (see [`LoadReport::version`]).
+    reports: std::cell::Cell<u64>,
     /// Cancel switches of attempts in flight (only when the service hedges).
     cancels: HashMap<(Seq, bool), oneshot::Sender<()>>,
 }
@@ -105,6 +110,7 @@ impl NodeActor {
                 .per_node
                 .map(|b| TokenBucket::new(b.rate, b.burst, now)),
             restarts: 0,
+            reports: std::cell::Cell::new(0),
             cancels: HashMap::new(),
             cfg,
         };
@@ -132,7 +138,9 @@ impl NodeActor {
 
 impl NodeCore {
     fn report(&self, now: Instant) -> LoadReport {
+        self.reports.set(self.reports.get() + 1);
         LoadReport {
+            version: self.reports.get(),
             in_flight: self.in_flight,
             total: self.total,
             errors: self.errors,
@@ -210,7 +218,14 @@ impl NodeCore {
             Ok(r) => AttemptOutcome::Status(r.status),
             Err(e) => AttemptOutcome::Error(e.kind),
         };
-        if outcome != AttemptOutcome::Error(ErrorKind::Cancelled) {
+        // A cancelled hedge says nothing about the node. A request not sent
+        // (a keep-alive connection closed under it) counts as an attempt but
+        // says nothing about the node's health either: no latency, no error
+        // rate, no breaker record (a probe's permit left unrecorded ends at
+        // the probe deadline, the breaker's safe side).
+        if outcome == AttemptOutcome::Error(ErrorKind::NotSent) {
+            self.total += 1;
+        } else if outcome != AttemptOutcome::Error(ErrorKind::Cancelled) {
             let failed = outcome.is_node_failure();
             self.total += 1;
             self.last_latency = latency;
@@ -305,7 +320,9 @@ impl Actor for NodeActor {
     fn started(&mut self, _ctx: &mut Self::Context) {
         if self.transport.is_none() {
             let address = self.address();
-            self.transport = Some((self.factory)(&address));
+            let transport = (self.factory)(&address);
+            transport.configure(&ConnectionSettings::from(&*self.core.borrow().cfg));
+            self.transport = Some(transport);
         }
     }
 }
@@ -328,20 +345,17 @@ impl Handler<Dispatch> for NodeActor {
     type Result = ();
 
     fn handle(&mut self, msg: Dispatch, _ctx: &mut Self::Context) {
-        // The balancer's decision time: its bucket mirror used the same.
+        // The balancer's decision time, for the admission check only: its
+        // bucket mirror used the same. The attempt's own timeout starts when
+        // it is sent (below), so a mailbox backlog never shortens it.
         let now = msg.at;
         let mut core = self.core.borrow_mut();
         let Ok(permit) = core.admit(msg.bypass_breaker, now) else {
             return core.refuse(msg.seq, msg.hedge, now);
         };
         let job = msg.job;
-        let mut timeout = job.task.attempt_timeout().unwrap_or(core.cfg.timeout);
-        if let Some(d) = job.deadline {
-            timeout = timeout.min(
-                d.saturating_duration_since(now)
-                    .max(Duration::from_millis(1)),
-            );
-        }
+        let timeout = job.task.attempt_timeout().unwrap_or(core.cfg.timeout);
+        let task_deadline = job.deadline;
         let mut url = String::with_capacity(core.address.len() + job.path().len());
         url.push_str(&core.address);
         url.push_str(job.path());
@@ -369,10 +383,10 @@ impl Handler<Dispatch> for NodeActor {
         drop(core);
         let transport = self.transport.clone().expect("transport made in started()");
         let shared = self.core.clone();
-        let deadline = now + timeout;
         actix::spawn(async move {
             let started = Instant::now();
-            let attempt = run_attempt(&*transport, req, deadline);
+            let deadline = attempt_deadline(started, timeout, task_deadline);
+            let attempt = run_attempt(&*transport, req, started, deadline);
             let result = match cancel {
                 None => attempt.await,
                 Some(rx) => {
@@ -396,13 +410,25 @@ impl Handler<Dispatch> for NodeActor {
     }
 }
 
+/// When an attempt sent at `sent` gives up: `timeout` after it is sent, or
+/// at the task's deadline if that comes first (but never less than 1 ms
+/// after sending, so an attempt is not dead on arrival).
+fn attempt_deadline(sent: Instant, timeout: Duration, task_deadline: Option<Instant>) -> Instant {
+    let end = time::add(sent, timeout);
+    match task_deadline {
+        Some(d) => end.min(d.max(time::add(sent, Duration::from_millis(1)))),
+        None => end,
+    }
+}
+
 /// One attempt under its timeout, with panics caught.
 async fn run_attempt(
     transport: &dyn Transport,
     req: HttpRequest,
+    sent: Instant,
     deadline: Instant,
 ) -> Result<HttpReply, TransportError> {
-    let timeout = req.timeout;
+    let timeout = deadline.saturating_duration_since(sent);
     let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| transport.send(req))) {
         Ok(f) => f,
         Err(p) => return Err(panicked(p)),
@@ -445,14 +471,22 @@ fn retry_after(reply: &HttpReply) -> Option<Duration> {
 }
 
 /// Parses a `Retry-After` value: delta-seconds, or an HTTP date (a date in
-/// the past means "now").
+/// the past means "now"). A value from a backend can be anything: it is
+/// bounded here by [`time::MAX_DURATION`] (the queue caps it further by the
+/// service's `max_retry_after` and the task's deadline); what does not parse
+/// (a negative number, garbage) is ignored.
 fn parse_retry_after(value: &str, wall_now: std::time::SystemTime) -> Option<Duration> {
     let value = value.trim();
-    if let Ok(secs) = value.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let at = httpdate::parse_http_date(value).ok()?;
-    Some(at.duration_since(wall_now).unwrap_or(Duration::ZERO))
+    let d = if value.bytes().all(|b| b.is_ascii_digit()) && !value.is_empty() {
+        // Digits only: delta-seconds, however many (past u64 is "huge").
+        value
+            .parse::<u64>()
+            .map_or(time::MAX_DURATION, Duration::from_secs)
+    } else {
+        let at = httpdate::parse_http_date(value).ok()?;
+        at.duration_since(wall_now).unwrap_or(Duration::ZERO)
+    };
+    Some(d.min(time::MAX_DURATION))
 }
 
 /// Answers the node's current load (and advances its breaker's clock).
@@ -511,5 +545,55 @@ mod tests {
             Some(Duration::ZERO)
         );
         assert_eq!(parse_retry_after("soon", now), None);
+    }
+
+    #[test]
+    fn retry_after_extremes_are_bounded_never_a_panic() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_445_412_480);
+        let max = Some(time::MAX_DURATION);
+        assert_eq!(parse_retry_after("18446744073709551615", now), max);
+        assert_eq!(parse_retry_after("99999999999999999999999999", now), max);
+        assert_eq!(parse_retry_after("31536001", now), max);
+        assert_eq!(
+            parse_retry_after("31536000", now),
+            Some(Duration::from_secs(31_536_000))
+        );
+        assert_eq!(parse_retry_after("-5", now), None);
+        assert_eq!(parse_retry_after("-18446744073709551615", now), None);
+        assert_eq!(parse_retry_after("1.5", now), None);
+        assert_eq!(parse_retry_after("", now), None);
+        assert_eq!(parse_retry_after("\u{0}\u{ff}garbage", now), None);
+        assert_eq!(parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", now), max);
+        // From the earliest wall clock too: no overflow either way.
+        let epoch = std::time::UNIX_EPOCH;
+        assert_eq!(
+            parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", epoch),
+            max
+        );
+        assert_eq!(
+            parse_retry_after("Thu, 01 Jan 1970 00:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+    }
+
+    #[test]
+    fn an_attempts_timeout_starts_when_it_is_sent() {
+        let decided = Instant::now();
+        // Sent 3 s after the queue's decision (a mailbox backlog): still the
+        // whole 1 s timeout.
+        let sent = decided + Duration::from_secs(3);
+        let t = Duration::from_secs(1);
+        assert_eq!(attempt_deadline(sent, t, None), sent + t);
+        // The task's deadline still caps it ...
+        let d = sent + Duration::from_millis(300);
+        assert_eq!(attempt_deadline(sent, t, Some(d)), d);
+        assert_eq!(attempt_deadline(sent, t, Some(sent + t * 5)), sent + t);
+        // ... but a deadline already passed leaves 1 ms, not a panic.
+        assert_eq!(
+            attempt_deadline(sent, t, Some(decided)),
+            sent + Duration::from_millis(1)
+        );
+        // Extreme timeouts saturate.
+        assert!(attempt_deadline(sent, Duration::MAX, None) > sent);
     }
 }

@@ -14,6 +14,9 @@
 //! - `/retry-after/{secs}`: `429` with `Retry-After: {secs}`.
 //! - `/echo`: `200` with the request body and `content-type` echoed back.
 //! - `/sleep/{ms}`: sleeps `ms` (on top of the latency knob), then `200`.
+//! - `/large/{bytes}`: `200` with a body of `bytes` bytes (at most 64 MiB).
+//! - `/broken/{bytes}`: `200`, a chunked body of `bytes` bytes, then the
+//!   connection breaks (a reset mid-body).
 //! - anything else: `200` with
 //!   `{"backend":"NAME","port":PORT,"path":"/p","method":"GET","n":N}`.
 //!
@@ -81,6 +84,9 @@ struct Knobs {
     /// 0 means "no forced status".
     forced_status: AtomicU16,
     healthy: AtomicBool,
+    /// The server's idle keep-alive in µs, fixed at start (0: actix-web's
+    /// default of 5 s).
+    keep_alive_us: AtomicU64,
 
     // counters
     hits: AtomicU64,
@@ -101,6 +107,7 @@ impl Knobs {
             fail_status: AtomicU16::new(500),
             forced_status: AtomicU16::new(0),
             healthy: AtomicBool::new(true),
+            keep_alive_us: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             health_hits: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
@@ -196,8 +203,21 @@ impl Backend {
         Backend::launch(Some(name.to_owned()))
     }
 
+    /// Starts a backend that closes connections idle for `keep_alive`
+    /// (actix-web's `HttpServer::keep_alive`; kept across restarts).
+    pub fn with_keep_alive(name: &str, keep_alive: Duration) -> Backend {
+        let knobs = Knobs::new(Some(name.to_owned()));
+        let us = u64::try_from(keep_alive.as_micros()).unwrap_or(u64::MAX);
+        knobs.keep_alive_us.store(us.max(1), Ordering::SeqCst);
+        Backend::launch_with(knobs)
+    }
+
     fn launch(name: Option<String>) -> Backend {
-        let knobs = Arc::new(Knobs::new(name));
+        Backend::launch_with(Knobs::new(name))
+    }
+
+    fn launch_with(knobs: Knobs) -> Backend {
+        let knobs = Arc::new(knobs);
         let running = spawn_server(Arc::clone(&knobs), 0)
             .unwrap_or_else(|e| panic!("test backend: cannot start: {e}"));
         let port = knobs.port();
@@ -466,6 +486,10 @@ fn serve(
     let system = actix_rt::System::new();
     system.block_on(async move {
         let app_knobs = Arc::clone(&knobs);
+        let keep_alive = match knobs.keep_alive_us.load(Ordering::SeqCst) {
+            0 => actix_web::http::KeepAlive::Timeout(Duration::from_secs(5)),
+            us => actix_web::http::KeepAlive::Timeout(Duration::from_micros(us)),
+        };
         let bound = HttpServer::new(move || {
             let name = app_knobs.name();
             App::new()
@@ -474,6 +498,7 @@ fn serve(
                 .default_service(web::to(handle))
         })
         .workers(1)
+        .keep_alive(keep_alive)
         .disable_signals()
         .shutdown_timeout(0)
         .backlog(1024)
@@ -585,6 +610,28 @@ async fn route(req: &HttpRequest, payload: web::Payload, knobs: &Knobs, n: u64) 
                 text(StatusCode::OK, &format!("slept {ms}ms"))
             }
             Err(_) => text(StatusCode::BAD_REQUEST, "bad sleep duration"),
+        };
+    }
+
+    if let Some(bytes) = path.strip_prefix("/large/") {
+        return match bytes.parse::<usize>() {
+            Ok(n) if n <= ECHO_LIMIT => HttpResponse::Ok()
+                .content_type("application/octet-stream")
+                .body(vec![b'x'; n]),
+            _ => text(StatusCode::BAD_REQUEST, "bad size"),
+        };
+    }
+
+    if let Some(bytes) = path.strip_prefix("/broken/") {
+        return match bytes.parse::<usize>() {
+            Ok(n) if n <= ECHO_LIMIT => {
+                let chunks: Vec<Result<web::Bytes, std::io::Error>> = vec![
+                    Ok(web::Bytes::from(vec![b'x'; n])),
+                    Err(std::io::Error::other("broken on purpose")),
+                ];
+                HttpResponse::Ok().streaming(futures::stream::iter(chunks))
+            }
+            _ => text(StatusCode::BAD_REQUEST, "bad size"),
         };
     }
 
