@@ -13,6 +13,18 @@
 //! closes the queue's gate: every breaker open with `on_all_open: fail_fast`
 //! (`CircuitOpen`, saying when the first half-opens), or no token with
 //! `on_limit: reject` (`RateLimited`). It reopens the gate when that ends.
+//!
+//! The nodes, their rooms and the sums over them live in one
+//! [`NodeSet`](super::nodeset::NodeSet): this file keeps the node set, picks,
+//! and sends.
+//!
+//! An attempt the queue's watchdog gave up on ([`AttemptLost`]) died with its
+//! node's thread, so the node will never report it: the balancer frees its
+//! slot on a node whose mailbox is closed (the one working on that task, when
+//! the service hedges and so keeps that record). No per-task record is kept
+//! for this: a dead node's in-flight count in the view is exactly the number
+//! of its attempts that will be reported lost, since every attempt that
+//! ended before the thread died has its `Completed` already on the way.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,10 +35,11 @@ use tokio::time::Instant;
 
 use super::messages::*;
 use super::node::{NodeActor, NodeSpec};
+use super::nodeset::{NodeSet, Tuning};
 use super::queue::QueueActor;
-use super::view::{Counts, Flags, Health, Mirror, NodeView};
+use super::view::{Health, Mirror, NodeView};
 use crate::algo::limiter::TokenBucket;
-use crate::algo::strategy::{self, Candidate, Member, Strategy, StrategyKind};
+use crate::algo::strategy::{self, Member, Strategy, StrategyKind};
 use crate::config::{EndpointConfig, Mode, OnAllOpen, OnLimit, ServiceConfig};
 use crate::stats::NodeStats;
 use crate::transport::TransportFactory;
@@ -36,28 +49,40 @@ use crate::Rejection;
 pub struct BalancerActor {
     pub(super) service: Arc<str>,
     pub(super) cfg: Arc<ServiceConfig>,
-    pub(super) queue: Addr<QueueActor>,
+    pub(super) queue: QueuePort,
     pub(super) factory: TransportFactory,
     /// Threads to run node actors on (round robin); empty: this thread.
     pub(super) arbiters: Vec<actix::dev::ArbiterHandle>,
-    pub(super) nodes: Vec<NodeView>,
-    pub(super) index: HashMap<NodeId, usize>,
+    /// The nodes, their rooms, and the sums over them.
+    pub(super) nodes: NodeSet,
     pub(super) next_id: u32,
     pub(super) strategy: Box<dyn Strategy>,
-    pub(super) cands: Vec<Candidate>,
-    /// Sum of the nodes' rooms.
-    pub(super) capacity: usize,
     /// Credit handed to the queue and not yet used.
     pub(super) granted: usize,
     pub(super) service_bucket: Option<TokenBucket>,
     pub(super) gate: Gate,
     pub(super) wake: Option<(Instant, SpawnHandle)>,
-    /// Pool-wide sums of the nodes' flags.
-    pub(super) counts: Counts,
     /// A wake-up to set at the next `settle` (found where no context was at hand).
     pub(super) pending_wake: Option<Instant>,
     /// Nodes working on each task, kept only when the service hedges.
     pub(super) working: HashMap<Seq, Vec<NodeId>>,
+}
+
+/// Where the balancer's messages to its queue go (a stand-in, in tests).
+pub(crate) struct QueuePort {
+    pub credit: Recipient<Credit>,
+    pub gate: Recipient<SetGate>,
+    pub answer: Recipient<Answer>,
+}
+
+impl QueuePort {
+    pub fn of(queue: &Addr<QueueActor>) -> Self {
+        QueuePort {
+            credit: queue.clone().recipient(),
+            gate: queue.clone().recipient(),
+            answer: queue.clone().recipient(),
+        }
+    }
 }
 
 pub(crate) fn strategy_kind(cfg: &ServiceConfig) -> StrategyKind {
@@ -79,21 +104,38 @@ impl BalancerActor {
         arbiters: Vec<actix::dev::ArbiterHandle>,
         ctx: &mut Context<Self>,
     ) -> Self {
+        Self::with_port(cfg, QueuePort::of(&queue), factory, arbiters, ctx)
+    }
+
+    /// [`new`](Self::new), answering to `queue`.
+    pub(crate) fn with_port(
+        cfg: Arc<ServiceConfig>,
+        queue: QueuePort,
+        factory: TransportFactory,
+        arbiters: Vec<actix::dev::ArbiterHandle>,
+        ctx: &mut Context<Self>,
+    ) -> Self {
         let now = Instant::now();
         let service: Arc<str> = cfg.name.as_str().into();
         let members: Vec<Member> = Vec::new();
         let strategy = strategy::build(&strategy_kind(&cfg), &members, cfg.balancer.seed);
+        let tuning = Tuning {
+            probes: cfg.breaker.breaker.half_open_probes,
+            ramp: cfg
+                .balancer
+                .slow_start
+                .map(|d| (d, cfg.balancer.slow_start_floor)),
+            decay: cfg.balancer.decay,
+            max_ejected_percent: cfg.breaker.max_ejected_percent,
+        };
         let mut b = BalancerActor {
             service,
             queue,
             factory,
             arbiters,
-            nodes: Vec::new(),
-            index: HashMap::new(),
+            nodes: NodeSet::new(tuning),
             next_id: 0,
             strategy,
-            cands: Vec::new(),
-            capacity: 0,
             granted: 0,
             service_bucket: cfg
                 .rate_limit
@@ -102,7 +144,6 @@ impl BalancerActor {
             gate: Gate::Open,
             wake: None,
             working: HashMap::new(),
-            counts: Counts::default(),
             pending_wake: None,
             cfg,
         };
@@ -143,6 +184,7 @@ impl BalancerActor {
             actix::Supervisor::start_in_arbiter(arbiter, make)
         };
         let load = LoadReport {
+            version: 0,
             in_flight: 0,
             total: 0,
             errors: 0,
@@ -165,92 +207,18 @@ impl BalancerActor {
         if ramp && self.cfg.balancer.slow_start.is_some() {
             view.ramp_from = Some(now);
         }
-        self.index.insert(id, self.nodes.len());
-        self.nodes.push(view);
-        self.cands
-            .push(Candidate::new(ep.weight, ep.max_concurrent));
+        self.nodes.push(view, now);
     }
 
-    /// Rebuilds the strategy and index after membership changed.
+    /// Rebuilds the strategy after membership changed, and refreshes every node.
     pub(super) fn rebuild_strategy(&mut self) {
-        let members: Vec<Member> = self
-            .nodes
-            .iter()
-            .map(|n| Member {
-                key: n.address.to_string(),
-                weight: n.weight,
-            })
-            .collect();
-        self.strategy.rebuild(&members);
-        self.index = self
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.id, i))
-            .collect();
-        self.cands.resize(self.nodes.len(), Candidate::new(1, 1));
+        self.strategy.rebuild(&self.nodes.members());
         self.recompute_all(Instant::now());
-    }
-
-    fn ramp(&self) -> Option<(Duration, f64)> {
-        self.cfg
-            .balancer
-            .slow_start
-            .map(|d| (d, self.cfg.balancer.slow_start_floor))
-    }
-
-    /// Recomputes node `i`'s room and candidate, keeping `capacity` in step.
-    pub(super) fn refresh_node(&mut self, i: usize, now: Instant) {
-        let probes = self.cfg.breaker.breaker.half_open_probes;
-        let ramp = self.ramp();
-        let n = &mut self.nodes[i];
-        n.expire(now, probes);
-        let room = n.compute_room(now);
-        self.capacity = self.capacity + room - n.room;
-        n.room = room;
-        let flags = Flags {
-            in_service: n.in_service(),
-            open: n.in_service() && n.is_open(now),
-            token_blocked: n.token_blocked(now),
-        };
-        self.counts.swap(n.flags, flags);
-        n.flags = flags;
-        let w = n.effective_weight(now, ramp);
-        self.cands[i] = n.candidate(room > 0, w, now, self.cfg.balancer.decay);
     }
 
     /// Recomputes every node, the ejection cap and the wake-up timer.
     pub(super) fn recompute_all(&mut self, now: Instant) {
-        let probes = self.cfg.breaker.breaker.half_open_probes;
-        for n in &mut self.nodes {
-            n.expire(now, probes);
-            n.overridden = false;
-        }
-        // max_ejected_percent: past the cap, the healthiest open nodes serve anyway.
-        let in_service: Vec<usize> = (0..self.nodes.len())
-            .filter(|&i| self.nodes[i].in_service())
-            .collect();
-        let mut open: Vec<usize> = in_service
-            .iter()
-            .copied()
-            .filter(|&i| self.nodes[i].is_open(now))
-            .collect();
-        let allowed = in_service.len() * self.cfg.breaker.max_ejected_percent as usize / 100;
-        if open.len() > allowed {
-            open.sort_by(|&a, &b| {
-                let (na, nb) = (&self.nodes[a], &self.nodes[b]);
-                na.load
-                    .error_rate
-                    .total_cmp(&nb.load.error_rate)
-                    .then(na.id.cmp(&nb.id))
-            });
-            for &i in open.iter().take(open.len() - allowed) {
-                self.nodes[i].overridden = true;
-            }
-        }
-        for i in 0..self.nodes.len() {
-            self.refresh_node(i, now);
-        }
+        self.nodes.refresh_all(now);
         self.pending_wake = self.next_wake(now);
     }
 
@@ -263,29 +231,14 @@ impl BalancerActor {
 
     /// The earliest instant at which time alone adds room.
     fn next_wake(&self, now: Instant) -> Option<Instant> {
-        let mut next: Option<Instant> = None;
-        let mut consider = |t: Instant| {
-            if t > now && next.is_none_or(|n| t < n) {
-                next = Some(t);
-            }
+        let service = match self.service_bucket.as_ref().map(|b| b.check(now)) {
+            Some(Err(t)) if t > now => Some(t),
+            _ => None,
         };
-        for n in &self.nodes {
-            if !n.in_service() {
-                continue;
-            }
-            if let Mirror::Open { until } = n.mirror {
-                consider(until);
-            }
-            if n.token_blocked(now) {
-                if let Some(Err(t)) = n.bucket.as_ref().map(|b| b.check(now)) {
-                    consider(t);
-                }
-            }
+        match (self.nodes.next_wake(now), service) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
-        if let Some(Err(t)) = self.service_bucket.as_ref().map(|b| b.check(now)) {
-            consider(t);
-        }
-        next
     }
 
     /// Sets the single timer to `at` if that is earlier than the one set.
@@ -310,7 +263,7 @@ impl BalancerActor {
     pub(super) fn settle(&mut self, ctx: &mut Context<Self>, now: Instant) {
         let credit = self.take_credit(now);
         if credit > 0 {
-            self.queue.do_send(Credit(credit));
+            self.queue.credit.do_send(Credit(credit));
         }
         self.settle_gate(ctx, now);
     }
@@ -320,9 +273,9 @@ impl BalancerActor {
         match &self.service_bucket {
             Some(b) => {
                 let t = b.available(now) as usize;
-                (self.capacity.min(t), t == 0)
+                (self.nodes.capacity().min(t), t == 0)
             }
-            None => (self.capacity, false),
+            None => (self.nodes.capacity(), false),
         }
     }
 
@@ -341,7 +294,7 @@ impl BalancerActor {
     /// Opens or closes the queue's gate and arms the timer.
     fn settle_gate(&mut self, ctx: &mut Context<Self>, now: Instant) {
         let (cap, service_out) = self.capacity_now(now);
-        let c = self.counts;
+        let c = self.nodes.counts();
         let maybe_all_open = c.open > 0 && c.open == c.in_service;
         let maybe_limited =
             self.cfg.rate_limit.on_limit == OnLimit::Reject && (service_out || c.token_blocked > 0);
@@ -356,7 +309,7 @@ impl BalancerActor {
                 Gate::Reject(r) => log::warn!("service {}: rejecting tasks: {r}", self.service),
             }
             self.gate = gate.clone();
-            self.queue.do_send(SetGate(gate));
+            self.queue.gate.do_send(SetGate(gate));
         }
         if let Some(t) = self.pending_wake.take() {
             self.schedule_wake(t, ctx);
@@ -405,55 +358,25 @@ impl BalancerActor {
         Gate::Open
     }
 
-    /// Picks a node for `route`, preferring nodes it has not failed on.
+    /// Picks a node for `route`, preferring nodes it has not failed on; a
+    /// hedge never goes to a node already working on the task.
     fn pick(&mut self, route: &Route) -> Option<usize> {
-        let mut masked: Vec<usize> = Vec::new();
-        if route.hedge {
-            // A hedge never goes to a node already working on the task.
-            for id in self.working.get(&route.seq).into_iter().flatten() {
-                if let Some(&i) = self.index.get(id) {
-                    if self.cands[i].eligible {
-                        self.cands[i].eligible = false;
-                        masked.push(i);
-                    }
-                }
-            }
-            if !self.cands.iter().any(|c| c.eligible) {
-                for i in masked {
-                    self.cands[i].eligible = true;
-                }
-                return None;
-            }
-        }
-        if !route.avoid.is_empty() {
-            let others = self
-                .cands
-                .iter()
-                .enumerate()
-                .any(|(i, c)| c.eligible && !route.avoid.contains(&self.nodes[i].id));
-            if others {
-                for id in &route.avoid {
-                    if let Some(&i) = self.index.get(id) {
-                        if self.cands[i].eligible {
-                            self.cands[i].eligible = false;
-                            masked.push(i);
-                        }
-                    }
-                }
-            }
-        }
-        let pick = self.strategy.pick(&self.cands, route.job.affinity);
-        for i in masked {
-            self.cands[i].eligible = true;
-        }
-        pick.filter(|&i| self.cands[i].eligible)
+        let working: &[NodeId] = match self.working.get(&route.seq) {
+            Some(w) if route.hedge => w,
+            _ => &[],
+        };
+        self.nodes.pick(
+            &mut *self.strategy,
+            route.job.affinity,
+            working,
+            &route.avoid,
+        )
     }
 
     fn node_stats(&self, now: Instant) -> Vec<NodeStats> {
         self.nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| NodeStats::from_view(n, &self.cands[i], &self.cfg, now))
+            .with_candidates()
+            .map(|(n, c)| NodeStats::from_view(n, c, &self.cfg, now))
             .collect()
     }
 }
@@ -490,8 +413,8 @@ impl BalancerActor {
             .into_actor(self)
             .map(|replies, act, ctx| {
                 for (id, r) in replies {
-                    if let (Ok(load), Some(&i)) = (r, act.index.get(&id)) {
-                        act.apply_load(i, load);
+                    if let (Ok(load), Some(i)) = (r, act.nodes.position(id)) {
+                        act.nodes.apply_report(i, load, Instant::now());
                     }
                 }
                 let now = Instant::now();
@@ -499,31 +422,6 @@ impl BalancerActor {
                 act.settle(ctx, now);
             })
             .spawn(ctx);
-    }
-
-    /// Takes a node's report into the view. Returns whether its breaker changed kind.
-    pub(super) fn apply_load(&mut self, i: usize, load: LoadReport) -> bool {
-        let probes = self.cfg.breaker.breaker.half_open_probes;
-        let slow_start = self.cfg.balancer.slow_start.is_some();
-        let n = &mut self.nodes[i];
-        let mirror = Mirror::from_state(load.breaker, probes);
-        let changed = !n.mirror.same_kind(&mirror);
-        if changed {
-            if slow_start && mirror == Mirror::Closed {
-                n.ramp_from = Some(Instant::now());
-            }
-            n.mirror = match (n.mirror, mirror) {
-                // Probes already handed out stay counted.
-                (Mirror::HalfOpen { probes }, Mirror::HalfOpen { .. }) => {
-                    Mirror::HalfOpen { probes }
-                }
-                (_, m) => m,
-            };
-        } else if let Mirror::Open { .. } = mirror {
-            n.mirror = mirror;
-        }
-        n.load = load;
-        changed
     }
 }
 
@@ -542,11 +440,16 @@ impl Handler<Route> for BalancerActor {
             .as_ref()
             .is_none_or(|b| b.check(now).is_ok());
         let Some(i) = service_ok.then(|| self.pick(&msg)).flatten() else {
-            self.queue.do_send(Answer::Bounce(Bounce {
+            self.queue.answer.do_send(Answer::Bounce(Bounce {
                 seq: msg.seq,
                 hedge: msg.hedge,
                 credit: 0,
             }));
+            // The credit was granted on a view that, at this route's time,
+            // has no room after all (a token not yet due at `now`, a stale
+            // candidate): re-read it, so that the timer is set for when a
+            // token is due instead of the task waiting for the next refresh.
+            self.recompute_all(now);
             return self.settle(ctx, now);
         };
         if let Some(b) = &mut self.service_bucket {
@@ -555,17 +458,8 @@ impl Handler<Route> for BalancerActor {
                 self.wake_at(t);
             }
         }
-        let n = &mut self.nodes[i];
-        n.in_flight += 1;
-        if let Mirror::HalfOpen { probes } = &mut n.mirror {
-            *probes = probes.saturating_sub(1);
-        }
-        let mut token_due = None;
-        if let Some(b) = &mut n.bucket {
-            let _ = b.try_acquire(now);
-            token_due = b.check(now).err();
-        }
-        let bypass = n.overridden;
+        let placed = self.nodes.dispatch(i, now);
+        let n = self.nodes.node(i);
         if self.cfg.hedge.is_some() {
             self.working.entry(msg.seq).or_default().push(n.id);
         }
@@ -578,15 +472,39 @@ impl Handler<Route> for BalancerActor {
         n.addr.do_send(Dispatch {
             seq: msg.seq,
             job: msg.job,
-            bypass_breaker: bypass,
+            bypass_breaker: placed.bypass_breaker,
             hedge: msg.hedge,
             at: now,
         });
-        self.refresh_node(i, now);
-        if let Some(t) = token_due {
+        if let Some(t) = placed.token_due {
             self.wake_at(t);
         }
         self.settle(ctx, now);
+    }
+}
+
+impl BalancerActor {
+    /// Forgets that `node` works on `seq` (hedging only).
+    fn done_working(&mut self, seq: Seq, node: NodeId) {
+        if let Some(w) = self.working.get_mut(&seq) {
+            w.retain(|id| *id != node);
+            if w.is_empty() {
+                self.working.remove(&seq);
+            }
+        }
+    }
+
+    /// One attempt on node `i` ended or was lost: free its slot, and let a
+    /// drained node leave.
+    fn free_slot(&mut self, i: usize, load: Option<LoadReport>, now: Instant) {
+        if self.nodes.attempt_ended(i, load, now) {
+            // A breaker changed kind: an open one sets the timer.
+            self.pending_wake = self.next_wake(now);
+        }
+        let n = self.nodes.node(i);
+        if n.draining && n.in_flight == 0 {
+            self.finish_removal(i);
+        }
     }
 }
 
@@ -596,10 +514,10 @@ impl Handler<Completed> for BalancerActor {
 
     fn handle(&mut self, msg: Completed, ctx: &mut Self::Context) {
         let now = msg.at;
-        let Some(&i) = self.index.get(&msg.node) else {
+        let Some(i) = self.nodes.position(msg.node) else {
             // A removed node's last attempt: the queue still needs the answer.
             let (seq, hedge) = (msg.seq, msg.hedge);
-            self.queue.do_send(match msg.report {
+            self.queue.answer.do_send(match msg.report {
                 Some(report) => Answer::Done(AttemptDone {
                     seq,
                     node: msg.node,
@@ -617,25 +535,12 @@ impl Handler<Completed> for BalancerActor {
             });
             return;
         };
-        self.nodes[i].in_flight = self.nodes[i].in_flight.saturating_sub(1);
-        if let Some(w) = self.working.get_mut(&msg.seq) {
-            w.retain(|id| *id != msg.node);
-            if w.is_empty() {
-                self.working.remove(&msg.seq);
-            }
-        }
-        let changed = self.apply_load(i, msg.load);
-        let address = self.nodes[i].address.clone();
-        if self.nodes[i].draining && self.nodes[i].in_flight == 0 {
-            self.finish_removal(i);
-        } else if changed {
-            self.recompute_all(now);
-        } else {
-            self.refresh_node(i, now);
-        }
+        self.done_working(msg.seq, msg.node);
+        let address = self.nodes.node(i).address.clone();
+        self.free_slot(i, Some(msg.load), now);
         // The slot this attempt freed travels with its answer: one message.
         let credit = self.take_credit(now);
-        self.queue.do_send(match msg.report {
+        self.queue.answer.do_send(match msg.report {
             Some(report) => Answer::Done(AttemptDone {
                 seq: msg.seq,
                 node: msg.node,
@@ -655,14 +560,50 @@ impl Handler<Completed> for BalancerActor {
     }
 }
 
+/// The queue's watchdog gave up on an attempt: free the slot it held.
+impl Handler<AttemptLost> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: AttemptLost, ctx: &mut Self::Context) {
+        let now = Instant::now();
+        // Only a node whose mailbox is closed (its thread died) loses
+        // attempts; a live node reports every attempt it took. Among dead
+        // nodes, the ones known to work on the task (hedging) come first.
+        let known = self.working.get(&msg.seq).cloned().unwrap_or_default();
+        let dead = |n: &NodeView| n.in_flight > 0 && !n.addr.connected();
+        let i = known
+            .iter()
+            .filter_map(|id| self.nodes.position(*id))
+            .find(|&i| dead(self.nodes.node(i)))
+            .or_else(|| (0..self.nodes.len()).find(|&i| dead(self.nodes.node(i))));
+        let Some(i) = i else {
+            log::debug!(
+                "service {}: a lost attempt held no slot on a dead node",
+                self.service
+            );
+            return;
+        };
+        let id = self.nodes.node(i).id;
+        self.done_working(msg.seq, id);
+        log::debug!(
+            "service {}: node {}: a lost attempt's slot freed",
+            self.service,
+            self.nodes.node(i).address
+        );
+        self.free_slot(i, None, now);
+        self.settle(ctx, now);
+    }
+}
+
 /// A task was answered: cancel its attempts still out (hedging).
 impl Handler<super::hedge::CancelTask> for BalancerActor {
     type Result = ();
 
     fn handle(&mut self, msg: super::hedge::CancelTask, _ctx: &mut Self::Context) {
         for id in self.working.get(&msg.seq).into_iter().flatten() {
-            if let Some(&i) = self.index.get(id) {
-                self.nodes[i]
+            if let Some(i) = self.nodes.position(*id) {
+                self.nodes
+                    .node(i)
                     .addr
                     .do_send(super::hedge::CancelAttempt { seq: msg.seq });
             }
@@ -690,6 +631,9 @@ impl Handler<Stop> for BalancerActor {
 
 impl BalancerActor {
     pub(super) fn health_of(&self, i: usize) -> Health {
-        self.nodes[i].health
+        self.nodes.node(i).health
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -33,6 +33,10 @@ pub struct NodeId(pub u32);
 /// A node's load, breaker and bucket as the node itself sees them.
 #[derive(Debug, Clone)]
 pub struct LoadReport {
+    /// The report's number: the node bumps it on every report (and keeps
+    /// counting across restarts), so the balancer never lets an older report
+    /// override a newer one that overtook it.
+    pub version: u64,
     /// Requests in flight at the node.
     pub in_flight: u32,
     /// Attempts finished.
@@ -163,6 +167,14 @@ pub(crate) enum Answer {
     Done(AttemptDone),
     /// No attempt was made; the task goes back to the queue's front.
     Bounce(Bounce),
+}
+
+/// Queue to balancer: the watchdog answered the attempt of `seq` as `Lost`
+/// (its node died with it in flight); free the slot it held in the view.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct AttemptLost {
+    pub seq: Seq,
 }
 
 /// Ask a node for its load report.

@@ -8,6 +8,7 @@ pub(crate) mod balancer;
 pub(crate) mod hedge;
 pub(crate) mod messages;
 pub(crate) mod node;
+pub(crate) mod nodeset;
 pub mod pool;
 pub(crate) mod queue;
 pub(crate) mod view;

@@ -157,28 +157,23 @@ impl BalancerActor {
     }
 
     fn remove(&mut self, i: usize) {
-        let live = self.nodes.iter().filter(|n| !n.draining).count();
-        debug_assert!(live > 1);
+        debug_assert!(self.live_count() > 1);
+        let n = self.nodes.node(i);
         log::info!(
             "service {}: endpoint {} removed; draining {} request(s) in flight",
             self.service,
-            self.nodes[i].address,
-            self.nodes[i].in_flight
+            n.address,
+            n.in_flight
         );
-        self.nodes[i].draining = true;
-        if self.nodes[i].in_flight == 0 {
+        self.nodes.update(i, Instant::now(), |n| n.draining = true);
+        if self.nodes.node(i).in_flight == 0 {
             self.finish_removal(i);
-        } else {
-            self.refresh_node(i, Instant::now());
         }
     }
 
     /// A drained node leaves the pool; its actor stops with its last address.
     pub(super) fn finish_removal(&mut self, i: usize) {
         let n = self.nodes.remove(i);
-        self.cands.remove(i);
-        self.capacity -= n.room;
-        self.counts.remove(n.flags);
         log::info!(
             "service {}: endpoint {} left the pool",
             self.service,
@@ -188,26 +183,28 @@ impl BalancerActor {
     }
 
     fn set_weight(&mut self, i: usize, weight: i64) {
-        let w = crate::config::clamp_weight(&self.service, &self.nodes[i].address, weight);
-        self.nodes[i].weight = w;
+        let w = crate::config::clamp_weight(&self.service, &self.nodes.node(i).address, weight);
+        self.nodes.node_mut(i).weight = w;
         log::info!(
             "service {}: endpoint {} weight set to {w}",
             self.service,
-            self.nodes[i].address
+            self.nodes.node(i).address
         );
     }
 
     fn set_active(&mut self, i: usize, active: bool) {
-        if self.nodes[i].active != active {
+        let slow_start = self.cfg.balancer.slow_start.is_some();
+        let n = self.nodes.node_mut(i);
+        if n.active != active {
             log::info!(
                 "service {}: endpoint {} marked {}",
                 self.service,
-                self.nodes[i].address,
+                n.address,
                 if active { "active" } else { "inactive" }
             );
-            self.nodes[i].active = active;
-            if active && self.cfg.balancer.slow_start.is_some() {
-                self.nodes[i].ramp_from = Some(Instant::now());
+            n.active = active;
+            if active && slow_start {
+                n.ramp_from = Some(Instant::now());
             }
         }
     }
@@ -244,11 +241,11 @@ impl BalancerActor {
         let Some(hc) = self.cfg.health_check.clone() else {
             return;
         };
-        let Some(&i) = self.index.get(&id) else {
+        let Some(i) = self.nodes.position(id) else {
             return;
         };
         let before = self.health_of(i);
-        let n = &mut self.nodes[i];
+        let n = self.nodes.node_mut(i);
         if ok {
             n.health_streak = (n.health_streak.0 + 1, 0);
         } else {
@@ -287,7 +284,7 @@ impl BalancerActor {
             }
             Health::Healthy if before == Health::Unhealthy => {
                 if self.cfg.balancer.slow_start.is_some() {
-                    self.nodes[i].ramp_from = Some(Instant::now());
+                    self.nodes.node_mut(i).ramp_from = Some(Instant::now());
                 }
                 log::info!(
                     "service {}: node {address} passed {} health check(s); back in service",
@@ -376,14 +373,14 @@ impl Handler<ReloadEndpoints> for BalancerActor {
         for ep in &wanted {
             match self.find(&ep.address) {
                 Ok(i) => {
-                    let n = &self.nodes[i];
+                    let n = self.nodes.node(i);
                     let changed = n.weight != ep.weight
                         || n.max_concurrent != ep.max_concurrent
                         || n.active != ep.active;
                     if n.max_concurrent != ep.max_concurrent {
                         n.addr.do_send(SetMaxConcurrent(ep.max_concurrent));
                     }
-                    self.nodes[i].max_concurrent = ep.max_concurrent;
+                    self.nodes.node_mut(i).max_concurrent = ep.max_concurrent;
                     self.set_weight(i, ep.weight as i64);
                     self.set_active(i, ep.active);
                     if changed {
@@ -430,7 +427,7 @@ impl Handler<CrashNode> for BalancerActor {
 
     fn handle(&mut self, msg: CrashNode, _ctx: &mut Self::Context) -> Self::Result {
         let i = self.find(&msg.0)?;
-        self.nodes[i].addr.do_send(super::messages::Crash);
+        self.nodes.node(i).addr.do_send(super::messages::Crash);
         Ok(())
     }
 }

@@ -9,6 +9,12 @@
 //! never exceeds what the nodes can take. Time only ever adds room (tokens
 //! refill, open breakers expire), so a stale room errs on the safe side and
 //! the balancer's timer catches up.
+//!
+//! Reports carry the node's version (a counter it bumps on every report), and
+//! the view only ever moves forward: a `GetLoad` reply that was overtaken by
+//! a later `Completed` is dropped rather than rolling the breaker and tokens
+//! back. The sums over all views (capacity, counts) and the candidates the
+//! strategy sees are kept by [`super::nodeset::NodeSet`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,10 +79,6 @@ pub(crate) struct NodeView {
     pub bucket: Option<TokenBucket>,
     /// Start of the slow-start ramp.
     pub ramp_from: Option<Instant>,
-    /// Room counted in the balancer's capacity.
-    pub room: usize,
-    /// What this node adds to the balancer's counts (as of its last refresh).
-    pub flags: Flags,
 }
 
 /// A node's contribution to the balancer's counts, kept so that deciding
@@ -135,8 +137,6 @@ impl NodeView {
             overridden: false,
             bucket,
             ramp_from: None,
-            room: 0,
-            flags: Flags::default(),
         }
     }
 
@@ -184,9 +184,50 @@ impl NodeView {
 
     /// Whether it has slots but no token.
     pub fn token_blocked(&self, now: Instant) -> bool {
-        self.room == 0
-            && self.slots(now) > 0
-            && self.bucket.as_ref().is_some_and(|b| b.available(now) == 0)
+        self.slots(now) > 0 && self.bucket.as_ref().is_some_and(|b| b.available(now) == 0)
+    }
+
+    /// What this node adds to the pool's [`Counts`] at `now`.
+    pub fn flags(&self, now: Instant) -> Flags {
+        let in_service = self.in_service();
+        Flags {
+            in_service,
+            open: in_service && self.is_open(now),
+            token_blocked: self.token_blocked(now),
+        }
+    }
+
+    /// Takes the node's report into the view, unless a newer one is already
+    /// in (reports can arrive out of order: a `GetLoad` reply overtaken by a
+    /// `Completed`). Returns whether the breaker changed kind.
+    pub fn apply_load(
+        &mut self,
+        load: LoadReport,
+        probes: u32,
+        slow_start: bool,
+        now: Instant,
+    ) -> bool {
+        if load.version <= self.load.version {
+            return false;
+        }
+        let mirror = Mirror::from_state(load.breaker, probes);
+        let changed = !self.mirror.same_kind(&mirror);
+        if changed {
+            if slow_start && mirror == Mirror::Closed {
+                self.ramp_from = Some(now);
+            }
+            self.mirror = match (self.mirror, mirror) {
+                // Probes already handed out stay counted.
+                (Mirror::HalfOpen { probes }, Mirror::HalfOpen { .. }) => {
+                    Mirror::HalfOpen { probes }
+                }
+                (_, m) => m,
+            };
+        } else if let Mirror::Open { .. } = mirror {
+            self.mirror = mirror;
+        }
+        self.load = load;
+        changed
     }
 
     /// Weight after slow start.
@@ -238,8 +279,65 @@ pub(crate) fn ramp_weight(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A report of `version` with breaker state `breaker`.
+    pub(crate) fn report(version: u64, breaker: BreakerState, now: Instant) -> LoadReport {
+        LoadReport {
+            version,
+            in_flight: 0,
+            total: version,
+            errors: 0,
+            latency_ewma: 0.0,
+            last_latency: Duration::ZERO,
+            error_rate: 0.0,
+            rtt: 0.03,
+            rtt_at: now,
+            breaker,
+            trips: 0,
+            tokens: None,
+            restarts: 0,
+        }
+    }
+
+    /// A view of a node whose actor never runs (its address is only a handle).
+    pub(crate) fn view(id: u32, weight: u32, max_concurrent: u32, now: Instant) -> NodeView {
+        let ep = EndpointConfig {
+            weight,
+            max_concurrent,
+            ..EndpointConfig::new(format!("http://10.0.0.{id}:80/"))
+        };
+        let addr = actix::AsyncContext::address(&actix::Context::<NodeActor>::new());
+        NodeView::new(
+            NodeId(id),
+            &ep,
+            addr,
+            report(0, BreakerState::Closed, now),
+            None,
+        )
+    }
+
+    /// Regression (issue 8, item 4): a `GetLoad` reply older than a later
+    /// `Completed` rolled the view's breaker back.
+    #[test]
+    fn an_older_report_never_overrides_a_newer_one() {
+        let t0 = Instant::now();
+        let until = t0 + Duration::from_secs(5);
+        let mut n = view(0, 1, 4, t0);
+        assert!(n.apply_load(report(2, BreakerState::Open { until }, t0), 3, false, t0));
+        assert_eq!(n.mirror, Mirror::Open { until });
+        // The GetLoad reply taken before the trip arrives last: dropped.
+        assert!(!n.apply_load(report(1, BreakerState::Closed, t0), 3, false, t0));
+        assert_eq!(n.mirror, Mirror::Open { until });
+        assert_eq!(n.load.version, 2);
+        assert!(!n.apply_load(report(2, BreakerState::Closed, t0), 3, false, t0));
+        assert_eq!(n.mirror, Mirror::Open { until });
+        // A newer one is taken.
+        assert!(n.apply_load(report(3, BreakerState::Closed, t0), 3, false, t0));
+        assert_eq!(n.mirror, Mirror::Closed);
+        assert_eq!(n.load.total, 3);
+    }
 
     #[test]
     fn slow_start_ramps_linearly_from_the_floor() {

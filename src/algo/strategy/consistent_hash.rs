@@ -8,11 +8,19 @@
 //! many virtual points, and a key belongs to the first point at or after its
 //! hash, walking clockwise.
 //!
-//! * Virtual points: a member of the largest weight gets [`POINTS_PER_MEMBER`]
-//!   (160, as ketama) points, others proportionally fewer (rounded, at least
-//!   1), so key share follows weight. For pools of more than
-//!   [`MAX_POINTS`]` / 160` (1250) members, the per-member budget shrinks to
-//!   `MAX_POINTS / members` so the ring stays at about 200 000 points.
+//! * Virtual points: a member of weight `w` gets `w ×` [`POINTS_PER_WEIGHT`]
+//!   (160, as ketama) points, whatever the other members weigh, so key share
+//!   follows weight and a change to one member moves only keys to or from
+//!   that member: adding a member of weight `w` to a pool of total weight
+//!   `W` moves about `w / (W + w)` of all keys, every one of them to the new
+//!   member; raising one member's weight only takes keys from the others,
+//!   lowering it only gives its keys away. (Scaling points to the largest
+//!   weight, as this ring once did, moves about a third of all keys when a
+//!   new largest weight arrives.) Weights above [`MAX_RING_WEIGHT`] count as
+//!   that (the config clamps weights to 1..=100 anyway). Only a pool whose
+//!   points would pass [`MAX_POINTS`] (a total weight over 6 250) gets fewer
+//!   points per unit of weight, the same for every member, to bound memory
+//!   (16 bytes a point); there, a change of total weight moves more keys.
 //! * Point `i` of a member sits at `hash_key("{key}#{i}")`, so a member keeps
 //!   its points across rebuilds and reorderings.
 //! * An ineligible owner is skipped: the walk continues clockwise to the
@@ -40,12 +48,15 @@ use std::fmt::Write as _;
 
 use super::{hash_key, Candidate, Member, P2c, Strategy};
 
-/// Virtual points of a member of the largest weight (as in ketama).
-pub const POINTS_PER_MEMBER: usize = 160;
+/// Virtual points per unit of weight (as in ketama).
+pub const POINTS_PER_WEIGHT: usize = 160;
 
-/// Bound on the points of large pools: above `MAX_POINTS / POINTS_PER_MEMBER`
-/// members each member of the largest weight gets `MAX_POINTS / members`.
-pub const MAX_POINTS: usize = 200_000;
+/// Weights above this count as this on the ring.
+pub const MAX_RING_WEIGHT: u32 = 100;
+
+/// Bound on the points of the ring (16 MB): a pool whose total weight would
+/// need more gets `MAX_POINTS / total weight` points per unit of weight.
+pub const MAX_POINTS: usize = 1_000_000;
 
 /// Points walked before checking, in O(members), whether any owner is
 /// eligible at all.
@@ -99,15 +110,17 @@ impl Strategy for ConsistentHash {
     fn rebuild(&mut self, members: &[Member]) {
         self.ring.clear();
         self.members = members.len();
-        let Some(max_weight) = members.iter().map(|m| u64::from(m.weight.max(1))).max() else {
+        let weight = |m: &Member| u64::from(m.weight.clamp(1, MAX_RING_WEIGHT));
+        let total: u64 = members.iter().map(weight).sum();
+        if total == 0 {
             return;
-        };
-        let budget = (MAX_POINTS / members.len()).clamp(1, POINTS_PER_MEMBER) as u64;
+        }
+        // Fixed points per unit of weight: one member's change never moves
+        // another member's points.
+        let per_weight = (MAX_POINTS as u64 / total).clamp(1, POINTS_PER_WEIGHT as u64);
         let mut label = String::new();
         for (index, member) in members.iter().enumerate() {
-            let weight = u64::from(member.weight.max(1));
-            let points = ((budget * weight + max_weight / 2) / max_weight).max(1);
-            for i in 0..points {
+            for i in 0..weight(member) * per_weight {
                 label.clear();
                 // Writing to a String cannot fail.
                 let _ = write!(label, "{}#{i}", member.key);
@@ -178,13 +191,15 @@ mod tests {
     fn points_follow_weights_and_stay_bounded() {
         let mut ring = ConsistentHash::with_seed(1);
         ring.rebuild(&members(&[2, 1, 1]));
-        assert_eq!(ring.points(), 160 + 80 + 80);
+        assert_eq!(ring.points(), 320 + 160 + 160);
         ring.rebuild(&members(&[1000, 1]));
-        assert_eq!(ring.points(), 160 + 1);
+        assert_eq!(ring.points(), 100 * 160 + 160, "weights count up to 100");
         ring.rebuild(&members(&[1; 1000]));
         assert_eq!(ring.points(), 160_000);
-        ring.rebuild(&members(&[1; 5000]));
-        assert_eq!(ring.points(), 200_000);
+        ring.rebuild(&members(&[1; 6250]));
+        assert_eq!(ring.points(), 1_000_000);
+        ring.rebuild(&members(&[1; 10_000]));
+        assert_eq!(ring.points(), 1_000_000, "bounded: 100 points each");
         ring.rebuild(&[]);
         assert_eq!(ring.points(), 0);
         assert_eq!(ring.pick(&nodes(2), Some(1)).map(|i| i < 2), Some(true));
@@ -290,6 +305,86 @@ mod tests {
         }
         for _ in 0..500 {
             assert_eq!(ring.pick(&ns, None), p2c.pick(&ns, None));
+        }
+    }
+
+    /// Keys whose owner differs between `before` and `after`, as
+    /// `(from, to)` pairs.
+    fn moves<'a>(before: &[&'a str], after: &[&'a str]) -> Vec<(&'a str, &'a str)> {
+        before
+            .iter()
+            .zip(after)
+            .filter(|(b, a)| b != a)
+            .map(|(b, a)| (*b, *a))
+            .collect()
+    }
+
+    /// Regression (issue 8, item 7): points scaled to the largest weight
+    /// moved keys between old members whenever a heavier member arrived.
+    #[test]
+    fn adding_a_member_moves_its_share_of_keys_all_to_it() {
+        const KEYS: usize = 10_000;
+        for (n, new_weight) in [(3usize, 1u32), (9, 1), (4, 5), (2, 100)] {
+            let ms = members(&vec![1; n]);
+            let mut ring = ConsistentHash::with_seed(8);
+            ring.rebuild(&ms);
+            let before = owners(&mut ring, &ms, &nodes(n), KEYS);
+            let mut more = ms.clone();
+            more.push(Member {
+                key: "10.0.1.1:80".into(),
+                weight: new_weight,
+            });
+            ring.rebuild(&more);
+            let after = owners(&mut ring, &more, &nodes(n + 1), KEYS);
+            let moved = moves(&before, &after);
+            assert!(
+                moved.iter().all(|&(_, to)| to == "10.0.1.1:80"),
+                "n = {n}, weight {new_weight}: a key moved between old members"
+            );
+            // Expected share w / (n + w); the ring's spread is a few percent.
+            let expected = KEYS as f64 * new_weight as f64 / (n as f64 + new_weight as f64);
+            let got = moved.len() as f64;
+            assert!(
+                (expected * 0.7..expected * 1.3).contains(&got),
+                "n = {n}, weight {new_weight}: {got} moved, about {expected} expected"
+            );
+        }
+    }
+
+    /// Regression (issue 8, item 7): raising one weight to a new maximum
+    /// changed every other member's points.
+    #[test]
+    fn reweighting_a_member_moves_keys_only_to_or_from_it() {
+        const KEYS: usize = 10_000;
+        let ms = members(&[2, 1, 1, 1]);
+        let mut ring = ConsistentHash::with_seed(9);
+        ring.rebuild(&ms);
+        let before = owners(&mut ring, &ms, &nodes(4), KEYS);
+        let target = ms[2].key.clone();
+        for weight in [5, 100, 3] {
+            let mut heavier = ms.clone();
+            heavier[2].weight = weight;
+            ring.rebuild(&heavier);
+            let after = owners(&mut ring, &heavier, &nodes(4), KEYS);
+            let moved = moves(&before, &after);
+            assert!(
+                moved.iter().all(|&(_, to)| to == target),
+                "weight {weight}: a key moved between other members"
+            );
+            let expected = KEYS as f64 * (weight as f64 / (weight as f64 + 4.0) - 1.0 / 5.0);
+            let got = moved.len() as f64;
+            assert!(
+                (expected * 0.7..expected * 1.3).contains(&got),
+                "weight {weight}: {got} moved, about {expected} expected"
+            );
+            // And back: lowering it again gives away only its own keys.
+            let lighter = owners(&mut ring, &heavier, &nodes(4), KEYS);
+            ring.rebuild(&ms);
+            let back = owners(&mut ring, &ms, &nodes(4), KEYS);
+            assert!(moves(&lighter, &back)
+                .iter()
+                .all(|&(from, _)| from == target));
+            assert_eq!(back, before);
         }
     }
 }

@@ -1,0 +1,200 @@
+//! The balancer alone, under paused time: a stand-in queue records what the
+//! balancer tells it, and the tests send it routes and losses directly, so
+//! each interleaving is exact.
+
+use std::rc::Rc;
+use std::sync::Mutex;
+
+use futures::future::LocalBoxFuture;
+
+use super::*;
+use crate::actors::pool::RemoveEndpoint;
+use crate::config::Config;
+use crate::task::Task;
+use crate::transport::{HttpReply, HttpRequest, Transport, TransportError};
+
+/// What the balancer told its queue.
+#[derive(Default)]
+struct Seen {
+    credit: usize,
+    bounces: Vec<Seq>,
+}
+
+struct FakeQueue(Arc<Mutex<Seen>>);
+
+impl Actor for FakeQueue {
+    type Context = Context<Self>;
+}
+
+impl Handler<Credit> for FakeQueue {
+    type Result = ();
+
+    fn handle(&mut self, msg: Credit, _ctx: &mut Self::Context) {
+        self.0.lock().unwrap().credit += msg.0;
+    }
+}
+
+impl Handler<SetGate> for FakeQueue {
+    type Result = ();
+
+    fn handle(&mut self, _msg: SetGate, _ctx: &mut Self::Context) {}
+}
+
+impl Handler<Answer> for FakeQueue {
+    type Result = ();
+
+    fn handle(&mut self, msg: Answer, _ctx: &mut Self::Context) {
+        let mut seen = self.0.lock().unwrap();
+        if let Answer::Done(d) = &msg {
+            seen.credit += d.credit;
+        } else if let Answer::Bounce(b) = &msg {
+            seen.credit += b.credit;
+            seen.bounces.push(b.seq);
+        }
+    }
+}
+
+/// Never answers: attempts stay in flight.
+struct Silent;
+
+impl Transport for Silent {
+    fn send(
+        &self,
+        _req: HttpRequest,
+    ) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
+        Box::pin(futures::future::pending())
+    }
+}
+
+fn silent() -> TransportFactory {
+    Arc::new(|_: &str| Rc::new(Silent) as Rc<dyn Transport>)
+}
+
+/// A balancer for the one service of `json`, answering to a fake queue.
+fn start(
+    json: &str,
+    arbiters: Vec<actix::dev::ArbiterHandle>,
+) -> (Addr<BalancerActor>, Arc<Mutex<Seen>>) {
+    let cfg = Arc::new(Config::from_json(json).unwrap().services.remove(0));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let queue = FakeQueue(seen.clone()).start();
+    let port = QueuePort {
+        credit: queue.clone().recipient(),
+        gate: queue.clone().recipient(),
+        answer: queue.recipient(),
+    };
+    let b = BalancerActor::create(move |ctx| {
+        BalancerActor::with_port(cfg, port, silent(), arbiters, ctx)
+    });
+    (b, seen)
+}
+
+fn route(task: u64, at: Instant) -> Route {
+    let job = Task::get("svc", "/x").prepare(task, at).unwrap();
+    Route {
+        seq: Seq { task, round: 1 },
+        job: Arc::new(job),
+        avoid: Vec::new(),
+        hedge: false,
+        at,
+    }
+}
+
+/// Lets every ready actor run (paused time does not move).
+async fn settle() {
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Regression (issue 8, item 4): a route decided before the service's next
+/// token was due bounced and set no timer, so the task waited for the next
+/// `GetLoad` round (here 10 s) although the token came due at once.
+#[actix_rt::test]
+async fn a_route_bounced_on_a_token_not_yet_due_sets_a_wake_up() {
+    tokio::time::pause();
+    let (b, seen) = start(
+        r#"{"services":[{"name":"svc","timeout":"60s",
+            "endpoints":[{"address":"http://127.0.0.1:9/","max_concurrent":10}],
+            "balancer":{"refresh_interval":"10s"},
+            "rate_limit":{"service":{"rate":10,"burst":1},"on_limit":"wait"}}]}"#,
+        Vec::new(),
+    );
+    settle().await;
+    assert_eq!(seen.lock().unwrap().credit, 1, "one token: one credit");
+    let t0 = Instant::now();
+    b.send(route(1, t0)).await.unwrap();
+    // The token is due at t0 + 100 ms: the timer grants it.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    settle().await;
+    assert_eq!(seen.lock().unwrap().credit, 2);
+    // A route the queue decided at t0 + 50 ms (its clock lags the credit):
+    // no token at that time, so it bounces...
+    b.send(route(2, t0 + Duration::from_millis(50)))
+        .await
+        .unwrap();
+    settle().await;
+    assert_eq!(
+        seen.lock().unwrap().bounces,
+        vec![Seq { task: 2, round: 1 }]
+    );
+    // ...and the credit comes back as soon as the token is due (it is),
+    // not at the next refresh 10 s later.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    settle().await;
+    assert_eq!(seen.lock().unwrap().credit, 3);
+}
+
+/// Regression (issue 8, item 4): an attempt lost with its node's thread
+/// stayed counted in flight, so a removed node draining it never left.
+#[actix_rt::test]
+async fn a_lost_attempt_frees_its_slot_and_a_drained_node_leaves() {
+    tokio::time::pause();
+    let threads: Vec<actix::Arbiter> = (0..2).map(|_| actix::Arbiter::new()).collect();
+    let (b, seen) = start(
+        r#"{"services":[{"name":"svc","mode":"round_robin","timeout":"60s",
+            "endpoints":[{"address":"http://127.0.0.1:9/a/","max_concurrent":1},
+                         {"address":"http://127.0.0.1:9/b/","max_concurrent":1}],
+            "breaker":{"enabled":false},"balancer":{"refresh_interval":"10s"}}]}"#,
+        threads.iter().map(|a| a.handle()).collect(),
+    );
+    settle().await;
+    assert_eq!(seen.lock().unwrap().credit, 2);
+    let now = Instant::now();
+    b.send(route(1, now)).await.unwrap();
+    b.send(route(2, now)).await.unwrap();
+    let stats = b.send(GetNodeStats).await.unwrap();
+    assert!(stats.iter().all(|n| n.in_flight == 1), "one attempt each");
+    // Node 0's thread dies with its attempt.
+    let mut threads = threads.into_iter();
+    let dead = threads.next().unwrap();
+    dead.stop();
+    dead.join().unwrap();
+    // It is removed: it drains, holding its lost attempt.
+    b.send(RemoveEndpoint("http://127.0.0.1:9/a/".into()))
+        .await
+        .unwrap()
+        .unwrap();
+    let stats = b.send(GetNodeStats).await.unwrap();
+    assert_eq!(stats.len(), 2);
+    assert!(stats[0].draining);
+    // The watchdog answers both tasks lost: the dead node's slot is freed
+    // and it leaves; the live node keeps its attempt.
+    for task in [1, 2] {
+        b.send(AttemptLost {
+            seq: Seq { task, round: 1 },
+        })
+        .await
+        .unwrap();
+    }
+    let stats = b.send(GetNodeStats).await.unwrap();
+    assert_eq!(stats.len(), 1, "the drained node left");
+    assert_eq!(stats[0].address, "http://127.0.0.1:9/b/");
+    assert_eq!(
+        stats[0].in_flight, 1,
+        "a live node's slot is its own to free"
+    );
+    for t in threads {
+        t.stop();
+    }
+}

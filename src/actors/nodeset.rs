@@ -1,0 +1,551 @@
+//! `NodeSet`: the balancer's nodes, and the sums and index it keeps over them.
+//!
+//! The balancer answers "how many tasks can the pool take now" and "is every
+//! node open, or out of tokens" on every event, so it keeps those answers as
+//! running sums rather than scanning the pool (a pool of 1 000 nodes costs
+//! the same per task as a pool of one). Sums that must agree with their
+//! parts are easy to break when every handler updates them by hand, so one
+//! type owns them, and its methods are the only way to change a node's room:
+//!
+//! * `capacity` is the sum of the nodes' rooms (free slots, probes, tokens:
+//!   see [`NodeView::compute_room`]), as of each node's last refresh;
+//! * `counts` is the sum of the nodes' [`Flags`], as of the same refresh;
+//! * `cands[i]` is node `i`'s [`Candidate`] for the strategy, eligible
+//!   exactly when its room is positive;
+//! * `index` maps every node's id to its position.
+//!
+//! A node's view can be changed through [`NodeSet::update`] (which refreshes
+//! that node after the change) or [`NodeSet::node_mut`] (refreshed at the
+//! next [`NodeSet::refresh`] or [`NodeSet::refresh_all`]): the room and flags
+//! the sums were built from live here, not in the view, so no change to a
+//! view can make the sums disagree with their parts.
+//!
+//! ```text
+//!   push / remove ─► views, cands, slots, index   (same length, same order)
+//!   refresh(i)    ─► slot i recomputed; capacity and counts moved by its delta
+//!   refresh_all   ─► the ejection cap (max_ejected_percent), then every node
+//! ```
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::messages::{LoadReport, NodeId};
+use super::view::{Counts, Flags, Mirror, NodeView};
+use crate::algo::strategy::{Candidate, Member, Strategy};
+
+/// What the set needs of the service's config to compute rooms.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tuning {
+    /// Probes a half-open breaker admits.
+    pub probes: u32,
+    /// Slow start: ramp length and starting share of the weight.
+    pub ramp: Option<(Duration, f64)>,
+    /// Idle decay of latency and error figures.
+    pub decay: Duration,
+    /// Share of in-service nodes whose open breakers are honoured (percent).
+    pub max_ejected_percent: u32,
+}
+
+/// What a node counts for in the sums, as of its last refresh.
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    room: usize,
+    flags: Flags,
+}
+
+/// The balancer's nodes with the invariants above.
+pub(crate) struct NodeSet {
+    tuning: Tuning,
+    views: Vec<NodeView>,
+    cands: Vec<Candidate>,
+    slots: Vec<Slot>,
+    index: HashMap<NodeId, usize>,
+    capacity: usize,
+    counts: Counts,
+}
+
+/// What the balancer needs to send a dispatch to the node it picked.
+pub(crate) struct Placed {
+    /// The node's breaker is open but it serves anyway (max_ejected_percent).
+    pub bypass_breaker: bool,
+    /// When the node's next token is due, if it has none left.
+    pub token_due: Option<Instant>,
+}
+
+impl NodeSet {
+    pub fn new(tuning: Tuning) -> Self {
+        NodeSet {
+            tuning,
+            views: Vec::new(),
+            cands: Vec::new(),
+            slots: Vec::new(),
+            index: HashMap::new(),
+            capacity: 0,
+            counts: Counts::default(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.views.len()
+    }
+
+    /// Sum of the nodes' rooms: how many tasks the pool can take now.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Pool-wide sums of the nodes' flags.
+    pub fn counts(&self) -> Counts {
+        self.counts
+    }
+
+    /// The position of node `id`.
+    pub fn position(&self, id: NodeId) -> Option<usize> {
+        self.index.get(&id).copied()
+    }
+
+    pub fn node(&self, i: usize) -> &NodeView {
+        &self.views[i]
+    }
+
+    /// Node `i`, to change: its room is refreshed at the next `refresh`.
+    pub fn node_mut(&mut self, i: usize) -> &mut NodeView {
+        &mut self.views[i]
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &NodeView> {
+        self.views.iter()
+    }
+
+    /// Every node with its candidate.
+    pub fn with_candidates(&self) -> impl Iterator<Item = (&NodeView, &Candidate)> {
+        self.views.iter().zip(&self.cands)
+    }
+
+    /// The strategy's view of the pool, in the set's order.
+    pub fn members(&self) -> Vec<Member> {
+        self.views
+            .iter()
+            .map(|n| Member {
+                key: n.address.to_string(),
+                weight: n.weight,
+            })
+            .collect()
+    }
+
+    /// Adds a node at the end, refreshed at `now`; returns its position.
+    pub fn push(&mut self, view: NodeView, now: Instant) -> usize {
+        let i = self.views.len();
+        self.index.insert(view.id, i);
+        self.cands.push(Candidate::new(
+            view.weight.max(1),
+            view.max_concurrent.max(1),
+        ));
+        self.views.push(view);
+        self.slots.push(Slot::default());
+        self.refresh(i, now);
+        i
+    }
+
+    /// Removes node `i`; later nodes move up one place.
+    pub fn remove(&mut self, i: usize) -> NodeView {
+        let slot = self.slots.remove(i);
+        self.capacity -= slot.room;
+        self.counts.remove(slot.flags);
+        self.cands.remove(i);
+        let view = self.views.remove(i);
+        self.index.remove(&view.id);
+        for (j, n) in self.views.iter().enumerate().skip(i) {
+            self.index.insert(n.id, j);
+        }
+        view
+    }
+
+    /// Changes node `i` with `f`, then refreshes it at `now`.
+    pub fn update<R>(&mut self, i: usize, now: Instant, f: impl FnOnce(&mut NodeView) -> R) -> R {
+        let r = f(&mut self.views[i]);
+        self.refresh(i, now);
+        r
+    }
+
+    /// Recomputes node `i`'s room, flags and candidate at `now`, moving the
+    /// sums by the difference.
+    pub fn refresh(&mut self, i: usize, now: Instant) {
+        let t = self.tuning;
+        let n = &mut self.views[i];
+        n.expire(now, t.probes);
+        let room = n.compute_room(now);
+        let flags = n.flags(now);
+        let slot = &mut self.slots[i];
+        self.capacity = self.capacity - slot.room + room;
+        self.counts.swap(slot.flags, flags);
+        *slot = Slot { room, flags };
+        let w = n.effective_weight(now, t.ramp);
+        self.cands[i] = n.candidate(room > 0, w, now, t.decay);
+    }
+
+    /// Applies the ejection cap, then refreshes every node at `now`.
+    pub fn refresh_all(&mut self, now: Instant) {
+        let probes = self.tuning.probes;
+        for n in &mut self.views {
+            n.expire(now, probes);
+            n.overridden = false;
+        }
+        // max_ejected_percent: past the cap, the healthiest open nodes serve anyway.
+        let in_service = self.views.iter().filter(|n| n.in_service()).count();
+        let mut open: Vec<usize> = (0..self.views.len())
+            .filter(|&i| self.views[i].in_service() && self.views[i].is_open(now))
+            .collect();
+        let allowed = in_service * self.tuning.max_ejected_percent as usize / 100;
+        if open.len() > allowed {
+            open.sort_by(|&a, &b| {
+                let (na, nb) = (&self.views[a], &self.views[b]);
+                na.load
+                    .error_rate
+                    .total_cmp(&nb.load.error_rate)
+                    .then(na.id.cmp(&nb.id))
+            });
+            for &i in open.iter().take(open.len() - allowed) {
+                self.views[i].overridden = true;
+            }
+        }
+        for i in 0..self.views.len() {
+            self.refresh(i, now);
+        }
+    }
+
+    /// Takes node `i`'s report (unless a newer one is in); not refreshed.
+    /// Returns whether its breaker changed kind.
+    pub fn apply_report(&mut self, i: usize, load: LoadReport, now: Instant) -> bool {
+        let t = self.tuning;
+        self.views[i].apply_load(load, t.probes, t.ramp.is_some(), now)
+    }
+
+    /// One attempt on node `i` ended (`load`: the node's report with it) or
+    /// was lost: its slot is free. Refreshes the node, or every node when
+    /// its breaker changed kind (the ejection cap may move); returns whether
+    /// it did.
+    pub fn attempt_ended(&mut self, i: usize, load: Option<LoadReport>, now: Instant) -> bool {
+        let n = &mut self.views[i];
+        n.in_flight = n.in_flight.saturating_sub(1);
+        let changed = load.is_some_and(|l| self.apply_report(i, l, now));
+        if changed {
+            self.refresh_all(now);
+        } else {
+            self.refresh(i, now);
+        }
+        changed
+    }
+
+    /// Node `i` takes a task at `now`: a slot, a probe and a token.
+    pub fn dispatch(&mut self, i: usize, now: Instant) -> Placed {
+        let n = &mut self.views[i];
+        n.in_flight += 1;
+        if let Mirror::HalfOpen { probes } = &mut n.mirror {
+            *probes = probes.saturating_sub(1);
+        }
+        let mut token_due = None;
+        if let Some(b) = &mut n.bucket {
+            let _ = b.try_acquire(now);
+            token_due = b.check(now).err();
+        }
+        let placed = Placed {
+            bypass_breaker: n.overridden,
+            token_due,
+        };
+        self.refresh(i, now);
+        placed
+    }
+
+    /// Picks an eligible node with `strategy`: never one of `exclude`, and
+    /// one of `avoid` only when no other is eligible.
+    pub fn pick(
+        &mut self,
+        strategy: &mut dyn Strategy,
+        affinity: Option<u64>,
+        exclude: &[NodeId],
+        avoid: &[NodeId],
+    ) -> Option<usize> {
+        let mut masked: Vec<usize> = Vec::new();
+        self.mask(exclude, &mut masked);
+        let any = self.cands.iter().any(|c| c.eligible);
+        if any && !avoid.is_empty() {
+            let others = self
+                .cands
+                .iter()
+                .zip(&self.views)
+                .any(|(c, n)| c.eligible && !avoid.contains(&n.id));
+            if others {
+                self.mask(avoid, &mut masked);
+            }
+        }
+        let pick = if any {
+            strategy.pick(&self.cands, affinity)
+        } else {
+            None
+        };
+        for i in masked {
+            self.cands[i].eligible = true;
+        }
+        pick.filter(|&i| self.cands[i].eligible && !exclude.contains(&self.views[i].id))
+    }
+
+    /// Makes the eligible nodes of `ids` ineligible, noting them in `masked`.
+    fn mask(&mut self, ids: &[NodeId], masked: &mut Vec<usize>) {
+        for id in ids {
+            if let Some(i) = self.position(*id) {
+                if self.cands[i].eligible {
+                    self.cands[i].eligible = false;
+                    masked.push(i);
+                }
+            }
+        }
+    }
+
+    /// The earliest instant after `now` at which time alone adds room to a
+    /// node (a breaker's open time ends, a token comes due).
+    pub fn next_wake(&self, now: Instant) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        for n in self.views.iter().filter(|n| n.in_service()) {
+            let mut consider = |t: Instant| {
+                if t > now && next.is_none_or(|x| t < x) {
+                    next = Some(t);
+                }
+            };
+            if let Mirror::Open { until } = n.mirror {
+                consider(until);
+            }
+            if n.token_blocked(now) {
+                if let Some(Err(t)) = n.bucket.as_ref().map(|b| b.check(now)) {
+                    consider(t);
+                }
+            }
+        }
+        next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actors::view::tests::{report, view};
+    use crate::algo::breaker::BreakerState;
+    use crate::algo::limiter::TokenBucket;
+    use crate::algo::strategy::RoundRobin;
+    use proptest::prelude::{any, prop_assert, prop_assert_eq, prop_oneof, proptest, Just};
+    use proptest::strategy::Strategy as _;
+
+    fn tuning() -> Tuning {
+        Tuning {
+            probes: 2,
+            ramp: None,
+            decay: Duration::from_secs(10),
+            max_ejected_percent: 50,
+        }
+    }
+
+    /// Every invariant the set promises, checked from scratch.
+    fn check(set: &NodeSet) {
+        assert_eq!(set.views.len(), set.cands.len());
+        assert_eq!(set.views.len(), set.slots.len());
+        assert_eq!(set.index.len(), set.views.len());
+        for (i, n) in set.views.iter().enumerate() {
+            assert_eq!(set.position(n.id), Some(i), "index of {:?}", n.id);
+            assert_eq!(set.cands[i].eligible, set.slots[i].room > 0);
+        }
+        let rooms: usize = set.slots.iter().map(|s| s.room).sum();
+        assert_eq!(set.capacity(), rooms, "capacity is the sum of rooms");
+        let mut counts = Counts::default();
+        for s in &set.slots {
+            counts.swap(Flags::default(), s.flags);
+        }
+        let c = set.counts();
+        assert_eq!(
+            (c.in_service, c.open, c.token_blocked),
+            (counts.in_service, counts.open, counts.token_blocked),
+            "counts are the sums of flags"
+        );
+    }
+
+    /// After a full refresh, every stored room is the view's own at `now`.
+    fn check_fresh(set: &NodeSet, now: Instant) {
+        check(set);
+        for (i, n) in set.views.iter().enumerate() {
+            assert_eq!(set.slots[i].room, n.compute_room(now));
+            assert_eq!(set.slots[i].flags, n.flags(now));
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Push { weight: u32, max: u32, bucket: bool },
+        Remove(usize),
+        Dispatch,
+        Ended(usize),
+        Trip(usize, u64),
+        Close(usize),
+        SetActive(usize, bool),
+        Drain(usize),
+        SetMax(usize, u32),
+        Advance(u64),
+        RefreshAll,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        prop_oneof![
+            (1u32..5, 1u32..4, any::<bool>()).prop_map(|(weight, max, bucket)| Op::Push {
+                weight,
+                max,
+                bucket
+            }),
+            (0usize..8).prop_map(Op::Remove),
+            Just(Op::Dispatch),
+            Just(Op::Dispatch),
+            (0usize..8).prop_map(Op::Ended),
+            (0usize..8, 1u64..500).prop_map(|(i, ms)| Op::Trip(i, ms)),
+            (0usize..8).prop_map(Op::Close),
+            (0usize..8, any::<bool>()).prop_map(|(i, a)| Op::SetActive(i, a)),
+            (0usize..8).prop_map(Op::Drain),
+            (0usize..8, 1u32..4).prop_map(|(i, m)| Op::SetMax(i, m)),
+            (1u64..300).prop_map(Op::Advance),
+            Just(Op::RefreshAll),
+        ]
+    }
+
+    proptest! {
+        /// Whatever the sequence of changes, the sums agree with their parts,
+        /// the index and candidates follow the nodes, and a pick is eligible.
+        #[test]
+        fn sums_index_and_candidates_always_agree(ops in proptest::collection::vec(op(), 1..120)) {
+            let t0 = Instant::now();
+            let mut now = t0;
+            let mut set = NodeSet::new(tuning());
+            let mut rr = RoundRobin::new();
+            let mut next_id = 0u32;
+            let mut version = 0u64;
+            for op in ops {
+                let len = set.len();
+                match op {
+                    Op::Push { weight, max, bucket } => {
+                        let mut v = view(next_id, weight, max, now);
+                        next_id += 1;
+                        if bucket {
+                            v.bucket = Some(TokenBucket::new(5.0, 2, now));
+                        }
+                        set.push(v, now);
+                        rr.rebuild(&set.members());
+                    }
+                    Op::Remove(i) if i < len => {
+                        set.remove(i);
+                        rr.rebuild(&set.members());
+                    }
+                    Op::Dispatch => {
+                        if let Some(i) = set.pick(&mut rr, None, &[], &[]) {
+                            prop_assert!(set.slots[i].room > 0);
+                            set.dispatch(i, now);
+                        }
+                    }
+                    Op::Ended(i) if i < len => {
+                        version += 1;
+                        set.attempt_ended(i, Some(report(version, BreakerState::Closed, now)), now);
+                    }
+                    Op::Trip(i, ms) if i < len => {
+                        version += 1;
+                        let until = now + Duration::from_millis(ms);
+                        set.apply_report(i, report(version, BreakerState::Open { until }, now), now);
+                        set.refresh_all(now);
+                    }
+                    Op::Close(i) if i < len => {
+                        // An older report than any applied: never changes the view.
+                        let before = set.node(i).mirror;
+                        prop_assert!(!set.apply_report(i, report(0, BreakerState::Closed, now), now));
+                        prop_assert_eq!(set.node(i).mirror, before);
+                    }
+                    Op::SetActive(i, a) if i < len => set.update(i, now, |n| n.active = a),
+                    Op::Drain(i) if i < len => set.update(i, now, |n| n.draining = true),
+                    Op::SetMax(i, m) if i < len => {
+                        set.node_mut(i).max_concurrent = m;
+                        set.refresh(i, now);
+                    }
+                    Op::Advance(ms) => now += Duration::from_millis(ms),
+                    Op::RefreshAll => {
+                        set.refresh_all(now);
+                        check_fresh(&set, now);
+                    }
+                    _ => {}
+                }
+                check(&set);
+            }
+            set.refresh_all(now);
+            check_fresh(&set, now);
+        }
+    }
+
+    #[test]
+    fn removing_a_node_moves_the_later_ones_up() {
+        let now = Instant::now();
+        let mut set = NodeSet::new(tuning());
+        for id in 0..4 {
+            set.push(view(id, 1, 3, now), now);
+        }
+        assert_eq!(set.capacity(), 12);
+        set.dispatch(1, now);
+        assert_eq!(set.capacity(), 11);
+        let gone = set.remove(1);
+        assert_eq!(gone.id, NodeId(1));
+        assert_eq!(gone.in_flight, 1);
+        assert_eq!(set.capacity(), 9);
+        assert_eq!(set.counts().in_service, 3);
+        assert_eq!(set.position(NodeId(1)), None);
+        assert_eq!(set.position(NodeId(3)), Some(2));
+        check_fresh(&set, now);
+    }
+
+    #[test]
+    fn pick_masks_excluded_and_prefers_not_avoided() {
+        let now = Instant::now();
+        let mut set = NodeSet::new(tuning());
+        for id in 0..3 {
+            set.push(view(id, 1, 1, now), now);
+        }
+        let mut rr = RoundRobin::new();
+        rr.rebuild(&set.members());
+        for _ in 0..6 {
+            let i = set.pick(&mut rr, None, &[NodeId(0)], &[NodeId(1)]);
+            assert_eq!(i, Some(2));
+        }
+        // Only avoided nodes left: one of them serves.
+        set.dispatch(2, now);
+        assert_eq!(set.pick(&mut rr, None, &[NodeId(0)], &[NodeId(1)]), Some(1));
+        // Only excluded ones left: none.
+        set.dispatch(1, now);
+        assert_eq!(set.pick(&mut rr, None, &[NodeId(0)], &[]), None);
+        check(&set);
+        assert!(set.cands[0].eligible, "masks are lifted after the pick");
+    }
+
+    #[test]
+    fn an_ended_attempt_frees_its_slot_and_a_trip_closes_the_node() {
+        let t0 = Instant::now();
+        let mut set = NodeSet::new(Tuning {
+            max_ejected_percent: 100,
+            ..tuning()
+        });
+        set.push(view(0, 1, 2, t0), t0);
+        set.push(view(1, 1, 2, t0), t0);
+        set.dispatch(0, t0);
+        let until = t0 + Duration::from_secs(1);
+        set.attempt_ended(0, Some(report(1, BreakerState::Open { until }, t0)), t0);
+        assert_eq!(set.node(0).in_flight, 0);
+        assert_eq!(set.capacity(), 2, "node 0 is open");
+        assert_eq!(set.counts().open, 1);
+        assert_eq!(set.next_wake(t0), Some(until));
+        // Time alone half-opens it: two probes.
+        set.refresh_all(until);
+        assert_eq!(set.capacity(), 4);
+        assert_eq!(set.counts().open, 0);
+        check_fresh(&set, until);
+    }
+}
