@@ -31,12 +31,15 @@
 
 pub mod actors;
 pub mod algo;
+pub mod codec;
 pub mod config;
 mod dispatcher;
 mod outcome;
 pub mod stats;
 pub mod task;
 pub mod transport;
+#[cfg(feature = "web")]
+pub mod web;
 
 pub use actors::pool::{PoolError, ReloadSummary};
 pub use awc::http::header::HeaderMap;

@@ -1,0 +1,433 @@
+//! The wire form of tasks and results: one JSON object per line (JSONL).
+//!
+//! The command-line runner (`actix-dispatch run`, feature `cli`) reads
+//! [`TaskLine`]s and writes [`ResultLine`]s; a durable task stream (Redis)
+//! stores the same shapes, so a task file, a stream entry and a list of
+//! unfinished tasks are interchangeable. The shapes follow what HTTP
+//! command-line tools take (vegeta's JSON targets, xh's `key:=json`): a
+//! method, a path, headers, and a body given either as JSON (`json`) or as a
+//! string (`body`, UTF-8 or base64 as `body_encoding` says).
+//!
+//! A task line:
+//!
+//! ```json
+//! {"id": 7, "service": "inference", "method": "POST", "path": "/v1/generate",
+//!  "headers": {"x-request-id": "7"}, "json": {"prompt": "hi"},
+//!  "timeout": "2s", "deadline": "10s", "idempotent": true, "affinity": "user-42"}
+//! ```
+//!
+//! Only `service` and `path` are required. `method` defaults to `GET`, or to
+//! `POST` when the line has a body (as xh does). A `json` body gets
+//! `content-type: application/json` unless the headers set one. Durations are
+//! human strings (`"250ms"`); `deadline` counts from submission. Unknown
+//! fields are refused, so a misspelt `idempotnet` is an error, not silently
+//! dropped.
+//!
+//! A result line names the outcome (`success`, `failure`, `rejected`,
+//! `fallback`, or `invalid` for a line that could not be read), a `reason`
+//! code for everything but success (the same codes [`reason_code`] gives the
+//! gateway's error bodies), the status, serving node, attempts and total
+//! time, and the body as UTF-8 text when it is, else base64.
+//!
+//! ```
+//! use actix_dispatch::codec::{ResultLine, TaskLine};
+//! let line = r#"{"id":"a1","service":"api","path":"/items/1","timeout":"2s"}"#;
+//! let t: TaskLine = serde_json::from_str(line).unwrap();
+//! let task = t.to_task().unwrap();
+//! assert_eq!(task.method().as_str(), "GET");
+//! assert_eq!(task.path(), "/items/1");
+//!
+//! let bad = ResultLine::invalid(3, "expected value at line 1 column 1");
+//! let out = serde_json::to_string(&bad).unwrap();
+//! assert!(out.contains(r#""outcome":"invalid""#) && out.contains(r#""line":3"#));
+//! ```
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+use crate::outcome::{Outcome, Rejection, TaskResult};
+use crate::task::Task;
+use crate::Method;
+
+/// A task's id as the line gave it: a number or a string, echoed back
+/// unchanged in its result.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum WireId {
+    /// A numeric id.
+    Number(u64),
+    /// Any other id.
+    Text(String),
+}
+
+/// How a body string is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BodyEncoding {
+    /// The body is the string's UTF-8 bytes (the default).
+    #[default]
+    Utf8,
+    /// The body is the string, base64-decoded (standard alphabet, padded).
+    Base64,
+}
+
+/// One task as written in a JSONL file or stream entry.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskLine {
+    /// Caller's id, echoed in the result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<WireId>,
+    /// Service name.
+    pub service: String,
+    /// HTTP method; default `GET`, or `POST` when there is a body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// Path relative to the endpoint (may carry a query).
+    pub path: String,
+    /// Request headers.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// A JSON body (exclusive with `body`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json: Option<serde_json::Value>,
+    /// A body string (exclusive with `json`), encoded as `body_encoding` says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    /// Encoding of `body`.
+    #[serde(default, skip_serializing_if = "is_utf8")]
+    pub body_encoding: BodyEncoding,
+    /// Per-attempt timeout (`"2s"`).
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub timeout: Option<Duration>,
+    /// Deadline for all attempts together, from submission (`"10s"`).
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub deadline: Option<Duration>,
+    /// Whether retries after timeouts and resets are safe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotent: Option<bool>,
+    /// Affinity key for `consistent_hash` services.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<String>,
+}
+
+fn is_utf8(e: &BodyEncoding) -> bool {
+    *e == BodyEncoding::Utf8
+}
+
+impl TaskLine {
+    /// Parses one line; an error names the field (`timeout: invalid value ...`).
+    pub fn parse(line: &str) -> Result<TaskLine, String> {
+        let de = &mut serde_json::Deserializer::from_str(line);
+        let t: TaskLine = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            match path.as_str() {
+                "." => e.into_inner().to_string(),
+                _ => format!("{path}: {}", e.into_inner()),
+            }
+        })?;
+        Ok(t)
+    }
+
+    /// Builds the engine's [`Task`]. Errors name the field; the engine's own
+    /// checks (path, headers, limits) still run at submit.
+    pub fn to_task(&self) -> Result<Task, String> {
+        let body: Option<Vec<u8>> = match (&self.json, &self.body) {
+            (Some(_), Some(_)) => return Err("`json` and `body` are exclusive".into()),
+            (Some(v), None) => Some(serde_json::to_vec(v).map_err(|e| format!("json: {e}"))?),
+            (None, Some(b)) => Some(match self.body_encoding {
+                BodyEncoding::Utf8 => b.clone().into_bytes(),
+                BodyEncoding::Base64 => BASE64
+                    .decode(b)
+                    .map_err(|e| format!("body: not base64: {e}"))?,
+            }),
+            (None, None) => None,
+        };
+        let method = match &self.method {
+            Some(m) => Method::from_bytes(m.to_ascii_uppercase().as_bytes())
+                .map_err(|_| format!("method {m:?} is not an HTTP method"))?,
+            None if body.is_some() => Method::POST,
+            None => Method::GET,
+        };
+        let mut task = Task::new(self.service.clone(), method, self.path.clone());
+        for (k, v) in &self.headers {
+            task = task.header(k.clone(), v.clone());
+        }
+        if self.json.is_some()
+            && !self
+                .headers
+                .keys()
+                .any(|k| k.eq_ignore_ascii_case("content-type"))
+        {
+            task = task.header("content-type", "application/json");
+        }
+        if let Some(b) = body {
+            task = task.body(b);
+        }
+        if let Some(t) = self.timeout {
+            task = task.timeout(t);
+        }
+        if let Some(d) = self.deadline {
+            task = task.deadline_in(d);
+        }
+        if let Some(i) = self.idempotent {
+            task = task.idempotent(i);
+        }
+        if let Some(a) = &self.affinity {
+            task = task.affinity(a.clone());
+        }
+        Ok(task)
+    }
+}
+
+// === impl ResultLine ===
+
+/// One result as written: `outcome` is `success`, `failure`, `rejected`,
+/// `fallback` or `invalid`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResultLine {
+    /// The task line's id, if it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<WireId>,
+    /// Input line number (1-based), where the task came from a file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
+    /// Service name (empty for a line that could not be read).
+    pub service: String,
+    /// How the task ended.
+    pub outcome: String,
+    /// A code for why it did not succeed ([`reason_code`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The reason in words (rejections and invalid lines).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Status of the answer that ended the task, if there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// Node that answered last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Attempts made (hedges included).
+    pub attempts: u32,
+    /// From submit to result, milliseconds.
+    pub total_ms: f64,
+    /// Response body, if there was a response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    /// Encoding of `body`: `utf8` or `base64`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_encoding: Option<BodyEncoding>,
+}
+
+impl ResultLine {
+    /// The line for a finished task.
+    pub fn from_result(r: &TaskResult, id: Option<WireId>, line: Option<u64>) -> ResultLine {
+        let response = r.response();
+        let (body, body_encoding) = match response {
+            Some(resp) => {
+                let (b, e) = encode_body(&resp.body);
+                (Some(b), Some(e))
+            }
+            None => (None, None),
+        };
+        let error = match &r.outcome {
+            Outcome::Success(_) => None,
+            Outcome::Failure(f) => Some(match &f.last {
+                Some(last) => format!("{}; last attempt: {last}", f.reason),
+                None => f.reason.to_string(),
+            }),
+            Outcome::Rejected(why) | Outcome::Fallback { reason: why, .. } => Some(why.to_string()),
+        };
+        ResultLine {
+            id,
+            line,
+            service: r.service.to_string(),
+            outcome: outcome_name(&r.outcome).to_owned(),
+            reason: reason_code(&r.outcome).map(str::to_owned),
+            error,
+            status: response.map(|resp| resp.status),
+            node: response
+                .map(|resp| resp.node.to_string())
+                .or_else(|| r.attempts.last().map(|a| a.node.to_string())),
+            attempts: u32::try_from(r.attempts.len()).unwrap_or(u32::MAX),
+            total_ms: (r.total.as_secs_f64() * 1e6).round() / 1e3,
+            body,
+            body_encoding,
+        }
+    }
+
+    /// The line for input line `line` that is not a task.
+    pub fn invalid(line: u64, reason: impl Into<String>) -> ResultLine {
+        ResultLine {
+            id: None,
+            line: Some(line),
+            service: String::new(),
+            outcome: "invalid".into(),
+            reason: Some("invalid_line".into()),
+            error: Some(reason.into()),
+            status: None,
+            node: None,
+            attempts: 0,
+            total_ms: 0.0,
+            body: None,
+            body_encoding: None,
+        }
+    }
+
+    /// The body's bytes, decoded.
+    pub fn body_bytes(&self) -> Option<Vec<u8>> {
+        let b = self.body.as_ref()?;
+        match self.body_encoding.unwrap_or_default() {
+            BodyEncoding::Utf8 => Some(b.clone().into_bytes()),
+            BodyEncoding::Base64 => BASE64.decode(b).ok(),
+        }
+    }
+}
+
+/// A body as text when it is UTF-8, else as base64.
+pub fn encode_body(body: &[u8]) -> (String, BodyEncoding) {
+    match std::str::from_utf8(body) {
+        Ok(s) => (s.to_owned(), BodyEncoding::Utf8),
+        Err(_) => (BASE64.encode(body), BodyEncoding::Base64),
+    }
+}
+
+/// `success`, `failure`, `rejected` or `fallback`.
+pub fn outcome_name(o: &Outcome) -> &'static str {
+    match o {
+        Outcome::Success(_) => "success",
+        Outcome::Failure(_) => "failure",
+        Outcome::Rejected(_) => "rejected",
+        Outcome::Fallback { .. } => "fallback",
+    }
+}
+
+/// A stable snake_case code for why a task did not succeed: the
+/// [`crate::FailReason`] of a failure (`retries_exhausted`, ...) or
+/// [`rejection_code`] of a rejection; `None` for a success.
+pub fn reason_code(o: &Outcome) -> Option<&'static str> {
+    use crate::outcome::FailReason::*;
+    match o {
+        Outcome::Success(_) => None,
+        Outcome::Failure(f) => Some(match f.reason {
+            NotRetryable => "not_retryable",
+            RetriesExhausted => "retries_exhausted",
+            DeadlineExceeded => "deadline_exceeded",
+            BudgetExhausted => "budget_exhausted",
+        }),
+        Outcome::Rejected(r) | Outcome::Fallback { reason: r, .. } => Some(rejection_code(r)),
+    }
+}
+
+/// A stable snake_case code for a rejection (`queue_full`, `rate_limited`, ...).
+pub fn rejection_code(r: &Rejection) -> &'static str {
+    match r {
+        Rejection::QueueFull => "queue_full",
+        Rejection::ShuttingDown => "shutting_down",
+        Rejection::DeadlinePassed => "deadline_passed",
+        Rejection::UnknownService(_) => "unknown_service",
+        Rejection::InvalidTask(_) => "invalid_task",
+        Rejection::CircuitOpen { .. } => "circuit_open",
+        Rejection::RateLimited { .. } => "rate_limited",
+        Rejection::Internal(_) => "internal",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::{Attempt, AttemptOutcome, FailReason, Failure, Response};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_line_with_json_is_a_post_with_its_content_type() {
+        let t = TaskLine::parse(r#"{"service":"s","path":"/g","json":{"a":1}}"#).unwrap();
+        let task = t.to_task().unwrap();
+        assert_eq!(task.method(), &Method::POST);
+        assert_eq!(task.body_bytes().as_ref(), br#"{"a":1}"#);
+    }
+
+    #[test]
+    fn base64_bodies_decode_and_bad_ones_are_named() {
+        let t = TaskLine::parse(
+            r#"{"service":"s","method":"put","path":"/b","body":"/w==","body_encoding":"base64"}"#,
+        )
+        .unwrap();
+        let task = t.to_task().unwrap();
+        assert_eq!(task.method(), &Method::PUT);
+        assert_eq!(task.body_bytes().as_ref(), [0xffu8]);
+        let bad =
+            TaskLine::parse(r#"{"service":"s","path":"/b","body":"%%","body_encoding":"base64"}"#)
+                .unwrap();
+        assert!(bad.to_task().unwrap_err().contains("base64"));
+    }
+
+    #[test]
+    fn unknown_fields_and_both_bodies_are_refused() {
+        let e = TaskLine::parse(r#"{"service":"s","path":"/","idempotnet":true}"#).unwrap_err();
+        assert!(e.contains("idempotnet"), "{e}");
+        let t = TaskLine::parse(r#"{"service":"s","path":"/","json":1,"body":"x"}"#).unwrap();
+        assert!(t.to_task().unwrap_err().contains("exclusive"));
+        let e = TaskLine::parse(r#"{"service":"s","path":"/","timeout":"soon"}"#).unwrap_err();
+        assert!(e.starts_with("timeout: "), "{e}");
+    }
+
+    #[test]
+    fn a_task_line_round_trips() {
+        let line = r#"{"id":"x","service":"s","method":"POST","path":"/p?q=1","headers":{"a":"b"},"body":"hi","timeout":"2s","deadline":"10s","idempotent":true,"affinity":"k"}"#;
+        let t = TaskLine::parse(line).unwrap();
+        assert_eq!(t.id, Some(WireId::Text("x".into())));
+        assert_eq!(t.deadline, Some(Duration::from_secs(10)));
+        let again = TaskLine::parse(&serde_json::to_string(&t).unwrap()).unwrap();
+        assert_eq!(again, t);
+    }
+
+    #[test]
+    fn results_carry_reason_status_and_a_binary_body_as_base64() {
+        let response = Response {
+            status: 503,
+            headers: Default::default(),
+            body: bytes::Bytes::from_static(&[0xff, 0x00]),
+            node: Arc::from("http://n/"),
+        };
+        let r = TaskResult {
+            id: 1,
+            service: Arc::from("s"),
+            outcome: Outcome::Failure(Failure {
+                reason: FailReason::RetriesExhausted,
+                last: Some(AttemptOutcome::Status(503)),
+                response: Some(response),
+            }),
+            attempts: vec![Attempt {
+                node: Arc::from("http://n/"),
+                outcome: AttemptOutcome::Status(503),
+                latency: Duration::from_millis(3),
+                hedge: false,
+            }],
+            total: Duration::from_micros(4_321),
+        };
+        let l = ResultLine::from_result(&r, Some(WireId::Number(9)), Some(2));
+        assert_eq!(l.outcome, "failure");
+        assert_eq!(l.reason.as_deref(), Some("retries_exhausted"));
+        assert_eq!(l.status, Some(503));
+        assert_eq!(l.attempts, 1);
+        assert_eq!(l.total_ms, 4.321);
+        assert_eq!(l.body_encoding, Some(BodyEncoding::Base64));
+        assert_eq!(l.body_bytes().unwrap(), vec![0xff, 0x00]);
+        let json = serde_json::to_string(&l).unwrap();
+        assert!(json.starts_with(r#"{"id":9,"line":2,"service":"s","outcome":"failure""#));
+    }
+}
