@@ -43,6 +43,9 @@ struct Inner {
     closed: AtomicBool,
     /// Threads that run node actors (see [`DispatcherBuilder::node_threads`]).
     node_threads: std::sync::Mutex<Vec<actix::Arbiter>>,
+    /// The arbiter `start` ran on: every pipeline runs there, whoever starts
+    /// it (a reload may come from an actix-web worker, which can stop).
+    home: actix::dev::ArbiterHandle,
 }
 
 /// Handle to a running engine. Cheap to clone.
@@ -95,6 +98,7 @@ impl DispatcherBuilder {
                     .map(|_| actix::Arbiter::new())
                     .collect(),
             ),
+            home: actix::Arbiter::current(),
         });
         let d = Dispatcher { inner };
         for svc in self.config.services {
@@ -453,11 +457,27 @@ impl Dispatcher {
         self.ask(service, CrashNode(address.to_owned())).await?
     }
 
+    /// Starts a service on the dispatcher's own arbiter, whichever thread
+    /// asks.
+    async fn start_at_home(&self, svc: ServiceConfig) {
+        let (tx, rx) = oneshot::channel();
+        let d = self.clone();
+        let sent = self.inner.home.spawn_fn(move || {
+            d.start_service(svc);
+            let _ = tx.send(());
+        });
+        if !sent || rx.await.is_err() {
+            log::error!("dispatcher: its arbiter has stopped; a reloaded service was not started");
+        }
+    }
+
     /// Applies a new config: services are matched by name; the endpoints of
     /// a kept service are diffed by address (kept nodes keep their counters
     /// and breaker; removed ones drain); new services start; services gone
     /// from the config stop taking tasks, drain and stop. Other settings of a
-    /// kept service stay as they were started.
+    /// kept service stay as they were started. New services start on the
+    /// arbiter that started the dispatcher, whichever thread calls this (an
+    /// actix-web worker, say), and so outlive the caller.
     pub async fn reload(&self, config: Config) -> Result<ReloadReport, PoolError> {
         let mut report = ReloadReport::default();
         let wanted: Vec<String> = config
@@ -472,7 +492,7 @@ impl Dispatcher {
                 report.changed.push((name, summary));
             } else {
                 report.started.push(svc.name.clone());
-                self.start_service(svc);
+                self.start_at_home(svc).await;
             }
         }
         let gone: Vec<String> = self
@@ -495,7 +515,8 @@ impl Dispatcher {
                 h.queue.do_send(CloseIntake);
                 let (tx, rx) = oneshot::channel();
                 h.queue.do_send(Drain { reply: tx });
-                actix::spawn(async move {
+                // On the dispatcher's arbiter too: the caller's may stop first.
+                self.inner.home.spawn(async move {
                     let _ = rx.await;
                     h.queue.do_send(Stop);
                 });
@@ -617,6 +638,60 @@ mod tests {
     /// The watchdog answers attempts whose node died with them in flight:
     /// here the node thread is stopped, so not even the node's timeout can
     /// end the attempt. Queue and balancer run under paused time.
+    /// Answers every request 200 at once.
+    struct Ok200;
+
+    impl Transport for Ok200 {
+        fn send(
+            &self,
+            _req: HttpRequest,
+        ) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
+            Box::pin(async {
+                Ok(HttpReply {
+                    status: 200,
+                    headers: Default::default(),
+                    body: Default::default(),
+                })
+            })
+        }
+    }
+
+    /// Regression (issue 8, item 4): a service added by `reload` started on
+    /// the caller's arbiter, so it died with the caller (an actix-web
+    /// worker, say) and every later task was refused.
+    #[actix_rt::test]
+    async fn reload_starts_new_services_on_the_dispatchers_arbiter() {
+        let json = |names: &[&str]| {
+            let services: Vec<String> = names
+                .iter()
+                .map(|n| {
+                    format!(r#"{{"name":"{n}","endpoints":[{{"address":"http://127.0.0.1:9/"}}]}}"#)
+                })
+                .collect();
+            Config::from_json(&format!(r#"{{"services":[{}]}}"#, services.join(","))).unwrap()
+        };
+        let ok: TransportFactory = Arc::new(|_: &str| Rc::new(Ok200) as Rc<dyn Transport>);
+        let d = Dispatcher::builder(json(&["a"]))
+            .transport(ok)
+            .start()
+            .unwrap();
+        // A worker thread reloads, then stops.
+        let worker = actix::Arbiter::new();
+        let (tx, rx) = oneshot::channel();
+        let d2 = d.clone();
+        worker.spawn(async move {
+            let _ = tx.send(d2.reload(json(&["a", "b"])).await);
+        });
+        let report = rx.await.unwrap().unwrap();
+        assert_eq!(report.started, vec!["b".to_string()]);
+        worker.stop();
+        worker.join().unwrap();
+        // The new service lives on.
+        let r = d.submit(Task::get("b", "/x")).await;
+        assert!(r.is_success(), "{:?}", r.outcome);
+        d.shutdown(Duration::from_secs(1)).await;
+    }
+
     #[actix_rt::test]
     async fn attempts_of_a_dead_node_are_answered_by_the_watchdog() {
         tokio::time::pause();
