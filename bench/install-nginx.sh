@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs nginx for the `nginx` and `slow-node` load benchmarks
-# (cargo run --release --example loadbench -- nginx). Needs root (apt-get).
+# (cargo run --release --example loadbench -- nginx) and for the test
+# tests/keepalive.rs, which `.ci/run` makes require it. Needs root (apt-get).
 # The package's own service is not started: the benchmark runs nginx itself,
 # in the foreground, with a config in a temporary directory.
 set -euo pipefail

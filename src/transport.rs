@@ -301,11 +301,8 @@ fn classify_send(e: SendRequestError, reused: bool, one_write: bool) -> Transpor
         }
         _ => ErrorKind::Reset,
     };
-    let detail = if kind == ErrorKind::NotSent {
-        format!("{e} (before any answer, on a reused connection or a failed write)")
-    } else {
-        e.to_string()
-    };
+    let conn = if reused { "reused" } else { "new" };
+    let detail = format!("{e} (on a {conn} connection)");
     TransportError::new(kind, detail)
 }
 
@@ -398,7 +395,8 @@ mod tests {
         assert_eq!(kind(reset(), true, false), ErrorKind::NotSent);
         assert_eq!(kind(reset(), false, true), ErrorKind::Reset);
         // A garbled answer is the node's doing, reused or not.
-        let utf8 = std::str::from_utf8(&[0xff]).unwrap_err();
+        let bytes = vec![0xff_u8];
+        let utf8 = std::str::from_utf8(&bytes).unwrap_err();
         assert_eq!(
             kind(SendRequestError::Response(utf8.into()), true, true),
             ErrorKind::Reset
