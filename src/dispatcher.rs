@@ -590,7 +590,10 @@ impl std::future::Future for Submission {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(r)) => r,
                 Poll::Ready(Err(_)) => {
-                    rejected(*id, service.clone(), Rejection::ShuttingDown, *since)
+                    // The queue went away without answering: only a dead
+                    // pipeline does that (shutdown answers every task).
+                    let why = "the service's queue stopped before answering".to_owned();
+                    rejected(*id, service.clone(), Rejection::Internal(why), *since)
                 }
             },
             SubmissionState::Done => panic!("Submission polled after it resolved"),

@@ -157,9 +157,9 @@ async fn an_open_breaker_doubles_its_time_between_probes() {
     .unwrap();
     let t0 = Instant::now();
     let r = d.submit(Task::get("svc", "/x")).await;
-    assert!(matches!(r.outcome, Outcome::Failure(_)));
+    assert!(matches!(r.outcome, Outcome::Failure(_)), "{r:?}");
     let sent: Vec<Duration> = log.lock().unwrap().iter().map(|t| *t - t0).collect();
-    assert_eq!(sent.len(), 6);
+    assert_eq!(sent.len(), 6, "{r:?}");
     // Probes after 1 s, 2 s, 4 s, then 4 s (capped) open periods.
     for (w, open) in sent.windows(2).zip([1000u64, 2000, 4000, 4000, 4000]) {
         let (gap, open) = (w[1] - w[0], Duration::from_millis(open));

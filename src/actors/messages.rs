@@ -23,8 +23,18 @@ use crate::task::Job;
 use crate::transport::HttpReply;
 use crate::Rejection;
 
-/// A task's sequence number inside one service's queue.
-pub(crate) type Seq = u64;
+/// One dispatch round of one task inside a service's queue: the task's
+/// number and the round, bumped each time the queue sends the task out. Every
+/// message about an attempt carries it, so a late answer from an earlier
+/// round (an attempt the watchdog already gave up on) is told apart from
+/// the current one's; a hedge shares its round with the attempt it races.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Seq {
+    /// The task's number in its queue.
+    pub task: u64,
+    /// The dispatch round.
+    pub round: u32,
+}
 
 /// Stable identity of a node inside its service (survives pool changes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -167,6 +177,19 @@ pub(crate) enum Answer {
     Done(AttemptDone),
     /// No attempt was made; the task goes back to the queue's front.
     Bounce(Bounce),
+    /// A hedge was placed: the nodes now working on the task (sent for
+    /// hedges only, so that the attempt that loses the race can still be
+    /// listed in the task's result).
+    Placed(Placed),
+}
+
+/// Balancer to queue: where the attempts of a hedged round went.
+pub(crate) struct Placed {
+    pub seq: Seq,
+    /// The first attempt's node.
+    pub first: Arc<str>,
+    /// The hedge's node.
+    pub hedge: Arc<str>,
 }
 
 /// Queue to balancer: the watchdog answered the attempt of `seq` as `Lost`

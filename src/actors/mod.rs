@@ -11,6 +11,8 @@ pub(crate) mod node;
 pub(crate) mod nodeset;
 pub mod pool;
 pub(crate) mod queue;
+pub(crate) mod shutdown;
+pub(crate) mod timers;
 pub(crate) mod view;
 
 pub use balancer::BalancerActor;

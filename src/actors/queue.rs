@@ -1,22 +1,32 @@
 //! `QueueActor`: the continuous task stream of one service, and the one place
-//! where a task's fate is decided.
+//! where a task is answered.
 //!
-//! It holds a bounded FIFO of ready tasks and one timer heap for everything
-//! that waits on time (retry backoffs, task deadlines, hedges), served by a
-//! single actix timer set for the earliest entry; a once-a-second watchdog
-//! sweep answers attempts whose node never reported back.
-//! It hands tasks to the balancer only against [`Credit`] (pull, not push),
-//! and after every attempt decides: finish, or retry after exponential
-//! backoff with full jitter, within `max_retries`, the deadline and the
-//! service's retry budget, preferring a node that has not failed the task.
+//! Read it as: **take** (intake, the bounded wait list), **hand over against
+//! credit** (`pump`), **ask the policy** when an attempt ends
+//! ([`crate::algo::policy`]), **answer** (`finish`, the only place a result
+//! is sent).
 //!
-//! Every accepted task lives in one map until it is answered, and answering
-//! removes it: that is how "exactly one result per task" holds under faults,
-//! late answers (ignored) and shutdown (everything left is answered
-//! `ShuttingDown` and returned in the report).
+//! - Every task lives in one map from its arrival until `finish` removes it,
+//!   whatever its state: waiting for room, ready, backing off, in flight.
+//!   Answering removes it, so "exactly one result per task" holds under
+//!   faults, late answers (ignored: they name an earlier round) and shutdown
+//!   (see [`super::shutdown`]: everything left is answered and reported).
+//! - Everything that waits on time (retry backoffs, deadlines, hedges) is in
+//!   one [`TimerStore`] served by a single actix timer; entries of finished
+//!   tasks are dropped in bulk, so memory follows what is live.
+//! - The wait list (`on_full: wait`, and `feed`) is bounded
+//!   (`queue.max_waiting`); past it a task is refused `QueueFull`. Its tasks
+//!   keep their deadlines and are in the shutdown report.
+//! - A once-a-second watchdog sweep answers attempts whose node never
+//!   reported back (the node's thread died with them) as `Lost`.
+//! - A panic inside a handler is caught: it is logged at `error`, every task
+//!   the queue holds is answered `Internal`, and the queue starts afresh
+//!   (its counters kept), so a bug never leaves callers waiting. A dead
+//!   balancer is found the same way, and the dispatcher rebuilds the
+//!   pipeline.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,10 +38,10 @@ use tokio::time::Instant;
 
 use super::balancer::BalancerActor;
 use super::messages::*;
-use crate::algo::backoff::Backoff;
-use crate::algo::budget::RetryBudget;
+use super::timers::TimerStore;
+use crate::algo::policy::{Decision, Ended, RetryPolicy};
+use crate::algo::time;
 use crate::config::{OnFull, ServiceConfig};
-use crate::dispatcher::Unfinished;
 use crate::outcome::{
     Attempt, AttemptOutcome, ErrorKind, FailReason, Failure, Outcome, Rejection, Response,
     TaskResult,
@@ -40,29 +50,56 @@ use crate::stats::QueueStats;
 use crate::task::{Job, Task};
 use crate::transport::TransportFactory;
 
+/// A task's number in its queue.
+pub(super) type TaskNo = u64;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
+pub(super) enum State {
+    /// Parked until the queue has room (not yet counted as submitted).
+    Waiting,
     Ready,
     Backoff,
     InFlight,
 }
 
-struct Pending {
-    job: Arc<Job>,
+pub(super) struct Pending {
+    pub job: Arc<Job>,
     reply: Option<oneshot::Sender<TaskResult>>,
-    attempts: Vec<Attempt>,
+    pub attempts: Vec<Attempt>,
     retries: u32,
     avoid: Vec<NodeId>,
-    state: State,
+    pub state: State,
     /// Attempts out right now (2 while hedged).
     outstanding: u8,
-    /// Bumped at each dispatch, so a hedge timer knows if it is stale.
-    generation: u32,
+    /// Bumped at each dispatch; answers of other rounds are stale.
+    round: u32,
     hedged: bool,
+    /// Whether an attempt of this round failed (else the round bounced).
+    round_failed: bool,
+    /// When this round was sent out.
+    sent_at: Instant,
     /// When the attempt out should have reported, at the latest.
     watchdog_at: Instant,
-    /// The last failed attempt (boxed: most tasks never fail one).
-    last: Option<Box<(AttemptOutcome, Option<Response>)>>,
+    /// The last failed attempt of this task (boxed: most tasks never fail one).
+    last: Option<Box<LastFailure>>,
+    /// Where a hedged round's attempts went, and which have reported.
+    race: Option<Box<Race>>,
+}
+
+struct LastFailure {
+    outcome: AttemptOutcome,
+    response: Option<Response>,
+    retry_after: Option<Duration>,
+}
+
+/// The two attempts of a hedged round.
+struct Race {
+    round: u32,
+    first: Option<Arc<str>>,
+    hedge: Option<Arc<str>>,
+    hedge_sent: Instant,
+    first_done: bool,
+    hedge_done: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -71,46 +108,51 @@ enum Timer {
     Due,
     /// The task's deadline.
     Deadline,
-    /// Time to send a hedged attempt (generation).
+    /// Time to send a hedged attempt (round).
     Hedge(u32),
 }
 
 #[derive(Debug, Default, Clone)]
-struct Counters {
-    submitted: u64,
-    succeeded: u64,
-    failed: u64,
-    rejected: u64,
-    retried: u64,
-    fallbacks: u64,
-    hedged: u64,
-    peak_queued: usize,
+pub(super) struct Counters {
+    pub submitted: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub rejected: u64,
+    pub retried: u64,
+    pub fallbacks: u64,
+    pub hedged: u64,
+    pub peak_queued: usize,
 }
 
 /// The queue of one service. Also answers [`Task`] messages sent straight to it.
 pub struct QueueActor {
-    service: Arc<str>,
-    cfg: Arc<ServiceConfig>,
+    pub(super) service: Arc<str>,
+    pub(super) cfg: Arc<ServiceConfig>,
     balancer: Option<Addr<BalancerActor>>,
     ids: Arc<std::sync::atomic::AtomicU64>,
-    tasks: HashMap<Seq, Pending>,
-    ready: VecDeque<Seq>,
-    queued: usize,
-    in_flight: usize,
-    timers: BinaryHeap<Reverse<(Instant, Seq, Timer)>>,
+    pub(super) tasks: HashMap<TaskNo, Pending>,
+    ready: VecDeque<TaskNo>,
+    /// Tasks parked for room, in arrival order (entries of tasks answered
+    /// while parked are skipped when reached).
+    pub(super) waiting: VecDeque<TaskNo>,
+    /// Tasks parked right now (bounded by the capacity).
+    parked: usize,
+    pub(super) queued: usize,
+    pub(super) in_flight: usize,
+    timers: TimerStore<TaskNo, Timer>,
     timer: Option<(Instant, SpawnHandle)>,
     credit: usize,
     gate: Gate,
-    closed: bool,
-    waiting: VecDeque<Submit>,
-    budget: RetryBudget,
+    pub(super) closed: bool,
+    policy: RetryPolicy,
     budget_exhausted: bool,
-    backoff: Backoff,
     rng: SmallRng,
-    next_seq: Seq,
-    counters: Counters,
-    drains: Vec<oneshot::Sender<()>>,
+    next_no: TaskNo,
+    pub(super) counters: Counters,
+    pub(super) drains: Vec<oneshot::Sender<()>>,
     full: bool,
+    /// The pipeline is dead (its balancer stopped): everything is refused.
+    dead: bool,
     latencies: super::hedge::LatencyWindow,
     /// The time of the message being handled, read at most once per message
     /// (clock reads are a measurable share of a task's cost).
@@ -148,28 +190,37 @@ impl QueueActor {
             Some(s) => SmallRng::seed_from_u64(s ^ 0x9e37_79b9_7f4a_7c15),
             None => SmallRng::from_os_rng(),
         };
+        let r = &cfg.retry;
         Self {
             service: cfg.name.as_str().into(),
             balancer: Some(balancer),
             ids,
             tasks: HashMap::new(),
             ready: VecDeque::new(),
+            waiting: VecDeque::new(),
+            parked: 0,
             queued: 0,
             in_flight: 0,
-            timers: BinaryHeap::new(),
+            timers: TimerStore::default(),
             timer: None,
             credit: 0,
             gate: Gate::Open,
             closed: false,
-            waiting: VecDeque::new(),
-            budget: RetryBudget::new(cfg.retry.budget.clone(), now),
+            policy: RetryPolicy::new(
+                r.max_retries,
+                r.backoff_base,
+                r.backoff_max,
+                r.max_retry_after,
+                r.budget.clone(),
+                now,
+            ),
             budget_exhausted: false,
-            backoff: Backoff::new(cfg.retry.backoff_base, cfg.retry.backoff_max),
             rng,
-            next_seq: 0,
+            next_no: 0,
             counters: Counters::default(),
             drains: Vec::new(),
             full: false,
+            dead: false,
             latencies: super::hedge::LatencyWindow::new(1024),
             clock: None,
             cfg,
@@ -186,8 +237,67 @@ impl QueueActor {
         *self.clock.get_or_insert_with(Instant::now)
     }
 
-    fn balancer(&self) -> &Addr<BalancerActor> {
-        self.balancer.as_ref().expect("balancer set")
+    /// Runs a handler's body; a panic inside it is answered, not left silent.
+    fn guarded(&mut self, ctx: &mut Context<Self>, f: impl FnOnce(&mut Self, &mut Context<Self>)) {
+        if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| f(self, ctx))) {
+            let what = panic_message(&p);
+            self.recover(&format!("the queue panicked: {what}"), ctx);
+        }
+    }
+
+    /// After a panic (or a dead balancer): answers every task `Internal`,
+    /// logs it at `error`, and starts afresh with the counters kept.
+    fn recover(&mut self, why: &str, ctx: &mut Context<Self>) {
+        let n = self.tasks.len();
+        log::error!(
+            "service {}: {why}; answering its {n} task(s) `internal error` and going on",
+            self.service
+        );
+        let mut nos: Vec<TaskNo> = self.tasks.keys().copied().collect();
+        nos.sort_unstable();
+        for no in nos {
+            // Each answer on its own guard: one bad task cannot stop the rest.
+            let reason = Rejection::Internal(why.to_owned());
+            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                self.finish(no, Outcome::Rejected(reason), ctx)
+            }));
+        }
+        self.tasks.clear();
+        self.ready.clear();
+        self.waiting.clear();
+        self.parked = 0;
+        self.timers = TimerStore::default();
+        if let Some((_, h)) = self.timer.take() {
+            ctx.cancel_future(h);
+        }
+        self.queued = 0;
+        self.in_flight = 0;
+        self.check_drained();
+    }
+
+    /// Sends `msg` to the balancer; false (and the pipeline is declared
+    /// dead) if the balancer has stopped.
+    fn to_balancer<M>(&mut self, msg: M, ctx: &mut Context<Self>) -> bool
+    where
+        M: Message + Send + 'static,
+        M::Result: Send,
+        BalancerActor: Handler<M>,
+    {
+        match &self.balancer {
+            Some(b) if b.connected() => {
+                b.do_send(msg);
+                true
+            }
+            _ => {
+                if !self.dead {
+                    self.dead = true;
+                    self.gate =
+                        Gate::Reject(Rejection::Internal("the service's balancer stopped".into()));
+                    self.recover("the service's balancer stopped", ctx);
+                }
+                false
+            }
+        }
     }
 
     // === intake ===
@@ -204,51 +314,74 @@ impl QueueActor {
             let r = r.clone();
             return self.reject_new(msg, r, now);
         }
-        if self.queued >= self.cfg.queue.capacity {
-            if msg.wait || self.cfg.queue.on_full == OnFull::Wait {
-                self.waiting.push_back(msg);
+        let room = self.queued < self.cfg.queue.capacity && self.parked == 0;
+        if !room {
+            let wait = msg.wait || self.cfg.queue.on_full == OnFull::Wait;
+            // The wait list is bounded too (`queue.max_waiting`).
+            if wait && self.parked < self.cfg.queue.max_waiting {
+                let no = self.enter(msg, State::Waiting, ctx);
+                self.waiting.push_back(no);
+                self.parked += 1;
                 return;
             }
             if !self.full {
                 self.full = true;
                 log::warn!(
-                    "service {}: queue full ({} tasks); rejecting new tasks",
+                    "service {}: queue full ({} tasks{}); rejecting new tasks",
                     self.service,
-                    self.cfg.queue.capacity
+                    self.cfg.queue.capacity,
+                    if wait { ", and the wait list too" } else { "" }
                 );
             }
             return self.reject_new(msg, Rejection::QueueFull, now);
         }
-        self.accept(msg, ctx);
+        let no = self.enter(msg, State::Ready, ctx);
+        self.admit(no);
         self.pump(ctx);
     }
 
-    fn accept(&mut self, msg: Submit, ctx: &mut Context<Self>) {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.counters.submitted += 1;
+    /// Puts a new task in the map (and its deadline in the timers).
+    fn enter(&mut self, msg: Submit, state: State, ctx: &mut Context<Self>) -> TaskNo {
+        let no = self.next_no;
+        self.next_no += 1;
         if let Some(d) = msg.job.deadline {
-            self.push_timer(d, seq, Timer::Deadline, ctx);
+            self.push_timer(d, no, Timer::Deadline, ctx);
         }
+        let now = self.now();
         self.tasks.insert(
-            seq,
+            no,
             Pending {
                 job: msg.job,
                 reply: Some(msg.reply),
                 attempts: Vec::new(),
                 retries: 0,
                 avoid: Vec::new(),
-                state: State::Ready,
+                state,
                 outstanding: 0,
-                generation: 0,
+                round: 0,
                 hedged: false,
-                watchdog_at: Instant::now(),
+                round_failed: false,
+                sent_at: now,
+                watchdog_at: now,
                 last: None,
+                race: None,
             },
         );
-        self.ready.push_back(seq);
-        self.queued += 1;
-        self.counters.peak_queued = self.counters.peak_queued.max(self.queued);
+        no
+    }
+
+    /// Task `no` (just entered, or leaving the wait list) joins the queue.
+    fn admit(&mut self, no: TaskNo) {
+        if let Some(p) = self.tasks.get_mut(&no) {
+            if p.state == State::Waiting {
+                self.parked -= 1;
+            }
+            p.state = State::Ready;
+            self.counters.submitted += 1;
+            self.ready.push_back(no);
+            self.queued += 1;
+            self.counters.peak_queued = self.counters.peak_queued.max(self.queued);
+        }
     }
 
     /// Answers a task that never entered the queue.
@@ -266,10 +399,10 @@ impl QueueActor {
         let _ = msg.reply.send(result);
     }
 
-    /// Answers accepted task `seq` with a rejection (or the fallback).
-    fn reject(&mut self, seq: Seq, reason: Rejection, ctx: &mut Context<Self>) {
+    /// Answers task `no` with a rejection (or the fallback).
+    pub(super) fn reject(&mut self, no: TaskNo, reason: Rejection, ctx: &mut Context<Self>) {
         let outcome = self.rejection_outcome(reason);
-        self.finish(seq, outcome, ctx);
+        self.finish(no, outcome, ctx);
     }
 
     /// A rejection, or the fallback response when one is configured for it.
@@ -292,25 +425,24 @@ impl QueueActor {
         }
     }
 
-    /// Lets parked submitters in while there is room.
-    fn admit_waiting(&mut self, ctx: &mut Context<Self>) {
+    /// Lets parked tasks in, in order, while there is room.
+    fn admit_waiting(&mut self) {
         while self.queued < self.cfg.queue.capacity {
-            let Some(msg) = self.waiting.pop_front() else {
+            let Some(no) = self.waiting.pop_front() else {
                 break;
             };
-            let now = self.now();
-            if msg.job.deadline.is_some_and(|d| d <= now) {
-                self.reject_new(msg, Rejection::DeadlinePassed, now);
-                continue;
+            if self
+                .tasks
+                .get(&no)
+                .is_some_and(|p| p.state == State::Waiting)
+            {
+                self.admit(no);
             }
-            if let Gate::Reject(r) = &self.gate {
-                let r = r.clone();
-                self.reject_new(msg, r, now);
-                continue;
-            }
-            self.accept(msg, ctx);
         }
-        if self.full && self.queued < self.cfg.queue.capacity {
+        if self.parked == 0 {
+            self.waiting.clear();
+        }
+        if self.full && self.queued < self.cfg.queue.capacity && self.parked == 0 {
             self.full = false;
             log::info!("service {}: queue has room again", self.service);
         }
@@ -320,65 +452,89 @@ impl QueueActor {
 
     /// Sends ready tasks to the balancer while there is credit.
     fn pump(&mut self, ctx: &mut Context<Self>) {
+        if self.parked > 0 {
+            self.admit_waiting();
+        }
         let now = self.now();
         while self.credit > 0 && self.gate == Gate::Open {
-            let Some(seq) = self.ready.pop_front() else {
+            let Some(no) = self.ready.pop_front() else {
                 break;
             };
-            let Some(p) = self.tasks.get_mut(&seq) else {
+            let Some(p) = self.tasks.get_mut(&no) else {
                 continue;
             };
             if p.state != State::Ready {
                 continue;
             }
             if p.job.deadline.is_some_and(|d| d <= now) {
-                self.finish_deadline(seq, now, ctx);
+                self.finish_deadline(no, ctx);
                 continue;
             }
             let hedge_after = hedge_delay(&self.cfg, &self.latencies, &p.job);
             p.state = State::InFlight;
             p.outstanding = 1;
-            p.generation += 1;
-            let generation = p.generation;
-            if generation == 1 {
+            p.round = p.round.wrapping_add(1);
+            p.round_failed = false;
+            p.sent_at = now;
+            let round = p.round;
+            if round == 1 {
                 // The budget counts requests when they are first sent, not
                 // when queued, so a deep queue neither floods nor starves it.
-                self.budget.deposit(now);
+                self.policy.sent(now);
             }
             let route = Route {
-                seq,
+                seq: Seq { task: no, round },
                 job: p.job.clone(),
                 avoid: p.avoid.clone(),
                 hedge: false,
                 at: now,
             };
             let timeout = p.job.task.attempt_timeout().unwrap_or(self.cfg.timeout);
-            p.watchdog_at = now + timeout + timeout.max(Duration::from_secs(5));
-            let hedge_at = hedge_after.map(|d| now + d);
+            // Generous: an attempt's own timeout starts at its node, after
+            // any mailbox wait; the watchdog is only for attempts lost with
+            // their node.
+            let grace = time::sum(timeout, timeout.max(Duration::from_secs(5)));
+            p.watchdog_at = time::add(now, grace);
             self.queued -= 1;
             self.in_flight += 1;
             self.credit -= 1;
-            self.balancer().do_send(route);
-            if let Some(t) = hedge_at {
-                self.push_timer(t, seq, Timer::Hedge(generation), ctx);
+            if !self.to_balancer(route, ctx) {
+                return;
+            }
+            if let Some(d) = hedge_after {
+                self.push_timer(time::add(now, d), no, Timer::Hedge(round), ctx);
             }
         }
-        if !self.waiting.is_empty() {
-            self.admit_waiting(ctx);
+        if self.parked > 0 {
+            self.admit_waiting();
         }
+        self.ready
+            .retain_if_bloated(self.queued, |no| is_state(&self.tasks, no, State::Ready));
     }
 
     // === answers ===
 
+    /// The current round's task for an answer, or `None` if the answer is
+    /// stale (the task is answered already, or it names an earlier round).
+    fn current(&mut self, seq: Seq) -> Option<&mut Pending> {
+        self.tasks
+            .get_mut(&seq.task)
+            .filter(|p| p.state == State::InFlight && p.round == seq.round && p.outstanding > 0)
+    }
+
     fn on_attempt(&mut self, msg: AttemptDone, ctx: &mut Context<Self>) {
-        let now = self.now();
-        let Some(p) = self.tasks.get_mut(&msg.seq) else {
-            return; // answered already (shutdown abort, hedge twin)
+        let no = msg.seq.task;
+        let Some(p) = self.current(msg.seq) else {
+            return; // answered already, or a late answer of an earlier round
         };
-        if p.state != State::InFlight || p.outstanding == 0 {
-            return;
-        }
         p.outstanding -= 1;
+        if let Some(race) = p.race.as_mut().filter(|r| r.round == msg.seq.round) {
+            if msg.hedge {
+                race.hedge_done = true;
+            } else {
+                race.first_done = true;
+            }
+        }
         let r = msg.report;
         p.attempts.push(Attempt {
             node: msg.address.clone(),
@@ -399,85 +555,105 @@ impl QueueActor {
             ) {
                 self.latencies.record(r.latency);
             }
-            let response = response.expect("a status comes with a reply");
-            return self.finish(msg.seq, Outcome::Success(response), ctx);
+            let outcome = match response {
+                Some(response) => Outcome::Success(response),
+                // A transport that reports a status without a reply: answer
+                // with what is known rather than panic.
+                None => Outcome::Failure(Failure {
+                    reason: FailReason::NotRetryable,
+                    last: Some(r.outcome),
+                    response: None,
+                }),
+            };
+            return self.finish(no, outcome, ctx);
         }
         if r.outcome != AttemptOutcome::Error(ErrorKind::Cancelled) {
-            p.last = Some(Box::new((r.outcome, response)));
+            p.round_failed = true;
+            p.last = Some(Box::new(LastFailure {
+                outcome: r.outcome,
+                response,
+                retry_after: r.retry_after,
+            }));
             if !p.avoid.contains(&msg.node) {
                 p.avoid.push(msg.node);
             }
         }
-        if p.outstanding > 0 {
-            return; // the hedged twin may still succeed
+        if p.outstanding == 0 {
+            self.round_ended(no, ctx);
         }
-        let Some(last) = p.last.as_ref().map(|l| l.0) else {
-            return self.fail(msg.seq, FailReason::NotRetryable, ctx);
-        };
-        let retryable = match last {
-            AttemptOutcome::Status(s) => s == 429 || s >= 500,
-            AttemptOutcome::Error(ErrorKind::Connect) => true,
-            AttemptOutcome::Error(
-                ErrorKind::Timeout | ErrorKind::Reset | ErrorKind::Panicked | ErrorKind::Lost,
-            ) => p.job.idempotent,
-            AttemptOutcome::Error(_) => false,
-        };
-        if !retryable {
-            return self.fail(msg.seq, FailReason::NotRetryable, ctx);
-        }
-        if p.retries >= self.cfg.retry.max_retries {
-            return self.fail(msg.seq, FailReason::RetriesExhausted, ctx);
-        }
-        let mut delay = self.backoff.delay(p.retries, &mut self.rng);
-        if let Some(ra) = r.retry_after {
-            let ra = if p.job.deadline.is_some() {
-                ra
-            } else {
-                ra.min(self.cfg.retry.max_retry_after)
-            };
-            delay = delay.max(ra);
-        }
-        if p.job.deadline.is_some_and(|d| now + delay >= d) {
-            return self.fail(msg.seq, FailReason::DeadlineExceeded, ctx);
-        }
-        if !self.budget.try_withdraw(now) {
-            if !self.budget_exhausted {
-                self.budget_exhausted = true;
-                log::warn!(
-                    "service {}: retry budget exhausted; failing tasks instead of retrying",
-                    self.service
-                );
-            }
-            return self.fail(msg.seq, FailReason::BudgetExhausted, ctx);
-        }
-        if self.budget_exhausted {
-            self.budget_exhausted = false;
-            log::info!("service {}: retry budget available again", self.service);
-        }
-        p.retries += 1;
-        log::debug!(
-            "service {}: task {} retry {} in {:?} after {}",
-            self.service,
-            p.job.id,
-            p.retries,
-            delay,
-            last
-        );
-        self.counters.retried += 1;
-        p.state = State::Backoff;
-        self.in_flight -= 1;
-        self.queued += 1;
-        self.push_timer(now + delay, msg.seq, Timer::Due, ctx);
     }
 
-    fn fail(&mut self, seq: Seq, reason: FailReason, ctx: &mut Context<Self>) {
-        let last = self.tasks.get_mut(&seq).and_then(|p| p.last.take());
+    /// Task `no`'s last outstanding attempt ended without a success (by an
+    /// answer, a bounce, the watchdog or a cancel): the policy decides.
+    fn round_ended(&mut self, no: TaskNo, ctx: &mut Context<Self>) {
+        let now = self.now();
+        let Some(p) = self.tasks.get_mut(&no) else {
+            return;
+        };
+        let last = p.last.as_deref().filter(|_| p.round_failed);
+        let Some(last) = last else {
+            // No attempt of this round failed (it bounced): back to the front.
+            p.state = State::Ready;
+            self.in_flight -= 1;
+            self.queued += 1;
+            self.ready.push_front(no);
+            if let Gate::Reject(r) = self.gate.clone() {
+                self.reject(no, r, ctx);
+            }
+            return;
+        };
+        let ended = Ended {
+            last: last.outcome,
+            retry_after: last.retry_after,
+            retries: p.retries,
+            idempotent: p.job.idempotent,
+            deadline: p.job.deadline,
+        };
+        match self.policy.decide(&ended, now, &mut self.rng) {
+            Decision::Fail(reason) => {
+                if reason == FailReason::BudgetExhausted && !self.budget_exhausted {
+                    self.budget_exhausted = true;
+                    log::warn!(
+                        "service {}: retry budget exhausted; failing tasks instead of retrying",
+                        self.service
+                    );
+                }
+                self.fail(no, reason, ctx)
+            }
+            Decision::Retry { after } => {
+                if self.budget_exhausted {
+                    self.budget_exhausted = false;
+                    log::info!("service {}: retry budget available again", self.service);
+                }
+                p.retries += 1;
+                // A retry starts a new round from scratch: the failure that
+                // caused it is kept for the answer if the retry fails too.
+                log::debug!(
+                    "service {}: task {} retry {} in {:?} after {}",
+                    self.service,
+                    p.job.id,
+                    p.retries,
+                    after,
+                    ended.last
+                );
+                self.counters.retried += 1;
+                p.state = State::Backoff;
+                p.hedged = false;
+                self.in_flight -= 1;
+                self.queued += 1;
+                self.push_timer(time::add(now, after), no, Timer::Due, ctx);
+            }
+        }
+    }
+
+    fn fail(&mut self, no: TaskNo, reason: FailReason, ctx: &mut Context<Self>) {
+        let last = self.tasks.get_mut(&no).and_then(|p| p.last.take());
         let (last, response) = match last {
-            Some(l) => (Some(l.0), l.1),
+            Some(l) => (Some(l.outcome), l.response),
             None => (None, None),
         };
         self.finish(
-            seq,
+            no,
             Outcome::Failure(Failure {
                 reason,
                 last,
@@ -487,22 +663,26 @@ impl QueueActor {
         );
     }
 
-    fn finish_deadline(&mut self, seq: Seq, _now: Instant, ctx: &mut Context<Self>) {
-        let tried = self.tasks.get(&seq).is_some_and(|p| !p.attempts.is_empty());
+    fn finish_deadline(&mut self, no: TaskNo, ctx: &mut Context<Self>) {
+        let tried = self.tasks.get(&no).is_some_and(|p| !p.attempts.is_empty());
         if tried {
-            self.fail(seq, FailReason::DeadlineExceeded, ctx);
+            self.fail(no, FailReason::DeadlineExceeded, ctx);
         } else {
-            self.reject(seq, Rejection::DeadlinePassed, ctx);
+            self.reject(no, Rejection::DeadlinePassed, ctx);
         }
     }
 
-    /// Answers task `seq` and forgets it. The only place results are sent.
-    fn finish(&mut self, seq: Seq, outcome: Outcome, ctx: &mut Context<Self>) {
+    /// Answers task `no` and forgets it. The only place results are sent.
+    pub(super) fn finish(&mut self, no: TaskNo, outcome: Outcome, ctx: &mut Context<Self>) {
         let now = self.now();
-        let Some(mut p) = self.tasks.remove(&seq) else {
+        let Some(mut p) = self.tasks.remove(&no) else {
             return;
         };
         match p.state {
+            State::Waiting => {
+                self.counters.submitted += 1;
+                self.parked -= 1;
+            }
             State::Ready | State::Backoff => self.queued -= 1,
             State::InFlight => self.in_flight -= 1,
         }
@@ -510,6 +690,10 @@ impl QueueActor {
             Outcome::Success(_) => self.counters.succeeded += 1,
             Outcome::Failure(_) => self.counters.failed += 1,
             Outcome::Rejected(_) | Outcome::Fallback { .. } => self.counters.rejected += 1,
+        }
+        let outstanding = p.state == State::InFlight && p.outstanding > 0;
+        if outstanding {
+            list_cancelled_twin(&mut p, now);
         }
         let result = TaskResult {
             id: p.job.id,
@@ -521,18 +705,19 @@ impl QueueActor {
         if let Some(reply) = p.reply.take() {
             let _ = reply.send(result);
         }
-        if p.outstanding > 0 {
+        if outstanding && self.cfg.hedge.is_some() {
             // A hedged twin is still out: tell its node it lost.
-            self.balancer().do_send(super::hedge::CancelTask { seq });
-        }
-        if !self.waiting.is_empty() {
-            self.admit_waiting(ctx);
+            let seq = Seq {
+                task: no,
+                round: p.round,
+            };
+            self.to_balancer(super::hedge::CancelTask { seq }, ctx);
         }
         self.check_drained();
     }
 
-    fn check_drained(&mut self) {
-        if self.tasks.is_empty() && self.waiting.is_empty() {
+    pub(super) fn check_drained(&mut self) {
+        if self.tasks.is_empty() {
             for d in self.drains.drain(..) {
                 let _ = d.send(());
             }
@@ -541,8 +726,16 @@ impl QueueActor {
 
     // === timers ===
 
-    fn push_timer(&mut self, at: Instant, seq: Seq, kind: Timer, ctx: &mut Context<Self>) {
-        self.timers.push(Reverse((at, seq, kind)));
+    fn push_timer(&mut self, at: Instant, no: TaskNo, kind: Timer, ctx: &mut Context<Self>) {
+        let tasks = &self.tasks;
+        // At most three timers per task can be live (deadline, backoff, hedge).
+        self.timers
+            .compact_if_needed(tasks.len().saturating_mul(3), |no, kind| {
+                timer_live(tasks, no, kind)
+            });
+        if !self.timers.push(at, no, kind) {
+            return;
+        }
         if let Some((t, h)) = self.timer {
             if t <= at {
                 return;
@@ -557,40 +750,41 @@ impl QueueActor {
         let h = ctx.run_later(delay, |act, ctx| {
             act.timer = None;
             act.tick(None);
-            act.on_timer(ctx);
+            act.guarded(ctx, |act, ctx| act.on_timer(ctx));
         });
         self.timer = Some((at, h));
     }
 
     fn on_timer(&mut self, ctx: &mut Context<Self>) {
         let now = self.now();
-        while let Some(Reverse((at, seq, kind))) = self.timers.peek().copied() {
-            if at > now {
-                break;
-            }
-            self.timers.pop();
-            let Some(p) = self.tasks.get_mut(&seq) else {
+        while let Some((no, kind)) = self.timers.pop_due(now) {
+            let Some(p) = self.tasks.get_mut(&no) else {
                 continue;
             };
             match kind {
                 Timer::Due if p.state == State::Backoff => {
                     p.state = State::Ready;
-                    self.ready.push_front(seq);
+                    self.ready.push_front(no);
                     if let Gate::Reject(r) = self.gate.clone() {
-                        self.reject(seq, r, ctx);
+                        self.reject(no, r, ctx);
                     }
                 }
                 Timer::Deadline if p.state != State::InFlight => {
-                    self.finish_deadline(seq, now, ctx);
+                    self.finish_deadline(no, ctx);
                 }
-                Timer::Hedge(g) if p.state == State::InFlight && p.generation == g => {
-                    self.send_hedge(seq, now);
+                Timer::Hedge(g) if p.state == State::InFlight && p.round == g => {
+                    self.send_hedge(no, now, ctx);
                 }
                 _ => {}
             }
         }
-        if let Some(Reverse((at, _, _))) = self.timers.peek().copied() {
-            self.arm(at, ctx);
+        if let Some(at) = self.timers.next() {
+            if self.timer.is_none_or(|(t, _)| at < t) {
+                if let Some((_, h)) = self.timer.take() {
+                    ctx.cancel_future(h);
+                }
+                self.arm(at, ctx);
+            }
         }
         self.pump(ctx);
     }
@@ -605,16 +799,24 @@ impl QueueActor {
             .tasks
             .iter()
             .filter(|(_, p)| p.state == State::InFlight && p.watchdog_at <= now)
-            .map(|(seq, p)| (*seq, p.outstanding.max(1)))
+            .map(|(no, p)| {
+                let seq = Seq {
+                    task: *no,
+                    round: p.round,
+                };
+                (seq, p.outstanding.max(1))
+            })
             .collect();
         for (seq, outstanding) in lost {
-            if let Some(p) = self.tasks.get(&seq) {
+            if let Some(p) = self.tasks.get(&seq.task) {
                 log::warn!(
                     "service {}: task {}: attempt never reported back; counted as lost",
                     self.service,
                     p.job.id
                 );
             }
+            // The balancer frees the slot the lost attempt held.
+            self.to_balancer(AttemptLost { seq }, ctx);
             for _ in 0..outstanding {
                 self.on_attempt(
                     AttemptDone {
@@ -624,7 +826,9 @@ impl QueueActor {
                         hedge: false,
                         report: AttemptReport {
                             outcome: AttemptOutcome::Error(ErrorKind::Lost),
-                            latency: Duration::ZERO,
+                            latency: now.saturating_duration_since(
+                                self.tasks.get(&seq.task).map_or(now, |p| p.sent_at),
+                            ),
                             reply: None,
                             retry_after: None,
                         },
@@ -638,68 +842,85 @@ impl QueueActor {
         self.pump(ctx);
     }
 
-    /// The balancer could not place a task: it goes back to the front.
+    /// The balancer could not place an attempt: if it was the round's last
+    /// one out, the task goes back to the front (or, if the other attempt of
+    /// a hedged round failed meanwhile, the policy decides).
     fn on_bounce(&mut self, msg: Bounce, ctx: &mut Context<Self>) {
-        let Some(p) = self.tasks.get_mut(&msg.seq) else {
+        let Some(p) = self.current(msg.seq) else {
             return;
         };
-        if p.state != State::InFlight || p.outstanding == 0 {
-            return;
-        }
         p.outstanding -= 1;
-        if msg.hedge || p.outstanding > 0 {
-            return; // a hedge that found no node: the first attempt goes on
+        if let Some(race) = p.race.as_mut().filter(|r| r.round == msg.seq.round) {
+            if msg.hedge {
+                race.hedge = None;
+                race.hedge_done = true;
+            }
         }
-        p.state = State::Ready;
-        self.in_flight -= 1;
-        self.queued += 1;
-        self.ready.push_front(msg.seq);
-        if let Gate::Reject(r) = self.gate.clone() {
-            self.reject(msg.seq, r, ctx);
+        if p.outstanding == 0 {
+            self.round_ended(msg.seq.task, ctx);
+        }
+    }
+
+    /// A hedge was placed: remember where both attempts of the round went.
+    fn on_placed(&mut self, msg: Placed) {
+        let Some(p) = self.current(msg.seq) else {
+            return;
+        };
+        if let Some(race) = p.race.as_mut().filter(|r| r.round == msg.seq.round) {
+            race.first = Some(msg.first);
+            race.hedge = Some(msg.hedge);
         }
     }
 
     /// Reject every ready task (the gate closed).
     fn reject_ready(&mut self, reason: Rejection, ctx: &mut Context<Self>) {
-        while let Some(seq) = self.ready.pop_front() {
-            if self
-                .tasks
-                .get(&seq)
-                .is_some_and(|p| p.state == State::Ready)
-            {
-                self.reject(seq, reason.clone(), ctx);
+        while let Some(no) = self.ready.pop_front() {
+            if is_state(&self.tasks, &no, State::Ready) {
+                self.reject(no, reason.clone(), ctx);
             }
         }
     }
 
-    fn send_hedge(&mut self, seq: Seq, now: Instant) {
-        let Some(p) = self.tasks.get_mut(&seq) else {
+    fn send_hedge(&mut self, no: TaskNo, now: Instant, ctx: &mut Context<Self>) {
+        let Some(p) = self.tasks.get_mut(&no) else {
             return;
         };
         if p.hedged || p.outstanding != 1 {
             return;
         }
-        if !self.budget.try_withdraw(now) {
+        if !self.policy.pay_hedge(now) {
             return;
         }
         p.hedged = true;
         p.outstanding += 1;
+        p.race = Some(Box::new(Race {
+            round: p.round,
+            first: None,
+            hedge: None,
+            hedge_sent: now,
+            first_done: false,
+            hedge_done: false,
+        }));
         self.counters.hedged += 1;
         let route = Route {
-            seq,
+            seq: Seq {
+                task: no,
+                round: p.round,
+            },
             job: p.job.clone(),
             avoid: p.avoid.clone(),
             hedge: true,
             at: now,
         };
-        self.balancer().do_send(route);
+        self.to_balancer(route, ctx);
     }
 
-    fn stats(&self) -> QueueStats {
+    fn stats(&mut self) -> QueueStats {
+        let now = self.now();
         QueueStats {
             queued: self.queued as u64,
             in_flight: self.in_flight as u64,
-            waiting: self.waiting.len() as u64,
+            waiting: self.parked as u64,
             submitted: self.counters.submitted,
             succeeded: self.counters.succeeded,
             failed: self.counters.failed,
@@ -709,16 +930,74 @@ impl QueueActor {
             hedged: self.counters.hedged,
             peak_queued: self.counters.peak_queued as u64,
             capacity: self.cfg.queue.capacity as u64,
-            retry_budget_left: self
-                .budget
-                .remaining(self.clock.unwrap_or_else(Instant::now))
-                as u64,
+            retry_budget_left: u64::from(self.policy.budget_left(now)),
             gate: match &self.gate {
                 Gate::Open => None,
                 Gate::Reject(r) => Some(r.to_string()),
             },
         }
     }
+}
+
+/// Lists the attempt still out when a hedged task is answered, as
+/// `Cancelled`: the backend saw it, so the result shows it.
+fn list_cancelled_twin(p: &mut Pending, now: Instant) {
+    let Some(race) = p.race.as_deref().filter(|r| r.round == p.round) else {
+        return;
+    };
+    let (node, hedge, sent) = if !race.hedge_done {
+        (race.hedge.clone(), true, race.hedge_sent)
+    } else if !race.first_done {
+        (race.first.clone(), false, p.sent_at)
+    } else {
+        return;
+    };
+    if let Some(node) = node {
+        p.attempts.push(Attempt {
+            node,
+            outcome: AttemptOutcome::Error(ErrorKind::Cancelled),
+            latency: now.saturating_duration_since(sent),
+            hedge,
+        });
+    }
+}
+
+fn is_state(tasks: &HashMap<TaskNo, Pending>, no: &TaskNo, state: State) -> bool {
+    tasks.get(no).is_some_and(|p| p.state == state)
+}
+
+/// Whether a timer entry can still fire for its task.
+fn timer_live(tasks: &HashMap<TaskNo, Pending>, no: &TaskNo, kind: &Timer) -> bool {
+    let Some(p) = tasks.get(no) else {
+        return false;
+    };
+    match kind {
+        Timer::Due => p.state == State::Backoff,
+        Timer::Deadline => p.job.deadline.is_some(),
+        Timer::Hedge(g) => p.state == State::InFlight && p.round == *g,
+    }
+}
+
+/// Lazy deletion for the ready list: finished tasks leave their numbers
+/// behind; drop them in bulk once they outnumber the live ones.
+trait RetainIfBloated {
+    fn retain_if_bloated(&mut self, live: usize, keep: impl FnMut(&TaskNo) -> bool);
+}
+
+impl RetainIfBloated for VecDeque<TaskNo> {
+    fn retain_if_bloated(&mut self, live: usize, keep: impl FnMut(&TaskNo) -> bool) {
+        if self.len() > live.saturating_mul(2).saturating_add(1024) {
+            self.retain(keep);
+            self.shrink_to(self.len().saturating_mul(2));
+        }
+    }
+}
+
+fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
 }
 
 /// The configured fallback headers (checked at config load).
@@ -757,7 +1036,7 @@ impl Actor for QueueActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.run_interval(Duration::from_secs(1), |act, ctx| {
             act.tick(None);
-            act.sweep_lost(ctx)
+            act.guarded(ctx, |act, ctx| act.sweep_lost(ctx));
         });
     }
 }
@@ -772,7 +1051,7 @@ impl Handler<Task> for QueueActor {
         let id = self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         let service = self.service.clone();
-        let checked = if task.service() == &*self.service {
+        let checked = if task.service().eq_ignore_ascii_case(&self.service) {
             task.prepare(id, now)
         } else {
             let why = format!(
@@ -784,14 +1063,12 @@ impl Handler<Task> for QueueActor {
         };
         match checked {
             Ok(job) => {
-                self.submit(
-                    Submit {
-                        job: Arc::new(job),
-                        reply: tx,
-                        wait: false,
-                    },
-                    ctx,
-                );
+                let msg = Submit {
+                    job: Arc::new(job),
+                    reply: tx,
+                    wait: false,
+                };
+                self.guarded(ctx, |act, ctx| act.submit(msg, ctx));
                 Box::pin(crate::dispatcher::Submission::waiting(rx, id, service, now))
             }
             Err((id, reason)) => {
@@ -811,7 +1088,7 @@ impl Handler<Submit> for QueueActor {
 
     fn handle(&mut self, msg: Submit, ctx: &mut Self::Context) {
         self.tick(Some(msg.job.submitted));
-        self.submit(msg, ctx);
+        self.guarded(ctx, |act, ctx| act.submit(msg, ctx));
     }
 }
 
@@ -821,8 +1098,8 @@ impl Handler<Credit> for QueueActor {
 
     fn handle(&mut self, msg: Credit, ctx: &mut Self::Context) {
         self.tick(None);
-        self.credit += msg.0;
-        self.pump(ctx);
+        self.credit = self.credit.saturating_add(msg.0);
+        self.guarded(ctx, |act, ctx| act.pump(ctx));
     }
 }
 
@@ -832,18 +1109,20 @@ impl Handler<SetGate> for QueueActor {
 
     fn handle(&mut self, msg: SetGate, ctx: &mut Self::Context) {
         self.tick(None);
-        self.gate = msg.0;
-        match self.gate.clone() {
-            Gate::Open => self.pump(ctx),
-            Gate::Reject(r) => {
-                self.reject_ready(r.clone(), ctx);
-                while let Some(w) = self.waiting.pop_front() {
-                    let now = self.now();
-                    self.reject_new(w, r.clone(), now);
-                }
-                self.check_drained();
-            }
+        if self.dead {
+            return;
         }
+        self.gate = msg.0;
+        self.guarded(ctx, |act, ctx| match act.gate.clone() {
+            Gate::Open => act.pump(ctx),
+            Gate::Reject(r) => {
+                act.reject_ready(r.clone(), ctx);
+                while let Some(no) = act.waiting.pop_front() {
+                    act.reject(no, r.clone(), ctx);
+                }
+                act.check_drained();
+            }
+        });
     }
 }
 
@@ -852,19 +1131,25 @@ impl Handler<Answer> for QueueActor {
     type Result = ();
 
     fn handle(&mut self, msg: Answer, ctx: &mut Self::Context) {
-        match msg {
-            Answer::Done(done) => {
-                self.tick(Some(done.at));
-                self.credit += done.credit;
-                self.on_attempt(done, ctx);
+        self.guarded(ctx, |act, ctx| {
+            match msg {
+                Answer::Done(done) => {
+                    act.tick(Some(done.at));
+                    act.credit = act.credit.saturating_add(done.credit);
+                    act.on_attempt(done, ctx);
+                }
+                Answer::Bounce(b) => {
+                    act.tick(None);
+                    act.credit = act.credit.saturating_add(b.credit);
+                    act.on_bounce(b, ctx);
+                }
+                Answer::Placed(p) => {
+                    act.tick(None);
+                    act.on_placed(p);
+                }
             }
-            Answer::Bounce(b) => {
-                self.tick(None);
-                self.credit += b.credit;
-                self.on_bounce(b, ctx);
-            }
-        }
-        self.pump(ctx);
+            act.pump(ctx);
+        });
     }
 }
 
@@ -878,63 +1163,6 @@ impl Handler<GetQueueStats> for QueueActor {
     }
 }
 
-/// Refuses every later task.
-impl Handler<CloseIntake> for QueueActor {
-    type Result = ();
-
-    fn handle(&mut self, _msg: CloseIntake, _ctx: &mut Self::Context) {
-        self.tick(None);
-        self.closed = true;
-        let now = self.now();
-        while let Some(w) = self.waiting.pop_front() {
-            self.reject_new(w, Rejection::ShuttingDown, now);
-        }
-        self.check_drained();
-    }
-}
-
-/// Resolves once every task is answered.
-impl Handler<Drain> for QueueActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: Drain, _ctx: &mut Self::Context) {
-        self.tick(None);
-        self.drains.push(msg.reply);
-        self.check_drained();
-    }
-}
-
-/// Answers everything left `ShuttingDown` and hands the tasks back.
-impl Handler<Abort> for QueueActor {
-    type Result = MessageResult<Abort>;
-
-    fn handle(&mut self, _msg: Abort, ctx: &mut Self::Context) -> Self::Result {
-        self.tick(None);
-        self.closed = true;
-        let mut seqs: Vec<Seq> = self.tasks.keys().copied().collect();
-        seqs.sort_unstable();
-        let mut left = Vec::with_capacity(seqs.len());
-        for seq in seqs {
-            if let Some(p) = self.tasks.get(&seq) {
-                left.push(Unfinished {
-                    id: p.job.id,
-                    service: self.service.to_string(),
-                    task: p.job.task.clone(),
-                    attempts: p.attempts.clone(),
-                    was_in_flight: p.state == State::InFlight,
-                });
-            }
-            self.reject(seq, Rejection::ShuttingDown, ctx);
-        }
-        let now = self.now();
-        while let Some(w) = self.waiting.pop_front() {
-            self.reject_new(w, Rejection::ShuttingDown, now);
-        }
-        self.check_drained();
-        MessageResult(left)
-    }
-}
-
 /// Stops the queue and its balancer.
 impl Handler<Stop> for QueueActor {
     type Result = ();
@@ -944,5 +1172,44 @@ impl Handler<Stop> for QueueActor {
             b.do_send(Stop);
         }
         ctx.stop();
+    }
+}
+
+impl QueueActor {
+    pub(super) fn guard(
+        &mut self,
+        ctx: &mut Context<Self>,
+        f: impl FnOnce(&mut Self, &mut Context<Self>),
+    ) {
+        self.tick(None);
+        self.guarded(ctx, f);
+    }
+
+    /// Answers every task left `ShuttingDown` and returns them, in arrival
+    /// order (waiting ones included).
+    pub(super) fn abort_all(
+        &mut self,
+        ctx: &mut Context<Self>,
+    ) -> Vec<crate::dispatcher::Unfinished> {
+        self.closed = true;
+        let mut nos: Vec<TaskNo> = self.tasks.keys().copied().collect();
+        nos.sort_unstable();
+        let mut left = Vec::with_capacity(nos.len());
+        for no in nos {
+            if let Some(p) = self.tasks.get(&no) {
+                left.push(crate::dispatcher::Unfinished {
+                    id: p.job.id,
+                    service: self.service.to_string(),
+                    task: p.job.task.clone(),
+                    attempts: p.attempts.clone(),
+                    was_in_flight: p.state == State::InFlight,
+                });
+            }
+            self.reject(no, Rejection::ShuttingDown, ctx);
+        }
+        self.waiting.clear();
+        self.parked = 0;
+        self.check_drained();
+        left
     }
 }

@@ -9,5 +9,6 @@ pub mod breaker;
 pub mod budget;
 pub mod ewma;
 pub mod limiter;
+pub mod policy;
 pub mod strategy;
 pub mod time;

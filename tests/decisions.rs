@@ -1,0 +1,341 @@
+//! Regression tests of the queue's decision paths under paused tokio time,
+//! with a scripted in-process transport (pure scheduling: which attempt ends
+//! when is set by the test, so each interleaving is exact and repeatable).
+//! The behaviour over real sockets is covered in the other test files.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix_dispatch::transport::{
+    HttpReply, HttpRequest, Transport, TransportError, TransportFactory,
+};
+use actix_dispatch::{
+    AttemptOutcome, Config, Dispatcher, ErrorKind, FailReason, Outcome, Rejection, Task,
+};
+use awc::http::header::{HeaderMap, HeaderName, HeaderValue};
+use futures::future::LocalBoxFuture;
+use tokio::sync::oneshot;
+
+/// What a node does with each request.
+#[derive(Clone)]
+enum Script {
+    /// Answers `status` (with these headers) after `after`.
+    Answer {
+        status: u16,
+        after: Duration,
+        headers: Vec<(&'static str, &'static str)>,
+    },
+    /// Answers 503 when the test says so (one switch per request, in order).
+    OnSignal(Arc<Mutex<Vec<oneshot::Receiver<()>>>>),
+}
+
+#[derive(Default, Clone)]
+struct Scripts(Arc<Mutex<HashMap<String, Script>>>, Arc<Mutex<Vec<String>>>);
+
+impl Scripts {
+    fn set(&self, addr: &str, s: Script) {
+        self.0.lock().unwrap().insert(addr.to_owned(), s);
+    }
+
+    /// URLs requested so far.
+    fn sent(&self) -> Vec<String> {
+        self.1.lock().unwrap().clone()
+    }
+
+    fn factory(&self) -> TransportFactory {
+        let scripts = self.clone();
+        Arc::new(move |addr: &str| {
+            Rc::new(Scripted {
+                addr: addr.to_owned(),
+                scripts: scripts.clone(),
+            }) as Rc<dyn Transport>
+        })
+    }
+}
+
+struct Scripted {
+    addr: String,
+    scripts: Scripts,
+}
+
+impl Transport for Scripted {
+    fn send(&self, req: HttpRequest) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
+        self.scripts.1.lock().unwrap().push(req.url.clone());
+        let script = self.scripts.0.lock().unwrap().get(&self.addr).cloned();
+        Box::pin(async move {
+            let (status, headers) = match script {
+                Some(Script::Answer {
+                    status,
+                    after,
+                    headers,
+                }) => {
+                    tokio::time::sleep(after).await;
+                    (status, headers)
+                }
+                Some(Script::OnSignal(rx)) => {
+                    let rx = rx.lock().unwrap().remove(0);
+                    let _ = rx.await;
+                    (503, Vec::new())
+                }
+                None => (200, Vec::new()),
+            };
+            let mut map = HeaderMap::new();
+            for (k, v) in headers {
+                map.append(HeaderName::from_static(k), HeaderValue::from_static(v));
+            }
+            Ok(HttpReply {
+                status,
+                headers: map,
+                body: Default::default(),
+            })
+        })
+    }
+}
+
+const A: &str = "http://127.0.0.1:9/";
+const B: &str = "http://127.0.0.2:9/";
+
+fn config(nodes: &[&str], extra: &str) -> Config {
+    let eps: Vec<String> = nodes
+        .iter()
+        .map(|a| format!(r#"{{"address":"{a}","max_concurrent":10}}"#))
+        .collect();
+    Config::from_json(&format!(
+        r#"{{"services":[{{"name":"svc","mode":"round_robin","timeout":"1s",
+            "endpoints":[{}],"balancer":{{"seed":7}}{extra}}}]}}"#,
+        eps.join(",")
+    ))
+    .unwrap()
+}
+
+/// Lets the pipeline's actors run until nothing more is ready.
+async fn settle() {
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// The interleaving of issue 8, item 3: the first attempt fails while its
+/// hedge is on the way to the balancer, and the hedge then finds no node
+/// (the only node's breaker just opened). Before the fix the task was left
+/// in flight with nothing outstanding, answered only at shutdown.
+#[actix_rt::test]
+async fn a_hedge_that_bounces_after_the_first_attempt_failed_does_not_strand_its_task() {
+    tokio::time::pause();
+    let scripts = Scripts::default();
+    let switches: Vec<oneshot::Sender<()>>;
+    {
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..4).map(|_| oneshot::channel::<()>()).unzip();
+        switches = txs;
+        scripts.set(A, Script::OnSignal(Arc::new(Mutex::new(rxs))));
+    }
+    let d = Dispatcher::builder(config(
+        &[A],
+        r#","hedge":{"after":"20ms"},"breaker":{"consecutive_failures":1,"open_for":"50ms","on_all_open":"wait"},
+           "retry":{"max_retries":1,"backoff_base":"1ms","backoff_max":"1ms"}"#,
+    ))
+    .transport(scripts.factory())
+    .start()
+    .unwrap();
+    let task = d.submit(Task::get("svc", "/x").deadline_in(Duration::from_secs(3)));
+    let task = tokio::spawn(task);
+    settle().await;
+    assert_eq!(scripts.sent().len(), 1, "first attempt out");
+    // The first attempt fails just as the hedge timer fires: its report
+    // reaches the balancer ahead of the hedge's route.
+    tokio::time::advance(Duration::from_millis(19)).await;
+    let mut switches = switches.into_iter();
+    switches.next().unwrap().send(()).unwrap();
+    tokio::time::advance(Duration::from_millis(1)).await;
+    settle().await;
+    // The retry waits for the breaker to half-open, then fails again.
+    tokio::time::advance(Duration::from_millis(60)).await;
+    settle().await;
+    for s in switches {
+        let _ = s.send(());
+    }
+    let r = tokio::time::timeout(Duration::from_secs(2), task)
+        .await
+        .expect("the task is answered, not stranded")
+        .unwrap();
+    match &r.outcome {
+        Outcome::Failure(f) => assert_eq!(f.last, Some(AttemptOutcome::Status(503))),
+        o => panic!("{o:?}"),
+    }
+    let stats = d.stats().await;
+    assert_eq!(stats.services[0].queue.in_flight, 0);
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+/// The attempt that loses a hedge race is listed in the result (the
+/// backend saw it), as `Cancelled`.
+#[actix_rt::test]
+async fn the_losing_hedged_attempt_is_listed() {
+    tokio::time::pause();
+    let scripts = Scripts::default();
+    let slow = Script::Answer {
+        status: 200,
+        after: Duration::from_millis(500),
+        headers: vec![],
+    };
+    let fast = Script::Answer {
+        status: 200,
+        after: Duration::from_millis(1),
+        headers: vec![],
+    };
+    scripts.set(A, slow);
+    scripts.set(B, fast);
+    let d = Dispatcher::builder(config(&[A, B], r#","hedge":{"after":"20ms"}"#))
+        .transport(scripts.factory())
+        .start()
+        .unwrap();
+    // Round robin: the first task goes to A (slow), its hedge to B.
+    let r = d.submit(Task::get("svc", "/x")).await;
+    assert!(r.is_success(), "{r:?}");
+    assert_eq!(r.attempts.len(), 2, "{:?}", r.attempts);
+    let won = r.attempts.iter().find(|a| a.hedge).expect("the hedge");
+    assert_eq!(&*won.node, B);
+    assert_eq!(won.outcome, AttemptOutcome::Status(200));
+    let lost = r.attempts.iter().find(|a| !a.hedge).expect("the first");
+    assert_eq!(&*lost.node, A);
+    assert_eq!(lost.outcome, AttemptOutcome::Error(ErrorKind::Cancelled));
+    assert_eq!(scripts.sent().len(), 2);
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+/// `Retry-After: u64::MAX` on a task with a deadline panicked the queue
+/// (time overflow) and silenced the service for good.
+#[actix_rt::test]
+async fn a_huge_retry_after_neither_panics_nor_silences_the_service() {
+    tokio::time::pause();
+    let scripts = Scripts::default();
+    scripts.set(
+        A,
+        Script::Answer {
+            status: 503,
+            after: Duration::from_millis(1),
+            headers: vec![("retry-after", "18446744073709551615")],
+        },
+    );
+    let d = Dispatcher::builder(config(&[A], r#","breaker":{"enabled":false}"#))
+        .transport(scripts.factory())
+        .start()
+        .unwrap();
+    let r = d
+        .submit(Task::get("svc", "/x").deadline_in(Duration::from_secs(5)))
+        .await;
+    match &r.outcome {
+        // Capped at max_retry_after (10 s), the wait passes the deadline.
+        Outcome::Failure(f) => assert_eq!(f.reason, FailReason::DeadlineExceeded),
+        o => panic!("{o:?}"),
+    }
+    // Without a deadline: retried after the cap, not after 584 billion years.
+    let t0 = tokio::time::Instant::now();
+    let r = d.submit(Task::get("svc", "/y")).await;
+    assert!(matches!(r.outcome, Outcome::Failure(_)), "{r:?}");
+    assert_eq!(r.attempts.len(), 4, "3 retries");
+    assert!(tokio::time::Instant::now() - t0 <= Duration::from_secs(31));
+    // The service still answers.
+    scripts.set(
+        A,
+        Script::Answer {
+            status: 200,
+            after: Duration::from_millis(1),
+            headers: vec![],
+        },
+    );
+    assert!(d.submit(Task::get("svc", "/z")).await.is_success());
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+/// Extreme durations on a task are refused at submit with their reason,
+/// never a panic in the caller's thread or in the queue.
+#[actix_rt::test]
+async fn extreme_task_durations_are_refused_or_survive() {
+    tokio::time::pause();
+    let scripts = Scripts::default();
+    let d = Dispatcher::builder(config(&[A], ""))
+        .transport(scripts.factory())
+        .start()
+        .unwrap();
+    for t in [
+        Task::get("svc", "/a").deadline_in(Duration::MAX),
+        Task::get("svc", "/b").timeout(Duration::MAX),
+    ] {
+        let r = d.submit(t).await;
+        assert!(
+            matches!(r.outcome, Outcome::Rejected(Rejection::InvalidTask(_))),
+            "{r:?}"
+        );
+    }
+    assert!(d.submit(Task::get("svc", "/c")).await.is_success());
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+/// Tasks parked in the wait list keep their deadlines, the list is bounded
+/// by the queue's capacity, and a shutdown reports the parked ones too.
+#[actix_rt::test]
+async fn the_wait_list_is_bounded_keeps_deadlines_and_is_reported_at_shutdown() {
+    tokio::time::pause();
+    let scripts = Scripts::default();
+    scripts.set(
+        A,
+        Script::Answer {
+            status: 200,
+            after: Duration::from_secs(3600),
+            headers: vec![],
+        },
+    );
+    let d = Dispatcher::builder(config(
+        &[A],
+        r#","timeout":"2h","queue":{"capacity":2,"on_full":"wait","max_waiting":2}"#,
+    ))
+    .transport(scripts.factory())
+    .start()
+    .unwrap();
+    // 10 slots at the node, 2 in the queue, then the wait list (bounded,
+    // 2): the 13th and 14th wait, the 15th is refused.
+    let mut held = Vec::new();
+    for i in 0..13 {
+        held.push(tokio::spawn(d.submit(Task::get("svc", format!("/{i}")))));
+        settle().await;
+    }
+    let late = tokio::spawn(
+        d.submit(Task::get("svc", "/deadline").deadline_in(Duration::from_millis(200))),
+    );
+    settle().await;
+    let over = d.submit(Task::get("svc", "/over")).await;
+    assert!(
+        matches!(over.outcome, Outcome::Rejected(Rejection::QueueFull)),
+        "{over:?}"
+    );
+    let s = d.stats().await.services[0].queue.clone();
+    assert_eq!((s.in_flight, s.queued, s.waiting), (10, 2, 2), "{s:?}");
+    // The parked task with a deadline is answered at its deadline.
+    tokio::time::advance(Duration::from_millis(201)).await;
+    settle().await;
+    let r = late.await.unwrap();
+    assert!(
+        matches!(r.outcome, Outcome::Rejected(Rejection::DeadlinePassed)),
+        "{r:?}"
+    );
+    let s = d.stats().await.services[0].queue.clone();
+    assert_eq!(s.waiting, 1, "{s:?}");
+    assert_eq!(
+        s.submitted,
+        s.succeeded + s.failed + s.rejected + s.queued + s.in_flight,
+        "{s:?}"
+    );
+    // Shutdown answers and reports every task left, the parked one included.
+    let report = d.shutdown(Duration::from_millis(10)).await;
+    assert_eq!(report.unfinished.len(), 13);
+    for h in held {
+        let r = h.await.unwrap();
+        assert!(
+            matches!(r.outcome, Outcome::Rejected(Rejection::ShuttingDown)),
+            "{r:?}"
+        );
+    }
+}
