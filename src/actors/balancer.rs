@@ -476,6 +476,9 @@ impl Handler<Route> for BalancerActor {
             hedge: msg.hedge,
             at: now,
         });
+        if msg.hedge {
+            self.tell_placed(msg.seq, i);
+        }
         if let Some(t) = placed.token_due {
             self.wake_at(t);
         }
@@ -484,6 +487,25 @@ impl Handler<Route> for BalancerActor {
 }
 
 impl BalancerActor {
+    /// Tells the queue where both attempts of a hedged round went (node `i`
+    /// took the hedge), so the one that loses the race is still listed in
+    /// the task's result. Hedges only: one message per hedge.
+    fn tell_placed(&mut self, seq: Seq, i: usize) {
+        let n = self.nodes.node(i);
+        let (hedge, me) = (n.address.clone(), n.id);
+        let first = self
+            .working
+            .get(&seq)
+            .and_then(|w| w.iter().find(|id| **id != me))
+            .and_then(|id| self.nodes.position(*id))
+            .map(|j| self.nodes.node(j).address.clone());
+        if let Some(first) = first {
+            self.queue
+                .answer
+                .do_send(Answer::Placed(Placed { seq, first, hedge }));
+        }
+    }
+
     /// Forgets that `node` works on `seq` (hedging only).
     fn done_working(&mut self, seq: Seq, node: NodeId) {
         if let Some(w) = self.working.get_mut(&seq) {

@@ -197,6 +197,10 @@ pub struct QueueConfig {
     pub capacity: usize,
     /// Behaviour when full (default `reject`).
     pub on_full: OnFull,
+    /// Tasks parked for room at most, when full with `on_full: wait` (and
+    /// through `feed`); past it a task is refused `QueueFull` (default: the
+    /// capacity, at least 10 000). Parked tasks keep their deadlines.
+    pub max_waiting: usize,
 }
 
 /// Balancer settings of a service.
@@ -302,6 +306,12 @@ pub struct ServiceConfig {
     pub timeout: Duration,
     /// Largest response body read (default 2 MiB).
     pub max_body: usize,
+    /// How long an idle pooled connection is kept (default 1 s, below the
+    /// 2 to 5 s after which common servers close idle connections; see
+    /// [`crate::transport`]). Zero: no reuse, a connection per request.
+    pub keep_alive: Duration,
+    /// Longest life of one connection, idle or not (default 60 s).
+    pub max_connection_age: Duration,
     /// Retry policy.
     pub retry: RetryConfig,
     /// Queue bound and overflow behaviour.

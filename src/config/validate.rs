@@ -173,6 +173,8 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
     let hc = raw.health_check.as_ref();
     for (field, d) in [
         ("timeout", Some(raw.timeout)),
+        ("keep_alive", Some(raw.keep_alive)),
+        ("max_connection_age", Some(raw.max_connection_age)),
         ("retry.backoff_base", Some(raw.retry.backoff_base)),
         ("retry.backoff_max", Some(raw.retry.backoff_max)),
         ("retry.max_retry_after", Some(raw.retry.max_retry_after)),
@@ -246,6 +248,10 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
     let queue = QueueConfig {
         capacity: raw.queue.capacity,
         on_full,
+        max_waiting: raw
+            .queue
+            .max_waiting
+            .unwrap_or(raw.queue.capacity.max(10_000)),
     };
 
     let b = raw.balancer;
@@ -433,6 +439,8 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
         endpoints,
         timeout: raw.timeout,
         max_body: raw.max_body,
+        keep_alive: raw.keep_alive,
+        max_connection_age: raw.max_connection_age,
         retry,
         queue,
         balancer,
