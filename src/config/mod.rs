@@ -312,12 +312,6 @@ pub struct ServiceConfig {
     pub keep_alive: Duration,
     /// Longest life of one connection, idle or not (default 60 s).
     pub max_connection_age: Duration,
-    /// How long an idle pooled connection is kept (default 1 s, below the
-    /// 2 to 5 s after which common servers close idle connections; see
-    /// [`crate::transport`]). Zero: no reuse, a connection per request.
-    pub keep_alive: Duration,
-    /// Longest life of one connection, idle or not (default 60 s).
-    pub max_connection_age: Duration,
     /// Retry policy.
     pub retry: RetryConfig,
     /// Queue bound and overflow behaviour.

@@ -32,10 +32,6 @@ pub(crate) struct RawService {
     pub keep_alive: Duration,
     #[serde(default = "default_max_connection_age", with = "humantime_serde")]
     pub max_connection_age: Duration,
-    #[serde(default = "default_keep_alive", with = "humantime_serde")]
-    pub keep_alive: Duration,
-    #[serde(default = "default_max_connection_age", with = "humantime_serde")]
-    pub max_connection_age: Duration,
     #[serde(default)]
     pub retry: RawRetry,
     #[serde(default)]
@@ -279,18 +275,6 @@ fn default_timeout() -> Duration {
 }
 fn default_max_body() -> usize {
     2 * 1024 * 1024
-}
-/// 1 s: below the idle timeouts of common servers (gunicorn 2 s; uvicorn,
-/// Node.js, Apache and actix-web 5 s; nginx 75 s), so the engine, not the
-/// server, closes an idle connection, and the race of reusing a connection
-/// the server is closing does not arise with them.
-fn default_keep_alive() -> Duration {
-    Duration::from_secs(1)
-}
-/// 60 s: connections are renewed now and then (a moved or re-weighted
-/// backend behind a load balancer is seen), well under awc's 75 s.
-fn default_max_connection_age() -> Duration {
-    Duration::from_secs(60)
 }
 /// 1 s: below the idle timeouts of common servers (gunicorn 2 s; uvicorn,
 /// Node.js, Apache and actix-web 5 s; nginx 75 s), so the engine, not the
