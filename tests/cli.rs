@@ -1,0 +1,336 @@
+//! The `actix-dispatch` binary (feature `cli`), run as a child process on
+//! JSONL files against real backends: result lines, exit codes, malformed
+//! lines, and the unfinished file after an interrupt.
+
+#![cfg(feature = "cli")]
+// The test waits on a child process: wall time, outside the engine.
+#![allow(clippy::disallowed_types)]
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::Backend;
+
+const BIN: &str = env!("CARGO_BIN_EXE_actix-dispatch");
+
+/// A fresh path under cargo's temporary directory for integration tests.
+fn tmp(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(format!("{}-{name}", std::process::id()))
+}
+
+/// Writes a config of service `svc` over `backends` (`extra`: more fields).
+fn config(name: &str, backends: &[&Backend], extra: &str) -> PathBuf {
+    let eps: Vec<String> = backends
+        .iter()
+        .map(|b| format!(r#"{{"address":"{}","max_concurrent":2}}"#, b.url()))
+        .collect();
+    let json = format!(
+        r#"{{"services":[{{"name":"svc","endpoints":[{}]{}{extra}}}]}}"#,
+        eps.join(","),
+        if extra.is_empty() { "" } else { "," }
+    );
+    let path = tmp(name);
+    std::fs::write(&path, json).unwrap();
+    path
+}
+
+fn write(name: &str, lines: &[String]) -> PathBuf {
+    let path = tmp(name);
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
+}
+
+fn run(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env("RUST_LOG", "off")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let mut input = child.stdin.take().unwrap();
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).unwrap();
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn lines(out: &Output) -> Vec<Value> {
+    String::from_utf8(out.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The result line whose `id` is `id`.
+fn by_id<'a>(results: &'a [Value], id: &Value) -> &'a Value {
+    let mut found = results.iter().filter(|r| &r["id"] == id);
+    let r = found.next().unwrap_or_else(|| panic!("no result for {id}"));
+    assert!(found.next().is_none(), "two results for {id}");
+    r
+}
+
+#[test]
+fn a_file_of_tasks_gives_one_result_each_and_exit_0() {
+    let (b0, b1) = (Backend::named("b0"), Backend::named("b1"));
+    let cfg = config("ok.json", &[&b0, &b1], "");
+    let mut tasks: Vec<String> = (0..20)
+        .map(|i| format!(r#"{{"id":{i},"service":"svc","path":"/items/{i}?q=1","timeout":"5s"}}"#))
+        .collect();
+    tasks.push(
+        r#"{"id":"json","service":"svc","path":"/echo","json":{"a":[1,2]},"idempotent":true}"#
+            .into(),
+    );
+    tasks.push(
+        r#"{"id":"bin","service":"svc","method":"PUT","path":"/echo","body":"/wA=","body_encoding":"base64","headers":{"content-type":"application/octet-stream"}}"#
+            .into(),
+    );
+    let file = write("ok.jsonl", &tasks);
+    let summary = tmp("ok-summary.json");
+    let out = run(
+        &[
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--tasks",
+            file.to_str().unwrap(),
+            "--progress",
+            "plain",
+            "--summary-json",
+            summary.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let results = lines(&out);
+    assert_eq!(results.len(), 22);
+    let nodes = [b0.url(), b1.url()];
+    for i in 0..20 {
+        let r = by_id(&results, &Value::from(i));
+        assert_eq!(r["outcome"], "success", "{r}");
+        assert_eq!(r["service"], "svc");
+        assert_eq!(r["status"], 200);
+        assert_eq!(r["line"], i + 1);
+        assert!(r["attempts"].as_u64().unwrap() >= 1);
+        assert!(r["total_ms"].as_f64().unwrap() >= 0.0);
+        assert!(nodes.iter().any(|n| r["node"] == n.as_str()), "{r}");
+        assert_eq!(r["body_encoding"], "utf8");
+        let body: Value = serde_json::from_str(r["body"].as_str().unwrap()).unwrap();
+        assert_eq!(body["path"], format!("/items/{i}"));
+    }
+    let json = by_id(&results, &Value::from("json"));
+    assert_eq!(json["body"], r#"{"a":[1,2]}"#);
+    let bin = by_id(&results, &Value::from("bin"));
+    assert_eq!(bin["body_encoding"], "base64");
+    assert_eq!(bin["body"], "/wA=");
+    assert_eq!(b0.hits() + b1.hits(), 22);
+
+    let err = stderr(&out);
+    assert!(err.contains("22 done"), "{err}");
+    assert!(err.contains("service svc: 22 tasks, 100.00 % ok"), "{err}");
+    let s: Value = serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
+    assert_eq!(s["tasks"], 22);
+    assert_eq!(s["succeeded"], 22);
+    assert_eq!(s["services"][0]["name"], "svc");
+    let attempts: u64 = s["services"][0]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["classes"]["2xx"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(attempts, 22);
+    for p in ["p50", "p90", "p99", "p99.9"] {
+        assert!(s["services"][0]["latency_ms"][p].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn tasks_from_stdin_and_failures_and_malformed_lines_exit_1() {
+    let b = Backend::start();
+    let cfg = config("mixed.json", &[&b], "");
+    let input = [
+        r#"{"id":"a","service":"svc","path":"/items/a"}"#,
+        "this is not json",
+        r#"{"service":"svc"}"#,
+        "",
+        r#"{"id":"nf","service":"svc","path":"/status/404"}"#,
+        r#"{"id":"typo","service":"svc","path":"/","idempotnet":true}"#,
+        r#"{"id":"b","service":"svc","path":"/items/b"}"#,
+    ]
+    .join("\n");
+    let out = run(
+        &[
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--progress",
+            "none",
+        ],
+        Some(&input),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let results = lines(&out);
+    assert_eq!(results.len(), 6, "{results:?}");
+    for id in ["a", "b"] {
+        assert_eq!(by_id(&results, &Value::from(id))["outcome"], "success");
+    }
+    let nf = by_id(&results, &Value::from("nf"));
+    assert_eq!(nf["outcome"], "failure");
+    assert_eq!(nf["reason"], "not_retryable");
+    assert_eq!(nf["status"], 404);
+    assert_eq!(nf["body"], "status 404");
+    let invalid: Vec<&Value> = results
+        .iter()
+        .filter(|r| r["outcome"] == "invalid")
+        .collect();
+    let at: Vec<u64> = invalid
+        .iter()
+        .map(|r| r["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(at, [2, 3, 6]);
+    assert!(
+        invalid[1]["error"].as_str().unwrap().contains("path"),
+        "{}",
+        invalid[1]
+    );
+    assert!(invalid[2]["error"].as_str().unwrap().contains("idempotnet"));
+    assert_eq!(b.hits(), 3);
+}
+
+#[test]
+fn usage_and_config_errors_exit_2() {
+    let b = Backend::start();
+    let cfg = config("usage.json", &[&b], "");
+    let bad = tmp("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"services":[{"name":"svc","endpoints":[{"address":"ftp://x/"}]}]}"#,
+    )
+    .unwrap();
+    let cases: Vec<Vec<&str>> = vec![
+        vec![],
+        vec!["run"],
+        vec![
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--progress",
+            "sometimes",
+        ],
+        vec!["run", "--config", cfg.to_str().unwrap(), "--grace", "soon"],
+        vec!["run", "--config", "/nonexistent/config.json"],
+        vec!["run", "--config", bad.to_str().unwrap()],
+        vec![
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--tasks",
+            "/nonexistent/tasks",
+        ],
+    ];
+    for args in cases {
+        let out = run(&args, Some(""));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    let out = run(&["run", "--config", bad.to_str().unwrap()], Some(""));
+    assert!(stderr(&out).contains("ftp"), "{}", stderr(&out));
+    assert_eq!(b.hits(), 0);
+}
+
+#[test]
+fn an_interrupt_writes_the_unfinished_tasks_ready_to_feed_again() {
+    let b = Backend::start();
+    b.set_latency(Duration::from_secs(60));
+    let cfg = config("int.json", &[&b], "");
+    let tasks: Vec<String> = (0..10)
+        .map(|i| format!(r#"{{"id":{i},"service":"svc","path":"/items/{i}"}}"#))
+        .collect();
+    let file = write("int.jsonl", &tasks);
+    let unfinished = tmp("int-unfinished.jsonl");
+    let child = Command::new(BIN)
+        .args([
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--progress",
+            "plain",
+        ])
+        .args(["--tasks", file.to_str().unwrap(), "--grace", "100ms"])
+        .args(["--unfinished", unfinished.to_str().unwrap()])
+        .env("RUST_LOG", "off")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    while b.in_flight() < 2 {
+        assert!(
+            Instant::now() < until,
+            "the tasks never reached the backend"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("interrupted: 10 unfinished task(s) written to"),
+        "{err}"
+    );
+
+    // Every task has one result, `shutting_down`, and its line is kept as it was.
+    let results = lines(&out);
+    assert_eq!(results.len(), 10);
+    for i in 0..10 {
+        let r = by_id(&results, &Value::from(i));
+        assert_eq!(r["outcome"], "rejected");
+        assert_eq!(r["reason"], "shutting_down");
+    }
+    let kept: BTreeSet<String> = std::fs::read_to_string(&unfinished)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(kept, tasks.iter().cloned().collect::<BTreeSet<_>>());
+
+    // Fed again, they all finish.
+    b.set_latency(Duration::ZERO);
+    let out = run(
+        &[
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--tasks",
+            unfinished.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let results = lines(&out);
+    assert_eq!(results.len(), 10);
+    for i in 0..10 {
+        assert_eq!(by_id(&results, &Value::from(i))["outcome"], "success");
+    }
+}
