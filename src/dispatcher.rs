@@ -26,12 +26,20 @@ use crate::stats::{ServiceStats, Stats};
 use crate::task::{Task, TaskId};
 use crate::transport::{awc_factory, TransportFactory};
 
-#[derive(Clone)]
 pub(crate) struct ServiceHandle {
     pub name: Arc<str>,
     pub cfg: Arc<ServiceConfig>,
     pub queue: Addr<QueueActor>,
     pub balancer: Addr<BalancerActor>,
+    /// Set once a rebuild of this (dead) pipeline is under way.
+    pub rebuilding: AtomicBool,
+}
+
+impl ServiceHandle {
+    /// Whether the pipeline's queue and balancer are both alive.
+    fn alive(&self) -> bool {
+        self.queue.connected() && self.balancer.connected()
+    }
 }
 
 struct Inner {
@@ -193,9 +201,39 @@ impl Dispatcher {
                 cfg,
                 queue,
                 balancer,
+                rebuilding: AtomicBool::new(false),
             }),
         );
-        self.inner.order.write().expect("lock").push(name);
+        let mut order = self.inner.order.write().expect("lock");
+        if !order.contains(&name) {
+            order.push(name);
+        }
+    }
+
+    /// A dead pipeline (its balancer or queue stopped: a bug inside the
+    /// engine) is logged at `error`, its tasks are answered `Internal`, and
+    /// a new pipeline is started from the service's config on the
+    /// dispatcher's arbiter, once. Endpoint changes made at runtime since
+    /// the start or the last reload are not carried over.
+    fn rebuild(&self, h: &Arc<ServiceHandle>) {
+        if h.rebuilding.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        log::error!(
+            "service {}: its pipeline has stopped (a bug inside the engine); rebuilding it",
+            h.name
+        );
+        h.queue.do_send(PipelineDown(
+            "the service's pipeline stopped; it is being rebuilt",
+        ));
+        let d = self.clone();
+        let cfg = (*h.cfg).clone();
+        if !self.inner.home.spawn_fn(move || d.start_service(cfg)) {
+            log::error!(
+                "dispatcher: its arbiter has stopped; service {} not rebuilt",
+                h.name
+            );
+        }
     }
 
     /// The service named `service`, case-insensitively.
@@ -250,6 +288,13 @@ impl Dispatcher {
             }
         };
         let id = job.id;
+        if !h.alive() {
+            self.rebuild(&h);
+            let why = Rejection::Internal(
+                "the service's pipeline stopped; it is being rebuilt, submit again".into(),
+            );
+            return Submission::ready(rejected(id, h.name.clone(), why, now));
+        }
         let (tx, rx) = oneshot::channel();
         h.queue.do_send(Submit {
             job: Arc::new(job),
@@ -457,6 +502,29 @@ impl Dispatcher {
         self.ask(service, CrashNode(address.to_owned())).await?
     }
 
+    /// Fault drill: makes the queue or the balancer of `service` panic, to
+    /// check that no caller is left waiting (see `actors::drill`).
+    #[doc(hidden)]
+    pub async fn fault_drill(
+        &self,
+        service: &str,
+        target: crate::actors::drill::DrillTarget,
+    ) -> Result<(), PoolError> {
+        use crate::actors::drill::{DrillTarget, PanicDrill};
+        let h = self
+            .handle(service)
+            .ok_or_else(|| PoolError::UnknownService(service.to_owned()))?;
+        match target {
+            DrillTarget::Queue => h.queue.send(PanicDrill).await,
+            // The balancer dies with the panic: its answer never comes.
+            DrillTarget::Balancer => {
+                h.balancer.do_send(PanicDrill);
+                Ok(())
+            }
+        }
+        .map_err(|_| PoolError::Stopped)
+    }
+
     /// Starts a service on the dispatcher's own arbiter, whichever thread
     /// asks.
     async fn start_at_home(&self, svc: ServiceConfig) {
@@ -638,9 +706,6 @@ mod tests {
         }
     }
 
-    /// The watchdog answers attempts whose node died with them in flight:
-    /// here the node thread is stopped, so not even the node's timeout can
-    /// end the attempt. Queue and balancer run under paused time.
     /// Answers every request 200 at once.
     struct Ok200;
 
@@ -695,6 +760,9 @@ mod tests {
         d.shutdown(Duration::from_secs(1)).await;
     }
 
+    /// The watchdog answers attempts whose node died with them in flight:
+    /// here the node thread is stopped, so not even the node's timeout can
+    /// end the attempt. Queue and balancer run under paused time.
     #[actix_rt::test]
     async fn attempts_of_a_dead_node_are_answered_by_the_watchdog() {
         tokio::time::pause();

@@ -339,3 +339,80 @@ async fn the_wait_list_is_bounded_keeps_deadlines_and_is_reported_at_shutdown() 
         );
     }
 }
+
+/// A panic inside the queue is caught: the tasks it held are answered
+/// `Internal` (logged at `error`), and the service goes on.
+#[actix_rt::test]
+async fn a_panic_in_the_queue_answers_its_tasks_and_the_service_goes_on() {
+    use actix_dispatch::actors::drill::DrillTarget;
+    tokio::time::pause();
+    let scripts = Scripts::default();
+    let (tx, rx) = oneshot::channel::<()>();
+    scripts.set(A, Script::OnSignal(Arc::new(Mutex::new(vec![rx]))));
+    let d = Dispatcher::builder(config(&[A], ""))
+        .transport(scripts.factory())
+        .start()
+        .unwrap();
+    let held = tokio::spawn(d.submit(Task::get("svc", "/held")));
+    settle().await;
+    d.fault_drill("svc", DrillTarget::Queue).await.unwrap();
+    let r = held.await.unwrap();
+    assert!(
+        matches!(&r.outcome, Outcome::Rejected(Rejection::Internal(why)) if why.contains("fault drill")),
+        "{r:?}"
+    );
+    drop(tx);
+    scripts.set(
+        A,
+        Script::Answer {
+            status: 200,
+            after: Duration::from_millis(1),
+            headers: vec![],
+        },
+    );
+    settle().await;
+    assert!(d.submit(Task::get("svc", "/after")).await.is_success());
+    let s = d.stats().await.services[0].queue.clone();
+    assert_eq!(
+        s.submitted,
+        s.succeeded + s.failed + s.rejected + s.queued + s.in_flight,
+        "{s:?}"
+    );
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+/// A balancer that dies (a panic kills an actix actor) is no black hole:
+/// its tasks are answered `Internal`, a submit meanwhile is refused at once
+/// with that reason, and the pipeline is rebuilt.
+#[actix_rt::test]
+async fn a_dead_balancer_is_answered_and_its_pipeline_rebuilt() {
+    use actix_dispatch::actors::drill::DrillTarget;
+    tokio::time::pause();
+    let scripts = Scripts::default();
+    scripts.set(
+        A,
+        Script::Answer {
+            status: 200,
+            after: Duration::from_millis(1),
+            headers: vec![],
+        },
+    );
+    let d = Dispatcher::builder(config(&[A], ""))
+        .transport(scripts.factory())
+        .start()
+        .unwrap();
+    assert!(d.submit(Task::get("svc", "/before")).await.is_success());
+    d.fault_drill("svc", DrillTarget::Balancer).await.unwrap();
+    settle().await;
+    let r = d.submit(Task::get("svc", "/during")).await;
+    assert!(
+        matches!(&r.outcome, Outcome::Rejected(Rejection::Internal(_))),
+        "{r:?}"
+    );
+    settle().await;
+    let r = d.submit(Task::get("svc", "/after")).await;
+    assert!(r.is_success(), "{r:?}");
+    assert_eq!(d.service_names(), vec!["svc".to_owned()]);
+    let report = d.shutdown(Duration::from_secs(1)).await;
+    assert!(report.unfinished.is_empty());
+}

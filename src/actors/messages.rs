@@ -237,6 +237,12 @@ pub(crate) struct Abort;
 #[rtype(result = "()")]
 pub(crate) struct Stop;
 
+/// The dispatcher found the service's pipeline dead (its balancer or queue
+/// stopped): answer every task with this reason and stop.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct PipelineDown(pub &'static str);
+
 /// Make a node actor stop itself so its supervisor restarts it (fault drills).
 #[derive(Message)]
 #[rtype(result = "()")]

@@ -5,6 +5,7 @@
 //! load counters, breaker, bucket). See `messages` for the protocol.
 
 pub(crate) mod balancer;
+pub mod drill;
 pub(crate) mod hedge;
 pub(crate) mod messages;
 pub(crate) mod node;

@@ -289,14 +289,19 @@ impl QueueActor {
                 true
             }
             _ => {
-                if !self.dead {
-                    self.dead = true;
-                    self.gate =
-                        Gate::Reject(Rejection::Internal("the service's balancer stopped".into()));
-                    self.recover("the service's balancer stopped", ctx);
-                }
+                self.declare_dead("the service's balancer stopped", ctx);
                 false
             }
+        }
+    }
+
+    /// The pipeline is dead: every task held and every later one is
+    /// answered `Internal` (the dispatcher rebuilds the pipeline).
+    pub(super) fn declare_dead(&mut self, why: &'static str, ctx: &mut Context<Self>) {
+        if !self.dead {
+            self.dead = true;
+            self.gate = Gate::Reject(Rejection::Internal(why.into()));
+            self.recover(why, ctx);
         }
     }
 

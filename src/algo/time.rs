@@ -33,9 +33,7 @@ const FAR: Duration = Duration::from_secs(30 * 365 * 86_400);
 
 /// `t + d`, saturating at 30 years after `t` (and never panicking).
 pub fn add(t: Instant, d: Duration) -> Instant {
-    t.checked_add(d)
-        .or_else(|| t.checked_add(FAR))
-        .unwrap_or(t)
+    t.checked_add(d).or_else(|| t.checked_add(FAR)).unwrap_or(t)
 }
 
 /// `d * n`, saturating at `Duration::MAX`.
@@ -67,7 +65,10 @@ mod tests {
     #[test]
     fn sums_and_products_saturate() {
         let now = Instant::now();
-        assert_eq!(add(now, Duration::from_secs(1)), now + Duration::from_secs(1));
+        assert_eq!(
+            add(now, Duration::from_secs(1)),
+            now + Duration::from_secs(1)
+        );
         assert_eq!(add(now, Duration::MAX), now + FAR);
         assert_eq!(mul(Duration::from_secs(u64::MAX), 2), Duration::MAX);
         assert_eq!(mul(Duration::from_secs(3), 2), Duration::from_secs(6));

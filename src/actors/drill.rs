@@ -1,0 +1,58 @@
+//! Fault drills: make a pipeline actor panic on purpose, to show (and test)
+//! that a bug inside the engine never leaves callers waiting.
+//!
+//! A panic in the queue is caught where it happens: every task the queue
+//! holds is answered `Internal` and the queue goes on. A panic in the
+//! balancer kills it (actix does not restart panicking actors): the queue
+//! finds it gone on its next send and answers its tasks, and the dispatcher
+//! rebuilds the service's pipeline on the next submit (see
+//! [`crate::Dispatcher::fault_drill`]).
+
+use actix::prelude::*;
+
+use super::balancer::BalancerActor;
+use super::messages::PipelineDown;
+use super::queue::QueueActor;
+
+/// Which actor of a service's pipeline panics in a drill.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrillTarget {
+    /// The queue (the panic is caught inside it).
+    Queue,
+    /// The balancer (it dies; the pipeline is rebuilt).
+    Balancer,
+}
+
+/// Panic inside the handler (a fault drill).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct PanicDrill;
+
+/// Panics inside a guarded handler: the queue answers its tasks and goes on.
+impl Handler<PanicDrill> for QueueActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: PanicDrill, ctx: &mut Self::Context) {
+        self.guard(ctx, |_, _| panic!("fault drill"));
+    }
+}
+
+/// Panics: the balancer dies as it would with a bug.
+impl Handler<PanicDrill> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: PanicDrill, _ctx: &mut Self::Context) {
+        panic!("fault drill");
+    }
+}
+
+/// The dispatcher found the pipeline dead: answer everything, then stop.
+impl Handler<PipelineDown> for QueueActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: PipelineDown, ctx: &mut Self::Context) {
+        self.declare_dead(msg.0, ctx);
+        ctx.stop();
+    }
+}
