@@ -184,7 +184,7 @@ pub struct RetryConfig {
     pub backoff_base: Duration,
     /// Cap of the backoff ceiling (default 1 s).
     pub backoff_max: Duration,
-    /// Longest `Retry-After` honoured when the task has no deadline (default 10 s).
+    /// Longest `Retry-After` honoured (default 10 s): a backend's value is always capped by it.
     pub max_retry_after: Duration,
     /// Retry budget: share of recent requests plus a floor (defaults 20 %, 10/s over 10 s).
     pub budget: BudgetConfig,
