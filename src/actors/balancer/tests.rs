@@ -198,4 +198,3 @@ async fn a_lost_attempt_frees_its_slot_and_a_drained_node_leaves() {
         t.stop();
     }
 }
-
