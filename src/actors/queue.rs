@@ -149,6 +149,8 @@ pub struct QueueActor {
     rng: SmallRng,
     next_no: TaskNo,
     pub(super) counters: Counters,
+    /// Prometheus series, bumped where `counters` are (no-op without `metrics`).
+    metrics: crate::metrics::ServiceMetrics,
     pub(super) drains: Vec<oneshot::Sender<()>>,
     full: bool,
     /// The pipeline is dead (its balancer stopped): everything is refused.
@@ -166,16 +168,20 @@ impl QueueActor {
         factory: TransportFactory,
         ids: Arc<std::sync::atomic::AtomicU64>,
         arbiters: Vec<actix::dev::ArbiterHandle>,
+        metrics: crate::metrics::ServiceMetrics,
     ) -> (Addr<QueueActor>, Addr<BalancerActor>) {
         let mut balancer_addr = None;
         let queue = QueueActor::create(|ctx| {
             let me = ctx.address();
             let bcfg = cfg.clone();
+            let bmetrics = metrics.clone();
             let b = BalancerActor::create(move |bctx| {
-                BalancerActor::new(bcfg, me, factory, arbiters, bctx)
+                BalancerActor::new(bcfg, me, factory, arbiters, bmetrics, bctx)
             });
             balancer_addr = Some(b.clone());
-            QueueActor::new(cfg, b, ids)
+            let mut q = QueueActor::new(cfg, b, ids);
+            q.metrics = metrics;
+            q
         });
         (queue, balancer_addr.expect("balancer started"))
     }
@@ -218,6 +224,7 @@ impl QueueActor {
             rng,
             next_no: 0,
             counters: Counters::default(),
+            metrics: Default::default(),
             drains: Vec::new(),
             full: false,
             dead: false,
@@ -243,6 +250,7 @@ impl QueueActor {
             let what = panic_message(&p);
             self.recover(&format!("the queue panicked: {what}"), ctx);
         }
+        self.metrics.queue_depth(self.queued);
     }
 
     /// After a panic (or a dead balancer): answers every task `Internal`,
@@ -277,7 +285,7 @@ impl QueueActor {
 
     /// Sends `msg` to the balancer; false (and the pipeline is declared
     /// dead) if the balancer has stopped.
-    fn to_balancer<M>(&mut self, msg: M, ctx: &mut Context<Self>) -> bool
+    fn tell_balancer<M>(&mut self, msg: M, ctx: &mut Context<Self>) -> bool
     where
         M: Message + Send + 'static,
         M::Result: Send,
@@ -394,12 +402,14 @@ impl QueueActor {
         self.counters.submitted += 1;
         self.counters.rejected += 1;
         let outcome = self.rejection_outcome(reason);
+        let total = now.saturating_duration_since(msg.job.submitted);
+        self.metrics.task_finished(&outcome, total);
         let result = TaskResult {
             id: msg.job.id,
             service: self.service.clone(),
             outcome,
             attempts: Vec::new(),
-            total: now.saturating_duration_since(msg.job.submitted),
+            total,
         };
         let _ = msg.reply.send(result);
     }
@@ -503,7 +513,7 @@ impl QueueActor {
             self.queued -= 1;
             self.in_flight += 1;
             self.credit -= 1;
-            if !self.to_balancer(route, ctx) {
+            if !self.tell_balancer(route, ctx) {
                 return;
             }
             if let Some(d) = hedge_after {
@@ -546,6 +556,7 @@ impl QueueActor {
             outcome: r.outcome,
             latency: r.latency,
             hedge: msg.hedge,
+            protocol: r.reply.as_ref().and_then(|rep| rep.protocol),
         });
         let response = r.reply.map(|rep| Response {
             status: rep.status,
@@ -616,6 +627,9 @@ impl QueueActor {
         };
         match self.policy.decide(&ended, now, &mut self.rng) {
             Decision::Fail(reason) => {
+                if reason == FailReason::BudgetExhausted {
+                    self.metrics.budget_exhausted();
+                }
                 if reason == FailReason::BudgetExhausted && !self.budget_exhausted {
                     self.budget_exhausted = true;
                     log::warn!(
@@ -642,6 +656,7 @@ impl QueueActor {
                     ended.last
                 );
                 self.counters.retried += 1;
+                self.metrics.retried();
                 p.state = State::Backoff;
                 p.hedged = false;
                 self.in_flight -= 1;
@@ -700,12 +715,14 @@ impl QueueActor {
         if outstanding {
             list_cancelled_twin(&mut p, now);
         }
+        let total = now.saturating_duration_since(p.job.submitted);
+        self.metrics.task_finished(&outcome, total);
         let result = TaskResult {
             id: p.job.id,
             service: self.service.clone(),
             outcome,
             attempts: std::mem::take(&mut p.attempts),
-            total: now.saturating_duration_since(p.job.submitted),
+            total,
         };
         if let Some(reply) = p.reply.take() {
             let _ = reply.send(result);
@@ -716,7 +733,7 @@ impl QueueActor {
                 task: no,
                 round: p.round,
             };
-            self.to_balancer(super::hedge::CancelTask { seq }, ctx);
+            self.tell_balancer(super::hedge::CancelTask { seq }, ctx);
         }
         self.check_drained();
     }
@@ -820,9 +837,9 @@ impl QueueActor {
                     p.job.id
                 );
             }
-            // The balancer frees the slot the lost attempt held.
-            self.to_balancer(AttemptLost { seq }, ctx);
             for _ in 0..outstanding {
+                // The balancer frees the slot each lost attempt held.
+                self.tell_balancer(AttemptLost { seq }, ctx);
                 self.on_attempt(
                     AttemptDone {
                         seq,
@@ -907,6 +924,7 @@ impl QueueActor {
             hedge_done: false,
         }));
         self.counters.hedged += 1;
+        self.metrics.hedged();
         let route = Route {
             seq: Seq {
                 task: no,
@@ -917,7 +935,7 @@ impl QueueActor {
             hedge: true,
             at: now,
         };
-        self.to_balancer(route, ctx);
+        self.tell_balancer(route, ctx);
     }
 
     fn stats(&mut self) -> QueueStats {
@@ -963,6 +981,7 @@ fn list_cancelled_twin(p: &mut Pending, now: Instant) {
             outcome: AttemptOutcome::Error(ErrorKind::Cancelled),
             latency: now.saturating_duration_since(sent),
             hedge,
+            protocol: None,
         });
     }
 }
@@ -1079,9 +1098,10 @@ impl Handler<Task> for QueueActor {
             Err((id, reason)) => {
                 self.counters.submitted += 1;
                 self.counters.rejected += 1;
-                Box::pin(crate::dispatcher::Submission::ready(
-                    crate::dispatcher::rejected(id, service, Rejection::InvalidTask(reason), now),
-                ))
+                let result =
+                    crate::dispatcher::rejected(id, service, Rejection::InvalidTask(reason), now);
+                self.metrics.task_finished(&result.outcome, result.total);
+                Box::pin(crate::dispatcher::Submission::ready(result))
             }
         }
     }
