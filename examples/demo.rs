@@ -218,10 +218,18 @@ async fn run(config: Config, source: String, flaky: Arc<Backend>) -> bool {
     let mut progress = actix_rt::spawn({
         let (d, tally, svc) = (d.clone(), Rc::clone(&tally), svc.clone());
         async move {
+            // On a terminal, one line redrawn in place (`\r`) every 200 ms;
+            // into a pipe or file, a full line every 2 s, so a log stays
+            // readable line by line.
+            let tty = std::io::stderr().is_terminal();
             let mut tick = interval(Duration::from_millis(200));
             let (mut then, mut done_then) = (start, 0);
-            loop {
+            for n in 1u64.. {
                 tick.tick().await;
+                let [ok, failed, rejected] = tally.get();
+                if !tty && n % 10 != 0 && ok + failed + rejected < TASKS {
+                    continue;
+                }
                 let stats = d.stats().await;
                 let Some(q) = stats.service(&svc).map(|s| &s.queue) else {
                     continue;
@@ -231,15 +239,20 @@ async fn run(config: Config, source: String, flaky: Arc<Backend>) -> bool {
                 if done == TASKS {
                     (then, done_then) = (start, 0); // the last line shows the average
                 }
-                let rate = (done - done_then) as f64 / (now - then).as_secs_f64();
+                let rate = (done - done_then) as f64 / (now - then).as_secs_f64().max(1e-9);
                 (then, done_then) = (now, done);
                 let (flight, queued) = (q.in_flight, q.queued);
-                eprint!(
-                    "\r{} {done:>6}/{TASKS}  ok {ok:>6}  failed {failed:>3}  rejected {rejected:>3}  \
+                let line = format!(
+                    "{} {done:>6}/{TASKS}  ok {ok:>6}  failed {failed:>3}  rejected {rejected:>3}  \
                      | {rate:>5.0}/s  in flight {flight:>3}  queued {queued:>4} ",
                     stamp()
                 );
-                PROGRESS_SHOWN.store(true, Ordering::Relaxed);
+                if tty {
+                    eprint!("\r{line}");
+                    PROGRESS_SHOWN.store(true, Ordering::Relaxed);
+                } else {
+                    eprintln!("{line}");
+                }
                 if done == TASKS {
                     break; // the last line, left on screen
                 }
@@ -276,8 +289,9 @@ async fn run(config: Config, source: String, flaky: Arc<Backend>) -> bool {
     let elapsed = start.elapsed().as_secs_f64();
     let _ = actix_rt::time::timeout(Duration::from_secs(1), &mut progress).await;
     progress.abort();
-    eprintln!();
-    PROGRESS_SHOWN.store(false, Ordering::Relaxed);
+    if PROGRESS_SHOWN.swap(false, Ordering::Relaxed) {
+        eprintln!(); // end the line the progress was redrawn on
+    }
 
     let stats = d.stats().await;
     let s = stats.service(&svc).expect("the service exists");
