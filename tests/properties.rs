@@ -1,19 +1,41 @@
-//! Property: whatever the backends do and however the service is tuned,
-//! every accepted task gets exactly one result and the counters add up.
+//! Property: whatever the backends do, however the service is tuned and
+//! whatever happens to the pool meanwhile, every accepted task gets exactly
+//! one result and the counters add up.
+//!
 //! Runs the whole actor pipeline under paused tokio time with a scripted
-//! in-process transport (answers, 5xx, 429, 404, hangs past the timeout,
-//! connect errors, resets and panics).
+//! in-process transport (answers, 5xx, 429, 404, long hangs, connect errors,
+//! resets and panics; `Retry-After` headers with hostile values; health
+//! probes answered from a script of their own). Generated on top: hedging
+//! (fixed delay or latency percentile), per-task timeouts and deadlines up to
+//! the 365-day bound and past it (`Duration::MAX`, refused at submit as
+//! `InvalidTask`, still exactly one result), active health checks, and pool
+//! changes during the run through the dispatcher's API (`add_endpoint`,
+//! `remove_endpoint`, `set_active`, `set_weight`, `reload`). Each run is
+//! bounded by a paused-time timeout: a task that would wait forever fails it.
+//! `PROP_TRACE=1` prints each case and the paused time it took.
 
+use std::cell::Cell;
 use std::collections::HashSet;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use actix_dispatch::algo::time::MAX_DURATION;
 use actix_dispatch::transport::{HttpReply, HttpRequest, Transport, TransportError};
-use actix_dispatch::{Config, Dispatcher, ErrorKind, Method, Task};
+use actix_dispatch::{
+    Config, Dispatcher, EndpointConfig, ErrorKind, Method, Outcome, Rejection, Task,
+};
+use awc::http::header::{HeaderValue, RETRY_AFTER};
 use futures::future::LocalBoxFuture;
 use proptest::prelude::*;
+
+/// How long a scripted hang lasts: far past the service's 200 ms timeout,
+/// short enough that a task with a 365-day timeout still ends in paused time.
+const HANG: Duration = Duration::from_secs(5);
+
+/// Paused time a run may take before it counts as "waits forever".
+const RUN_BOUND: Duration = Duration::from_secs(1800);
 
 #[derive(Debug, Clone, Copy)]
 enum Act {
@@ -24,44 +46,75 @@ enum Act {
     Panic,
 }
 
+/// What a health probe gets.
+#[derive(Debug, Clone, Copy)]
+enum Probe {
+    Up,
+    Down,
+    Hang,
+}
+
 struct Scripted {
     script: Arc<Vec<Act>>,
     next: Arc<AtomicUsize>,
+    health: Arc<Vec<Probe>>,
+    probes: Cell<usize>,
+    retry_after: Option<&'static str>,
+}
+
+impl Scripted {
+    fn reply(&self, status: u16) -> HttpReply {
+        let mut headers = actix_dispatch::HeaderMap::new();
+        if status == 429 || status == 503 {
+            let v = self.retry_after.unwrap_or("1");
+            headers.insert(RETRY_AFTER, HeaderValue::from_static(v));
+        }
+        HttpReply {
+            status,
+            headers,
+            body: Default::default(),
+            protocol: None,
+        }
+    }
 }
 
 impl Transport for Scripted {
-    fn send(
-        &self,
-        _req: HttpRequest,
-    ) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
+    fn send(&self, req: HttpRequest) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
+        if req.url.ends_with("/health") {
+            let i = self.probes.get();
+            self.probes.set(i + 1);
+            let probe = self.health[i % self.health.len()];
+            let status = match probe {
+                Probe::Up => 200,
+                Probe::Down => 503,
+                Probe::Hang => 200,
+            };
+            let reply = self.reply(status);
+            return Box::pin(async move {
+                let wait = match probe {
+                    Probe::Hang => HANG,
+                    _ => Duration::from_millis(1),
+                };
+                tokio::time::sleep(wait).await;
+                Ok(reply)
+            });
+        }
         let i = self.next.fetch_add(1, Ordering::Relaxed);
         let act = self.script[i % self.script.len()];
+        let status = match act {
+            Act::Status(s) => s,
+            _ => 200,
+        };
+        let reply = self.reply(status);
         Box::pin(async move {
             tokio::time::sleep(Duration::from_millis(1 + (i % 7) as u64)).await;
-            let status = match act {
-                Act::Ok => 200,
-                Act::Status(s) => s,
-                Act::Hang => {
-                    tokio::time::sleep(Duration::from_secs(3600)).await;
-                    200
-                }
+            match act {
+                Act::Ok | Act::Status(_) => {}
+                Act::Hang => tokio::time::sleep(HANG).await,
                 Act::Error(k) => return Err(TransportError::new(k, "scripted")),
                 Act::Panic => panic!("scripted panic"),
-            };
-            Ok(HttpReply {
-                status,
-                headers: {
-                    let mut h = actix_dispatch::HeaderMap::new();
-                    if status == 429 {
-                        h.insert(
-                            awc::http::header::RETRY_AFTER,
-                            awc::http::header::HeaderValue::from_static("1"),
-                        );
-                    }
-                    h
-                },
-                body: Default::default(),
-            })
+            }
+            Ok(reply)
         })
     }
 }
@@ -80,6 +133,99 @@ fn act() -> impl Strategy<Value = Act> {
     ]
 }
 
+fn probe() -> impl Strategy<Value = Probe> {
+    prop_oneof![3 => Just(Probe::Up), 1 => Just(Probe::Down), 1 => Just(Probe::Hang)]
+}
+
+/// A task's own time limits.
+#[derive(Debug, Clone, Copy)]
+enum Limit {
+    /// The service's timeout, no deadline.
+    None,
+    Timeout(Duration),
+    DeadlineIn(Duration),
+}
+
+impl Limit {
+    /// Past the 365-day bound: refused at submit.
+    fn is_invalid(self) -> bool {
+        match self {
+            Limit::None => false,
+            Limit::Timeout(d) | Limit::DeadlineIn(d) => d > MAX_DURATION,
+        }
+    }
+}
+
+fn limit() -> impl Strategy<Value = Limit> {
+    prop_oneof![
+        8 => Just(Limit::None),
+        2 => (1u64..3000).prop_map(|ms| Limit::Timeout(Duration::from_millis(ms))),
+        2 => (1u64..3000).prop_map(|ms| Limit::DeadlineIn(Duration::from_millis(ms))),
+        1 => Just(Limit::Timeout(MAX_DURATION)),
+        1 => Just(Limit::DeadlineIn(MAX_DURATION)),
+        1 => Just(Limit::Timeout(Duration::MAX)),
+        1 => Just(Limit::DeadlineIn(Duration::MAX)),
+        1 => Just(Limit::Timeout(MAX_DURATION + Duration::from_secs(1))),
+    ]
+}
+
+#[derive(Debug, Clone)]
+enum Hedge {
+    After(u64),
+    Percentile(f64),
+}
+
+/// A pool change; indexes are taken modulo the list of known addresses
+/// (the initial nodes and three spares).
+#[derive(Debug, Clone)]
+enum PoolOp {
+    Add(usize),
+    Remove(usize),
+    SetActive(usize, bool),
+    SetWeight(usize, u32),
+    /// Reload with the endpoints whose bit is set (at least one).
+    Reload(u8),
+}
+
+fn pool_op() -> impl Strategy<Value = PoolOp> {
+    prop_oneof![
+        (0usize..8).prop_map(PoolOp::Add),
+        (0usize..8).prop_map(PoolOp::Remove),
+        (0usize..8, any::<bool>()).prop_map(|(i, a)| PoolOp::SetActive(i, a)),
+        (0usize..8, 0u32..200).prop_map(|(i, w)| PoolOp::SetWeight(i, w)),
+        any::<u8>().prop_map(PoolOp::Reload),
+    ]
+}
+
+#[derive(Debug, Clone)]
+struct Health {
+    interval_ms: u64,
+    unhealthy: u32,
+    healthy: u32,
+    script: Vec<Probe>,
+}
+
+fn health() -> impl Strategy<Value = Health> {
+    (
+        20u64..400,
+        1u32..4,
+        1u32..4,
+        prop::collection::vec(probe(), 1..8),
+    )
+        .prop_map(|(interval_ms, unhealthy, healthy, mut script)| {
+            // Every round of the script ends with enough good probes in a
+            // row to bring a node back: a pool that never recovers parks
+            // tasks without a deadline for good, by design.
+            script.extend([Probe::Up; 3]);
+            Health {
+                interval_ms,
+                unhealthy,
+                healthy,
+                script,
+            }
+        })
+}
+
 #[derive(Debug, Clone)]
 struct Case {
     script: Vec<Act>,
@@ -95,6 +241,11 @@ struct Case {
     mode: &'static str,
     deadline_ms: Option<u64>,
     shutdown_after_ms: Option<u64>,
+    hedge: Option<Hedge>,
+    retry_after: Option<&'static str>,
+    limits: Vec<Limit>,
+    ops: Vec<(u64, PoolOp)>,
+    health: Option<Health>,
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -107,22 +258,45 @@ fn case() -> impl Strategy<Value = Case> {
             0u32..4,
             1usize..60,
         ),
-        any::<bool>(),
-        any::<bool>(),
-        prop::option::of((1u32..50, 1u32..5)),
-        any::<bool>(),
-        prop_oneof![
-            Just("round_robin"),
-            Just("weighted"),
-            Just("least_load"),
-            Just("p2c"),
-            Just("consistent_hash")
-        ],
-        prop::option::of(50u64..3000),
-        prop::option::of(10u64..2000),
+        (
+            any::<bool>(),
+            any::<bool>(),
+            prop::option::of((1u32..50, 1u32..5)),
+            any::<bool>(),
+            prop_oneof![
+                Just("round_robin"),
+                Just("weighted"),
+                Just("least_load"),
+                Just("p2c"),
+                Just("consistent_hash")
+            ],
+            prop::option::of(50u64..3000),
+            prop::option::weighted(0.3, 10u64..2000),
+        ),
+        (
+            prop::option::of(prop_oneof![
+                (1u64..300).prop_map(Hedge::After),
+                (1u32..99).prop_map(|p| Hedge::Percentile(p as f64 + 0.5)),
+            ]),
+            prop::option::of(prop_oneof![
+                Just("18446744073709551615"),
+                Just("-1"),
+                Just("soon"),
+                Just("Fri, 31 Dec 9999 23:59:59 GMT"),
+                Just("0"),
+                Just("31536000"),
+            ]),
+            prop::collection::vec(limit(), 1..12),
+            prop::collection::vec((0u64..400, pool_op()), 0..8),
+            prop::option::of(health()),
+        ),
     )
         .prop_map(
-            |((script, tasks, nodes, mc, mr, cap), wait, breaker, rl, rej, mode, dl, sd)| Case {
+            |(
+                (script, tasks, nodes, mc, mr, cap),
+                (wait, breaker, rl, rej, mode, dl, sd),
+                (hedge, retry_after, limits, ops, health),
+            )| Case {
                 script,
                 tasks,
                 nodes,
@@ -136,16 +310,37 @@ fn case() -> impl Strategy<Value = Case> {
                 mode,
                 deadline_ms: dl,
                 shutdown_after_ms: sd,
+                hedge,
+                retry_after,
+                limits,
+                ops,
+                health,
             },
         )
 }
 
-fn config(c: &Case) -> Config {
-    let eps: Vec<String> = (0..c.nodes)
-        .map(|i| {
+/// Every address a case may use: its initial nodes, then three spares.
+fn addresses(c: &Case) -> Vec<String> {
+    let first = (0..c.nodes).map(|i| format!("http://127.0.0.{}:80/", i + 1));
+    let spare = (0..3).map(|i| format!("http://127.0.1.{}:80/", i + 1));
+    first.chain(spare).collect()
+}
+
+fn endpoint(c: &Case, address: &str, weight: u32) -> EndpointConfig {
+    EndpointConfig {
+        weight,
+        max_concurrent: c.max_concurrent,
+        ..EndpointConfig::new(address)
+    }
+}
+
+fn config_with(c: &Case, endpoints: &[String]) -> Config {
+    let eps: Vec<String> = endpoints
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
             format!(
-                r#"{{"address":"http://127.0.0.{}:80/","weight":{},"max_concurrent":{}}}"#,
-                i + 1,
+                r#"{{"address":"{a}","weight":{},"max_concurrent":{}}}"#,
                 i + 1,
                 c.max_concurrent
             )
@@ -158,64 +353,172 @@ fn config(c: &Case) -> Config {
         ),
         None => String::new(),
     };
+    let hedge = match &c.hedge {
+        Some(Hedge::After(ms)) => format!(r#","hedge":{{"after":"{ms}ms"}}"#),
+        Some(Hedge::Percentile(p)) => format!(r#","hedge":{{"percentile":{p}}}"#),
+        None => String::new(),
+    };
+    let health = match &c.health {
+        Some(h) => format!(
+            r#","health_check":{{"path":"health","interval":"{}ms","timeout":"50ms","unhealthy_threshold":{},"healthy_threshold":{}}}"#,
+            h.interval_ms, h.unhealthy, h.healthy
+        ),
+        None => String::new(),
+    };
     let json = format!(
         r#"{{"services":[{{"name":"svc","mode":"{}","timeout":"200ms","endpoints":[{}],
             "retry":{{"max_retries":{},"backoff_base":"5ms","backoff_max":"50ms"}},
             "queue":{{"capacity":{},"on_full":"{}"}},
             "breaker":{{"enabled":{},"consecutive_failures":3,"open_for":"100ms","max_open_for":"400ms","on_all_open":"fail_fast"}},
-            "balancer":{{"seed":1,"refresh_interval":"50ms"}}{}}}]}}"#,
+            "balancer":{{"seed":1,"refresh_interval":"50ms"}}{}{}{}}}]}}"#,
         c.mode,
         eps.join(","),
         c.max_retries,
         c.capacity,
         if c.wait_when_full { "wait" } else { "reject" },
         c.breaker,
-        rate
+        rate,
+        hedge,
+        health,
     );
     Config::from_json(&json).unwrap_or_else(|e| panic!("{e}: {json}"))
 }
 
+fn config(c: &Case) -> Config {
+    config_with(c, &addresses(c)[..c.nodes])
+}
+
+/// Applies the case's pool changes, then puts the initial pool back (all
+/// active) so that every task can still be served: a pool left empty would
+/// park tasks without a deadline forever, by design.
+async fn change_pool(d: Dispatcher, c: Case, stopping: Rc<Cell<bool>>) {
+    let all = addresses(&c);
+    for (after_ms, op) in &c.ops {
+        tokio::time::sleep(Duration::from_millis(*after_ms)).await;
+        if stopping.get() {
+            return;
+        }
+        let at = |i: usize| all[i % all.len()].clone();
+        // Errors (unknown address, already present, last node) are answers too.
+        let _ = match op {
+            PoolOp::Add(i) => d.add_endpoint("svc", endpoint(&c, &at(*i), 1)).await,
+            PoolOp::Remove(i) => d.remove_endpoint("svc", &at(*i)).await,
+            PoolOp::SetActive(i, a) => d.set_active("svc", &at(*i), *a).await,
+            PoolOp::SetWeight(i, w) => d.set_weight("svc", &at(*i), *w).await,
+            PoolOp::Reload(mask) => {
+                let mut keep: Vec<String> = (0..all.len())
+                    .filter(|i| mask & (1 << i) != 0)
+                    .map(|i| all[i].clone())
+                    .collect();
+                if keep.is_empty() {
+                    keep.push(all[0].clone());
+                }
+                d.reload(config_with(&c, &keep)).await.map(|_| ())
+            }
+        };
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    if stopping.get() || c.ops.is_empty() {
+        return;
+    }
+    let _ = d.reload(config(&c)).await;
+    for a in &all[..c.nodes] {
+        let _ = d.set_active("svc", a, true).await;
+    }
+}
+
+fn task(c: &Case, i: usize) -> Task {
+    let mut t = if i % 4 == 0 {
+        Task::new("svc", Method::POST, format!("/p/{i}"))
+    } else {
+        Task::get("svc", format!("/g/{i}")).affinity(format!("k{}", i % 13))
+    };
+    if let Some(ms) = c.deadline_ms {
+        t = t.deadline_in(Duration::from_millis(ms));
+    }
+    match c.limits[i % c.limits.len()] {
+        Limit::None => t,
+        Limit::Timeout(d) => t.timeout(d),
+        Limit::DeadlineIn(d) => t.deadline_in(d),
+    }
+}
+
 fn run_case(c: Case) {
+    let trace = std::env::var_os("PROP_TRACE").is_some();
+    if trace {
+        eprintln!("CASE {c:?}");
+    }
     actix_rt::System::new().block_on(async move {
         tokio::time::pause();
+        let started = tokio::time::Instant::now();
         let script = Arc::new(c.script.clone());
         let next = Arc::new(AtomicUsize::new(0));
+        let health = Arc::new(
+            c.health
+                .as_ref()
+                .map_or_else(|| vec![Probe::Up], |h| h.script.clone()),
+        );
+        let retry_after = c.retry_after;
         let factory: actix_dispatch::transport::TransportFactory = Arc::new(move |_: &str| {
             Rc::new(Scripted {
                 script: script.clone(),
                 next: next.clone(),
+                health: health.clone(),
+                probes: Cell::new(0),
+                retry_after,
             }) as Rc<dyn Transport>
         });
         let d = Dispatcher::builder(config(&c))
             .transport(factory)
             .start()
             .unwrap();
+        let stopping = Rc::new(Cell::new(false));
+        let pool = actix_rt::spawn(change_pool(d.clone(), c.clone(), stopping.clone()));
+        let invalid: HashSet<usize> = (0..c.tasks)
+            .filter(|i| c.limits[i % c.limits.len()].is_invalid())
+            .collect();
         let handles: Vec<_> = (0..c.tasks)
             .map(|i| {
-                let d = d.clone();
-                let mut t = if i % 4 == 0 {
-                    Task::new("svc", Method::POST, format!("/p/{i}"))
-                } else {
-                    Task::get("svc", format!("/g/{i}")).affinity(format!("k{}", i % 13))
-                };
-                if let Some(ms) = c.deadline_ms {
-                    t = t.deadline_in(Duration::from_millis(ms));
-                }
-                actix_rt::spawn(async move { d.submit(t).await })
+                let s = d.submit(task(&c, i));
+                actix_rt::spawn(async move { (i, s.await) })
             })
             .collect();
         let report = if let Some(ms) = c.shutdown_after_ms {
             tokio::time::sleep(Duration::from_millis(ms)).await;
+            stopping.set(true);
             Some(d.shutdown(Duration::from_millis(100)).await)
         } else {
             None
         };
+        let answers = tokio::time::timeout(RUN_BOUND, async {
+            let mut all = Vec::with_capacity(handles.len());
+            for h in handles {
+                all.push(h.await.expect("submit never panics"));
+            }
+            all
+        })
+        .await
+        .expect("every task is answered within the run's bound");
         let mut ids = HashSet::new();
-        for h in handles {
-            let r = h.await.expect("submit never panics");
+        for (i, r) in &answers {
             assert!(ids.insert(r.id), "task {} answered twice", r.id);
+            if invalid.contains(i) {
+                assert!(
+                    matches!(r.outcome, Outcome::Rejected(Rejection::InvalidTask(_))),
+                    "task {i} past the 365-day bound: {:?}",
+                    r.outcome
+                );
+            }
         }
         assert_eq!(ids.len(), c.tasks);
+        if trace {
+            eprintln!("DONE after {:?} paused", started.elapsed());
+        }
+        stopping.set(true);
+        tokio::time::timeout(RUN_BOUND, pool)
+            .await
+            .expect("pool changes end")
+            .expect("pool changes never panic");
         let stats = match report {
             Some(r) => r.stats,
             None => {
@@ -226,7 +529,7 @@ fn run_case(c: Case) {
         };
         let svc = &stats.services[0];
         assert!(svc.is_balanced(), "{:?}", svc.queue);
-        assert_eq!(svc.queue.submitted as usize, c.tasks);
+        assert_eq!(svc.queue.submitted as usize, c.tasks - invalid.len());
         assert_eq!((svc.queue.queued, svc.queue.in_flight), (0, 0));
     });
 }
