@@ -222,6 +222,9 @@ pub struct ResultLine {
     pub node: Option<String>,
     /// Attempts made (hedges included).
     pub attempts: u32,
+    /// HTTP version of the answer that ended the task: `h2` or `http/1.1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
     /// From submit to result, milliseconds.
     pub total_ms: f64,
     /// Response body, if there was a response.
@@ -263,6 +266,10 @@ impl ResultLine {
                 .map(|resp| resp.node.to_string())
                 .or_else(|| r.attempts.last().map(|a| a.node.to_string())),
             attempts: u32::try_from(r.attempts.len()).unwrap_or(u32::MAX),
+            protocol: response.and_then(|resp| {
+                let a = r.attempts.iter().rev().find(|a| a.node == resp.node)?;
+                a.protocol.map(|p| p.as_str().to_owned())
+            }),
             total_ms: (r.total.as_secs_f64() * 1e6).round() / 1e3,
             body,
             body_encoding,
@@ -281,6 +288,7 @@ impl ResultLine {
             status: None,
             node: None,
             attempts: 0,
+            protocol: None,
             total_ms: 0.0,
             body: None,
             body_encoding: None,
@@ -416,6 +424,7 @@ mod tests {
                 outcome: AttemptOutcome::Status(503),
                 latency: Duration::from_millis(3),
                 hedge: false,
+                protocol: None,
             }],
             total: Duration::from_micros(4_321),
         };

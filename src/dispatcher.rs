@@ -719,6 +719,7 @@ mod tests {
                     status: 200,
                     headers: Default::default(),
                     body: Default::default(),
+                    protocol: None,
                 })
             })
         }

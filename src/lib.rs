@@ -50,8 +50,8 @@ pub use dispatcher::{
     Dispatcher, DispatcherBuilder, ReloadReport, ShutdownReport, Submission, Unfinished,
 };
 pub use outcome::{
-    Attempt, AttemptOutcome, ErrorKind, FailReason, Failure, Outcome, Rejection, Response,
-    TaskResult,
+    Attempt, AttemptOutcome, ErrorKind, FailReason, Failure, Outcome, Protocol, Rejection,
+    Response, TaskResult,
 };
 pub use stats::{NodeStats, QueueStats, ServiceStats, Stats};
 pub use task::{Task, TaskId};

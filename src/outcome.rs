@@ -199,6 +199,46 @@ pub struct Attempt {
     pub latency: Duration,
     /// Whether this was a hedged extra attempt.
     pub hedge: bool,
+    /// The HTTP version the answer came over; `None` when there was no
+    /// answer (or the transport does not say).
+    pub protocol: Option<Protocol>,
+}
+
+/// The HTTP version of an answer: HTTP/2 where the server offered it over
+/// TLS (ALPN), HTTP/1.1 otherwise. Serialized by its ALPN name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum Protocol {
+    /// HTTP/1.0 or HTTP/1.1.
+    #[serde(rename = "http/1.1")]
+    Http1,
+    /// HTTP/2.
+    #[serde(rename = "h2")]
+    H2,
+}
+
+impl Protocol {
+    /// The protocol of an answer of HTTP `version` (HTTP/3 is not spoken).
+    pub fn of(version: awc::http::Version) -> Option<Protocol> {
+        match version {
+            awc::http::Version::HTTP_10 | awc::http::Version::HTTP_11 => Some(Protocol::Http1),
+            awc::http::Version::HTTP_2 => Some(Protocol::H2),
+            _ => None,
+        }
+    }
+
+    /// The ALPN name: `"http/1.1"` or `"h2"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Protocol::Http1 => "http/1.1",
+            Protocol::H2 => "h2",
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// What one attempt gave.
@@ -247,6 +287,13 @@ pub enum ErrorKind {
     Lost,
     /// The attempt was cancelled because a hedged twin answered first.
     Cancelled,
+    /// The TLS handshake failed: a certificate from an unknown authority,
+    /// expired, or for another host name, or no common protocol. Nothing
+    /// was sent, so the task may go to another node (never this one: a
+    /// failed node is avoided for the rest of the task), and it counts
+    /// against this node's breaker: the node stays misconfigured until
+    /// someone fixes it.
+    Tls,
 }
 
 impl fmt::Display for ErrorKind {
@@ -261,13 +308,14 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Panicked => "panicked",
             ErrorKind::Lost => "lost",
             ErrorKind::Cancelled => "cancelled",
+            ErrorKind::Tls => "TLS error",
         })
     }
 }
 
 impl AttemptOutcome {
     /// Whether this counts against a node's health (breaker, error rate):
-    /// connect errors, timeouts, resets, panics, lost attempts and 5xx.
+    /// connect and TLS errors, timeouts, resets, panics, lost attempts and 5xx.
     /// Never 4xx, nor what is the task's or the race's doing: a body over
     /// `max_body` (a large resource is not a sick node), an invalid request,
     /// a cancelled hedge, or a request not sent because a keep-alive
@@ -277,6 +325,7 @@ impl AttemptOutcome {
             AttemptOutcome::Status(s) => *s >= 500,
             AttemptOutcome::Error(
                 ErrorKind::Connect
+                | ErrorKind::Tls
                 | ErrorKind::Timeout
                 | ErrorKind::Reset
                 | ErrorKind::Panicked
@@ -289,15 +338,15 @@ impl AttemptOutcome {
     }
 
     /// Whether a task that ended with this may be tried again (the rule of
-    /// [`crate::algo::policy`]): 429 and 5xx, connect errors and requests
-    /// not sent, always;
+    /// [`crate::algo::policy`]): 429 and 5xx, connect and TLS errors and
+    /// requests not sent, always (on another node for TLS);
     /// timeouts, resets, panics and lost attempts only when `idempotent`
     /// (the server may have acted); other statuses, body errors, invalid
     /// requests and cancelled attempts never.
     pub fn is_retryable(&self, idempotent: bool) -> bool {
         match self {
             AttemptOutcome::Status(s) => *s == 429 || *s >= 500,
-            AttemptOutcome::Error(ErrorKind::Connect | ErrorKind::NotSent) => true,
+            AttemptOutcome::Error(ErrorKind::Connect | ErrorKind::NotSent | ErrorKind::Tls) => true,
             AttemptOutcome::Error(
                 ErrorKind::Timeout | ErrorKind::Reset | ErrorKind::Panicked | ErrorKind::Lost,
             ) => idempotent,

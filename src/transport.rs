@@ -62,6 +62,19 @@
 //! Node.js, Apache and actix-web 5 s; nginx 75 s), so the engine closes idle
 //! connections before the server does.
 //!
+//! # TLS (feature `tls`)
+//!
+//! Each node builds its own rustls `ClientConfig` from its
+//! [`ConnectionSettings::tls`] (the endpoint's settings, else the
+//! service's): the webpki roots plus the certificates of the configured
+//! `ca_file`, or a verifier that accepts any certificate for
+//! `insecure_skip_verify`; ALPN offers `h2` then `http/1.1`, so a server
+//! that offers HTTP/2 gets it ([`HttpReply::protocol`] says which was used).
+//! A failed handshake (a certificate from an unknown authority, expired, or
+//! for another name; no common protocol) is [`ErrorKind::Tls`], found by
+//! rustls's error inside awc's `ConnectError::Io`; its detail names the
+//! endpoint and the reason.
+//!
 //! Benchmarks and tests of pure scheduling may plug another transport with
 //! [`crate::DispatcherBuilder::transport`]; behaviour tests use the real one.
 
@@ -82,7 +95,8 @@ use awc::http::Uri;
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
 
-use crate::outcome::ErrorKind;
+use crate::config::TlsConfig;
+use crate::outcome::{ErrorKind, Protocol};
 
 /// One HTTP request of one attempt.
 #[derive(Debug, Clone)]
@@ -110,6 +124,9 @@ pub struct HttpReply {
     pub headers: HeaderMap,
     /// Body.
     pub body: Bytes,
+    /// The HTTP version the answer came over (`None`: the transport does
+    /// not say, as a test's stand-in).
+    pub protocol: Option<Protocol>,
 }
 
 /// Why an attempt got no answer.
@@ -144,14 +161,34 @@ pub trait Transport {
     fn configure(&self, _settings: &ConnectionSettings) {}
 }
 
-/// How a node's connections are kept (from its service's config).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a node's connections are made and kept (from its service's and
+/// endpoint's config).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionSettings {
     /// Idle time after which a pooled connection is closed (zero: none is
     /// reused).
     pub keep_alive: Duration,
     /// Longest life of a connection, idle or not.
     pub max_connection_age: Duration,
+    /// Trusted authorities or skip-verify for `https://` (`None`: the
+    /// webpki roots, full verification).
+    pub tls: Option<TlsConfig>,
+}
+
+impl ConnectionSettings {
+    /// The settings of the node at `address`: its service's keep-alive, and
+    /// its endpoint's TLS settings, else its service's.
+    pub fn for_endpoint(cfg: &crate::config::ServiceConfig, address: &str) -> Self {
+        Self {
+            tls: cfg.tls_for(address).cloned(),
+            ..Self::from(cfg)
+        }
+    }
+
+    /// Whether certificates go unchecked (`insecure_skip_verify`).
+    pub fn skips_verify(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.insecure_skip_verify)
+    }
 }
 
 impl Default for ConnectionSettings {
@@ -161,15 +198,18 @@ impl Default for ConnectionSettings {
         Self {
             keep_alive: Duration::from_secs(1),
             max_connection_age: Duration::from_secs(60),
+            tls: None,
         }
     }
 }
 
 impl From<&crate::config::ServiceConfig> for ConnectionSettings {
+    /// The service's settings (its own `tls`, not an endpoint's).
     fn from(cfg: &crate::config::ServiceConfig) -> Self {
         Self {
             keep_alive: cfg.keep_alive,
             max_connection_age: cfg.max_connection_age,
+            tls: cfg.tls.clone(),
         }
     }
 }
@@ -223,6 +263,11 @@ fn client(connect_timeout: Duration, settings: &ConnectionSettings, slot: &Slot)
         .timeout(connect_timeout)
         .conn_keep_alive(settings.keep_alive)
         .conn_lifetime(settings.max_connection_age);
+    #[cfg(feature = "tls")]
+    let connector = match tls::client_config(settings.tls.as_ref()) {
+        Some(config) => connector.rustls_0_23(config),
+        None => connector,
+    };
     // No awc timeout: the node bounds every attempt (head and body) with
     // one timer of its own, so each request costs one timer, not two.
     awc::Client::builder()
@@ -254,13 +299,19 @@ impl Transport for AwcTransport {
         }
         let max_body = req.max_body;
         let send = r.send_body(req.body);
+        let url = req.url;
         let opened = Rc::new(Cell::new(false));
         let mark = opened.clone();
         let attempt = Box::pin(async move {
-            let res = send
-                .await
-                .map_err(|e| classify_send(e, !opened.get(), one_write))?;
+            let res = send.await.map_err(|e| {
+                let mut err = classify_send(e, !opened.get(), one_write);
+                if err.kind == ErrorKind::Tls {
+                    err.detail = format!("TLS with {}: {}", authority(&url), err.detail);
+                }
+                err
+            })?;
             let status = res.status().as_u16();
+            let protocol = Protocol::of(res.version());
             // Take the headers out of the response head rather than cloning them.
             let mut headers = HeaderMap::new();
             let mut res = res.map_body(|head, payload| {
@@ -272,6 +323,7 @@ impl Transport for AwcTransport {
                 status,
                 headers,
                 body,
+                protocol,
             })
         });
         Box::pin(Marked {
@@ -286,6 +338,9 @@ impl Transport for AwcTransport {
 /// `reused` when the attempt opened no connection, `one_write` when the
 /// request fits awc's write buffer.
 fn classify_send(e: SendRequestError, reused: bool, one_write: bool) -> TransportError {
+    if let Some(reason) = tls_failure(&e) {
+        return TransportError::new(ErrorKind::Tls, reason);
+    }
     let kind = match &e {
         // EOF before any byte of the answer.
         SendRequestError::Connect(ConnectError::Disconnected) if reused => ErrorKind::NotSent,
@@ -313,6 +368,30 @@ fn classify_payload(e: PayloadError) -> TransportError {
         _ => ErrorKind::Body,
     };
     TransportError::new(kind, e.to_string())
+}
+
+/// `host:port` of a URL, for messages.
+fn authority(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    rest.split(['/', '?']).next().unwrap_or(rest)
+}
+
+/// Why the TLS handshake failed, when that is why the request failed:
+/// rustls's error inside awc's `ConnectError::Io`.
+#[cfg(feature = "tls")]
+fn tls_failure(e: &SendRequestError) -> Option<String> {
+    match e {
+        SendRequestError::Connect(ConnectError::Io(io)) => io
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            .map(tls::describe),
+        _ => None,
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_failure(_e: &SendRequestError) -> Option<String> {
+    None
 }
 
 /// Whether awc's `ParseError` (not exported) is its `Io` variant: a read
@@ -373,6 +452,129 @@ where
             mark.set(true);
         }
         self.inner.call(req)
+    }
+}
+
+// === mod tls ===
+
+/// The node's rustls client config (feature `tls`).
+#[cfg(feature = "tls")]
+mod tls {
+    use std::sync::Arc;
+
+    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+    use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, SignatureScheme};
+
+    use crate::config::TlsConfig;
+
+    /// A config for `tls` (the webpki roots, the configured CA, or no
+    /// verification), offering h2 and http/1.1 over ALPN. `None` only if
+    /// rustls refuses its own default protocol versions (then awc's
+    /// default config is kept).
+    pub(super) fn client_config(tls: Option<&TlsConfig>) -> Option<Arc<ClientConfig>> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| log::error!("TLS: no usable protocol versions: {e}"))
+            .ok()?;
+        let mut config = match tls {
+            Some(t) if t.insecure_skip_verify => builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+                .with_no_client_auth(),
+            _ => {
+                let mut roots = actix_tls::connect::rustls_0_23::webpki_roots_cert_store();
+                for der in tls
+                    .and_then(|t| t.ca.as_ref())
+                    .iter()
+                    .flat_map(|c| c.certs.iter())
+                {
+                    // Checked when the config was loaded.
+                    let _ = roots.add(CertificateDer::from(der.clone()));
+                }
+                builder.with_root_certificates(roots).with_no_client_auth()
+            }
+        };
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Some(Arc::new(config))
+    }
+
+    /// A handshake failure in words, rustls's own message after it.
+    pub(super) fn describe(e: &rustls::Error) -> String {
+        let hint = match e {
+            rustls::Error::InvalidCertificate(c) => match c {
+                CertificateError::UnknownIssuer => {
+                    "certificate signed by an unknown authority (trust its CA with `tls.ca_file`)"
+                }
+                CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
+                    "certificate expired"
+                }
+                CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
+                    "certificate not valid yet"
+                }
+                CertificateError::NotValidForName
+                | CertificateError::NotValidForNameContext { .. } => {
+                    "certificate is for another host name"
+                }
+                _ => "invalid certificate",
+            },
+            rustls::Error::NoApplicationProtocol => "no common application protocol (ALPN)",
+            rustls::Error::AlertReceived(_) => "the server refused the handshake",
+            _ => "handshake failed",
+        };
+        format!("{hint} ({e})")
+    }
+
+    /// `insecure_skip_verify`: any certificate is accepted, but the
+    /// handshake's signatures are still checked against it.
+    #[derive(Debug)]
+    struct AnyCertificate(Arc<CryptoProvider>);
+
+    impl ServerCertVerifier for AnyCertificate {
+        fn verify_server_cert(
+            &self,
+            _end_entity: &CertificateDer<'_>,
+            _intermediates: &[CertificateDer<'_>],
+            _server_name: &ServerName<'_>,
+            _ocsp_response: &[u8],
+            _now: UnixTime,
+        ) -> Result<ServerCertVerified, rustls::Error> {
+            Ok(ServerCertVerified::assertion())
+        }
+
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            verify_tls12_signature(
+                message,
+                cert,
+                dss,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            verify_tls13_signature(
+                message,
+                cert,
+                dss,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.0.signature_verification_algorithms.supported_schemes()
+        }
     }
 }
 

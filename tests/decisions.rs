@@ -89,6 +89,7 @@ impl Transport for Scripted {
                 status,
                 headers: map,
                 body: Default::default(),
+                protocol: None,
             })
         })
     }

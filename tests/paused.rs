@@ -35,6 +35,7 @@ impl Transport for Immediate {
                 status,
                 headers: Default::default(),
                 body: Default::default(),
+                protocol: None,
             })
         })
     }

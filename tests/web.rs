@@ -492,6 +492,7 @@ fn result(outcome: Outcome) -> TaskResult {
             outcome: AttemptOutcome::Status(503),
             latency: Duration::from_millis(1),
             hedge: false,
+            protocol: None,
         }],
         total: Duration::from_millis(2),
     }

@@ -306,6 +306,7 @@ impl Transport for ImmediateTransport {
             status: 200,
             headers: Default::default(),
             body: Bytes::from_static(b"ok"),
+            protocol: None,
         })))
     }
 }

@@ -36,6 +36,7 @@ impl Transport for HeldTransport {
                 status: 200,
                 headers: Default::default(),
                 body: Bytes::from_static(b"ok"),
+                protocol: None,
             })
         })
     }

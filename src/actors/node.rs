@@ -36,7 +36,7 @@ use crate::algo::breaker::{Breaker, CallOutcome, Permit};
 use crate::algo::ewma::{Ewma, PeakEwma};
 use crate::algo::limiter::TokenBucket;
 use crate::algo::time;
-use crate::config::ServiceConfig;
+use crate::config::{HeaderSet, ServiceConfig};
 use crate::outcome::{AttemptOutcome, ErrorKind};
 use crate::transport::{
     ConnectionSettings, HttpReply, HttpRequest, Transport, TransportError, TransportFactory,
@@ -71,6 +71,9 @@ struct NodeCore {
     reports: std::cell::Cell<u64>,
     /// Cancel switches of attempts in flight (only when the service hedges).
     cancels: HashMap<(Seq, bool), oneshot::Sender<()>>,
+    /// The configured headers of every attempt (the endpoint's over the
+    /// service's), resolved once; usually empty.
+    headers: HeaderSet,
 }
 
 /// What a node is built from.
@@ -88,6 +91,7 @@ impl NodeActor {
     pub(crate) fn new(spec: NodeSpec) -> Self {
         let now = Instant::now();
         let cfg = spec.cfg;
+        let headers = cfg.headers_for(&spec.address);
         let core = NodeCore {
             id: spec.id,
             service: spec.service,
@@ -112,6 +116,7 @@ impl NodeActor {
             restarts: 0,
             reports: std::cell::Cell::new(0),
             cancels: HashMap::new(),
+            headers,
             cfg,
         };
         Self {
@@ -321,7 +326,18 @@ impl Actor for NodeActor {
         if self.transport.is_none() {
             let address = self.address();
             let transport = (self.factory)(&address);
-            transport.configure(&ConnectionSettings::from(&*self.core.borrow().cfg));
+            let core = self.core.borrow();
+            let settings = ConnectionSettings::for_endpoint(&core.cfg, &address);
+            if settings.skips_verify() && address.starts_with("https://") {
+                log::warn!(
+                    "service {}: node {}: TLS certificate verification is OFF \
+                     (tls.insecure_skip_verify): any server can pose as this node",
+                    core.service,
+                    address
+                );
+            }
+            transport.configure(&settings);
+            drop(core);
             self.transport = Some(transport);
         }
     }
@@ -362,7 +378,11 @@ impl Handler<Dispatch> for NodeActor {
         let req = HttpRequest {
             method: job.task.method().clone(),
             url,
-            headers: job.headers.clone(),
+            headers: if core.headers.is_empty() {
+                job.headers.clone()
+            } else {
+                core.headers.apply(&job.headers)
+            },
             body: job.task.body_bytes().clone(),
             timeout,
             max_body: core.cfg.max_body,

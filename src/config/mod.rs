@@ -27,9 +27,11 @@
 //! assert_eq!(cfg.services[0].endpoints[0].max_concurrent, 10);
 //! ```
 
+mod headers;
 mod raw;
 #[cfg(test)]
 mod tests;
+mod tls;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -40,6 +42,8 @@ use crate::algo::breaker::BreakerConfig;
 use crate::algo::budget::BudgetConfig;
 use crate::algo::strategy::LeastLoadWeights;
 
+pub use headers::{ConfigHeader, HeaderSet, Secret};
+pub use tls::{CaFile, TlsConfig};
 pub use validate::ConfigError;
 pub(crate) use validate::{clamp_weight, normalize_address};
 
@@ -149,6 +153,11 @@ pub struct EndpointConfig {
     pub max_concurrent: u32,
     /// Whether it takes traffic (default true).
     pub active: bool,
+    /// Headers added to every attempt to it, over the service's (none by
+    /// default; see [`HeaderSet`]).
+    pub headers: HeaderSet,
+    /// TLS settings replacing the service's (none by default).
+    pub tls: Option<TlsConfig>,
 }
 
 impl EndpointConfig {
@@ -159,6 +168,8 @@ impl EndpointConfig {
             weight: 1,
             max_concurrent: 10,
             active: true,
+            headers: HeaderSet::default(),
+            tls: None,
         }
     }
 
@@ -328,4 +339,33 @@ pub struct ServiceConfig {
     pub health_check: Option<HealthCheckConfig>,
     /// Hedging (off by default).
     pub hedge: Option<HedgeAfter>,
+    /// Headers added to every attempt to every endpoint (none by default);
+    /// an endpoint's replace these by name. Values are redacted in `Debug`.
+    pub headers: HeaderSet,
+    /// TLS settings of its `https://` endpoints (none by default: the
+    /// webpki roots, full verification).
+    pub tls: Option<TlsConfig>,
+}
+
+impl ServiceConfig {
+    /// The configured endpoint at `address` (as normalized), if any.
+    pub fn endpoint(&self, address: &str) -> Option<&EndpointConfig> {
+        self.endpoints.iter().find(|e| e.address == address)
+    }
+
+    /// The headers of every attempt to `address`: the endpoint's over the
+    /// service's (the service's alone for an endpoint not in the config).
+    pub fn headers_for(&self, address: &str) -> HeaderSet {
+        match self.endpoint(address) {
+            Some(e) => HeaderSet::merged(&self.headers, &e.headers),
+            None => self.headers.clone(),
+        }
+    }
+
+    /// The TLS settings of `address`: the endpoint's, else the service's.
+    pub fn tls_for(&self, address: &str) -> Option<&TlsConfig> {
+        self.endpoint(address)
+            .and_then(|e| e.tls.as_ref())
+            .or(self.tls.as_ref())
+    }
 }

@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub(crate) use super::headers::RawHeader;
+pub(crate) use super::tls::RawTls;
+
 /// One service as written in the file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -48,6 +51,10 @@ pub(crate) struct RawService {
     pub health_check: Option<RawHealthCheck>,
     #[serde(default)]
     pub hedge: Option<RawHedge>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, RawHeader>,
+    #[serde(default)]
+    pub tls: Option<RawTls>,
 }
 
 /// One endpoint as written in the file.
@@ -62,6 +69,10 @@ pub(crate) struct RawEndpoint {
     pub max_concurrent: u32,
     #[serde(alias = "Active", alias = "IsActive", default = "yes")]
     pub active: bool,
+    #[serde(default)]
+    pub headers: BTreeMap<String, RawHeader>,
+    #[serde(default)]
+    pub tls: Option<RawTls>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

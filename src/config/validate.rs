@@ -169,6 +169,14 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
         })?,
     };
     let endpoints = endpoints(&cx, raw.endpoints)?;
+    let headers = super::headers::resolve("headers", &raw.headers, &super::headers::process_env)
+        .map_err(|(f, m)| cx.err(f, m))?;
+    let tls = raw
+        .tls
+        .as_ref()
+        .map(|t| super::tls::validate("tls", t))
+        .transpose()
+        .map_err(|(f, m)| cx.err(f, m))?;
     // Every duration from the file, bounded before any arithmetic on it.
     let hc = raw.health_check.as_ref();
     for (field, d) in [
@@ -449,6 +457,8 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
         fallback,
         health_check,
         hedge,
+        headers,
+        tls,
     })
 }
 
@@ -497,12 +507,23 @@ fn endpoints(cx: &Ctx<'_>, raw: Vec<RawEndpoint>) -> Result<Vec<EndpointConfig>,
             );
             continue;
         }
+        let headers =
+            super::headers::resolve(&field("headers"), &e.headers, &super::headers::process_env)
+                .map_err(|(f, m)| cx.err(f, m))?;
+        let tls = e
+            .tls
+            .as_ref()
+            .map(|t| super::tls::validate(&field("tls"), t))
+            .transpose()
+            .map_err(|(f, m)| cx.err(f, m))?;
         let weight = clamp_weight(cx.service, &address, e.weight);
         out.push(EndpointConfig {
             address,
             weight,
             max_concurrent: e.max_concurrent,
             active: e.active,
+            headers,
+            tls,
         });
     }
     Ok(out)

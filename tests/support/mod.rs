@@ -29,6 +29,10 @@
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
 pub mod cfg;
+pub mod echo;
+pub mod logs;
+#[cfg(feature = "tls")]
+pub mod pki;
 
 use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpStream};
