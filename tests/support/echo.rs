@@ -16,7 +16,9 @@ use std::thread::JoinHandle;
 
 use actix_http::{HttpMessage, HttpService, Request, Response};
 use actix_server::ServerHandle;
-use actix_service::{fn_service, ServiceFactoryExt};
+use actix_service::fn_service;
+#[cfg(feature = "tls")]
+use actix_service::ServiceFactoryExt;
 
 /// How the echo backend speaks.
 #[derive(Clone)]
