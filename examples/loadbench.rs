@@ -4,7 +4,7 @@
 //! cargo run --release --example loadbench -- <scenario> [options]
 //! ```
 //!
-//! Scenarios: `overhead`, `throughput`, `nginx`, `slow-node`, `memory`, `all`
+//! Scenarios: `overhead`, `throughput`, `nginx`, `peers`, `slow-node`, `memory`, `all`
 //! (every one of those), and `micro` (turns the criterion estimates of
 //! `cargo bench --bench algo` into a table). `--smoke` shrinks everything to
 //! a few hundred tasks and a second or two. Results go to
@@ -17,8 +17,12 @@
 
 #[path = "loadbench/backend.rs"]
 mod backend;
+#[path = "loadbench/charts.rs"]
+mod charts;
 #[path = "loadbench/common.rs"]
 mod common;
+#[path = "loadbench/haproxy.rs"]
+mod haproxy;
 #[path = "loadbench/memory.rs"]
 mod memory;
 #[path = "loadbench/micro.rs"]
@@ -27,12 +31,16 @@ mod micro;
 mod nginx;
 #[path = "loadbench/overhead.rs"]
 mod overhead;
+#[path = "loadbench/peers.rs"]
+mod peers;
 #[path = "loadbench/report.rs"]
 mod report;
 #[path = "loadbench/slow_node.rs"]
 mod slow_node;
 #[path = "loadbench/throughput.rs"]
 mod throughput;
+#[path = "loadbench/tower_peer.rs"]
+mod tower_peer;
 
 use clap::{Parser, ValueEnum};
 
@@ -45,6 +53,8 @@ pub enum Scenario {
     Throughput,
     /// Engine against nginx (least_conn, keepalive) in front of the same backends.
     Nginx,
+    /// Engine, tower p2c (peak EWMA, hyper-util), HAProxy leastconn and nginx on the same backends.
+    Peers,
     /// Open loop, 6 backends at 20 ms, one at 500 ms for the middle third: every mode and nginx.
     SlowNode,
     /// Resident memory with 100 000 queued tasks and with 1000 nodes; cost per task vs pool size.
@@ -68,6 +78,7 @@ impl Scenario {
             Scenario::Overhead => "overhead",
             Scenario::Throughput => "throughput",
             Scenario::Nginx => "nginx",
+            Scenario::Peers => "peers",
             Scenario::SlowNode => "slow-node",
             Scenario::Memory => "memory",
             Scenario::All => "all",
@@ -138,6 +149,10 @@ pub struct Cli {
     #[arg(long)]
     pub no_install_nginx: bool,
 
+    /// Never run bench/install-haproxy.sh; skip the HAProxy parts when haproxy is missing.
+    #[arg(long)]
+    pub no_install_haproxy: bool,
+
     /// Where to write results (default: bench/results, or next to the binary for --smoke).
     #[arg(long)]
     pub out: Option<std::path::PathBuf>,
@@ -184,6 +199,7 @@ async fn run(cli: Cli) -> i32 {
             Scenario::Overhead,
             Scenario::Throughput,
             Scenario::Nginx,
+            Scenario::Peers,
             Scenario::SlowNode,
             Scenario::Memory,
         ],
@@ -197,6 +213,7 @@ async fn run(cli: Cli) -> i32 {
             Scenario::Overhead => overhead::run(&cli).await,
             Scenario::Throughput => throughput::run_throughput(&cli).await,
             Scenario::Nginx => throughput::run_nginx(&cli).await,
+            Scenario::Peers => peers::run(&cli).await,
             Scenario::SlowNode => slow_node::run(&cli).await,
             Scenario::Memory => memory::run(&cli).await,
             Scenario::Micro => micro::run(&cli),

@@ -181,11 +181,13 @@ pub fn run(cli: &Cli) -> Result<Report, String> {
             (Some(a), Some(b)) => Some(b / a),
             _ => None,
         };
+        // Issue 14: a pick at 1000 nodes costs at most 1.1 x one at 3 (a
+        // compact array of what a pick reads, no pointer chasing).
         rep.target(
-            format!("{s} is O(1): pick at 1000 nodes / at 3"),
-            "bounded (< 5x; cache misses only)",
+            format!("{s} scales with the pool: pick at 1000 nodes / at 3"),
+            "<= 1.1",
             g.map_or("not run".into(), |g| format!("{g:.2}")),
-            g.map(|g| g < 5.0),
+            g.map(|g| g <= 1.1),
         );
     }
     check(

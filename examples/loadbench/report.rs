@@ -9,11 +9,12 @@ use serde_json::Value;
 use crate::Cli;
 
 /// The order of the sections of `latest.md`.
-const ORDER: [&str; 6] = [
+const ORDER: [&str; 7] = [
     "micro",
     "overhead",
     "throughput",
     "nginx",
+    "peers",
     "slow-node",
     "memory",
 ];

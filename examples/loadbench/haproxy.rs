@@ -1,0 +1,164 @@
+//! HAProxy as a peer of the `peers` scenario: found (or installed with
+//! `bench/install-haproxy.sh`), configured in a temporary directory, run in
+//! the foreground on 127.0.0.1 as a child process, killed at the end.
+//!
+//! The config is what an operator would write for this job: `balance
+//! leastconn` (the nearest HAProxy has to the engine's load-aware picks),
+//! HTTP keep-alive on both sides, `http-reuse always` so that idle server
+//! connections are shared by every client connection (keep-alive to the
+//! backends, like nginx's `keepalive`), one thread (`nbthread 1`, like
+//! nginx's one worker), no logging, the same timeouts as the other
+//! contenders, and `retries` / `option redispatch` for connect failures.
+
+use std::fmt::Write as _;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Where haproxy lives, if it is installed.
+fn find() -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    dirs.extend(["/usr/sbin", "/usr/local/sbin"].map(PathBuf::from));
+    dirs.into_iter()
+        .map(|d| d.join("haproxy"))
+        .find(|p| p.is_file())
+}
+
+/// haproxy's path, installing it first when allowed. `Err` says why not.
+pub fn find_or_install(allow_install: bool) -> Result<PathBuf, String> {
+    if let Some(p) = find() {
+        return Ok(p);
+    }
+    if !allow_install {
+        return Err("haproxy is not installed (and --no-install-haproxy was given)".into());
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/install-haproxy.sh");
+    eprintln!("haproxy not found: running {}", script.display());
+    let status = Command::new("timeout")
+        .arg("600")
+        .arg("bash")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    if !status.success() {
+        return Err(format!("{} failed ({status})", script.display()));
+    }
+    find().ok_or_else(|| "haproxy still not found after installing it".into())
+}
+
+/// A free port on 127.0.0.1 (bound, then released for haproxy to take).
+fn free_port() -> Result<u16, String> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
+    let port = l.local_addr().map_err(|e| e.to_string())?.port();
+    Ok(port)
+}
+
+/// The configuration text: one frontend on `port`, `leastconn` over `ports`.
+fn config(port: u16, ports: &[u16], timeout: Duration) -> String {
+    let ms = timeout.as_millis().max(1);
+    let mut servers = String::new();
+    for (i, p) in ports.iter().enumerate() {
+        let _ = writeln!(servers, "    server s{i} 127.0.0.1:{p}");
+    }
+    format!(
+        "global
+    nbthread 1
+    maxconn 4096
+
+defaults
+    mode http
+    option http-keep-alive
+    http-reuse always
+    retries 2
+    option redispatch
+    timeout connect {ms}ms
+    timeout client {ms}ms
+    timeout server {ms}ms
+    timeout http-keep-alive {ms}ms
+
+frontend bench
+    bind 127.0.0.1:{port}
+    default_backend backends
+
+backend backends
+    balance leastconn
+{servers}"
+    )
+}
+
+/// A running haproxy.
+pub struct Haproxy {
+    child: Child,
+    dir: PathBuf,
+    pub port: u16,
+}
+
+impl Haproxy {
+    /// Starts haproxy in front of `ports` (see the module doc for the config).
+    pub fn start(bin: &Path, ports: &[u16], timeout: Duration) -> Result<Haproxy, String> {
+        let port = free_port()?;
+        let dir = std::env::temp_dir().join(format!(
+            "actix-dispatch-bench-haproxy-{}-{port}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let conf_path = dir.join("haproxy.cfg");
+        std::fs::write(&conf_path, config(port, ports, timeout))
+            .map_err(|e| format!("{}: {e}", conf_path.display()))?;
+        // -db: foreground, no daemon; -f: the config.
+        let child = Command::new(bin)
+            .arg("-db")
+            .arg("-f")
+            .arg(&conf_path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+        let mut h = Haproxy { child, dir, port };
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        for _ in 0..250 {
+            if let Ok(Some(status)) = h.child.try_wait() {
+                return Err(format!("haproxy exited at once ({status})"));
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(50)).is_ok() {
+                return Ok(h);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err("haproxy did not listen within 5 s".into())
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/", self.port)
+    }
+}
+
+impl Drop for Haproxy {
+    fn drop(&mut self) {
+        // One process, one thread: SIGKILL leaves nothing behind.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_lists_every_server_under_leastconn() {
+        let c = config(9000, &[1, 2, 3], Duration::from_secs(5));
+        assert!(c.contains("balance leastconn\n    server s0 127.0.0.1:1\n"));
+        assert!(c.contains("server s2 127.0.0.1:3"));
+        assert!(c.contains("bind 127.0.0.1:9000"));
+        assert!(c.contains("timeout server 5000ms"));
+    }
+}
