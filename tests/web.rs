@@ -513,6 +513,7 @@ fn response(status: u16, body: &'static str) -> Response {
         headers,
         body: Bytes::from_static(body.as_bytes()),
         node: "http://127.0.0.1:1/".into(),
+        stream: None,
     }
 }
 

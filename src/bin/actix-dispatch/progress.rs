@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use actix_dispatch::Instant;
+use actix_dispatch::{Dispatcher, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::ProgressMode;
@@ -27,24 +27,12 @@ const BAR_EVERY: Duration = Duration::from_millis(100);
 /// System thread).
 #[derive(Default)]
 pub struct Counts {
-    /// Tasks handed to the engine.
-    pub fed: Cell<u64>,
     /// Results written (tasks and invalid lines).
     pub done: Cell<u64>,
     /// Successes.
     pub ok: Cell<u64>,
     /// Failures, rejections and invalid lines.
     pub failed: Cell<u64>,
-    /// Lines that were not tasks (done and failed, never fed).
-    pub invalid: Cell<u64>,
-}
-
-impl Counts {
-    /// Tasks fed and not answered yet.
-    pub fn in_flight(&self) -> u64 {
-        let answered = self.done.get().saturating_sub(self.invalid.get());
-        self.fed.get().saturating_sub(answered)
-    }
 }
 
 /// Writes log records above the bar when there is one.
@@ -72,7 +60,12 @@ pub struct Progress {
 impl Progress {
     /// Starts the display `mode` asks for. `total` is the number of task
     /// lines once known (0 until then: no ETA).
-    pub fn start(mode: ProgressMode, counts: Rc<Counts>, total: Arc<AtomicU64>) -> Progress {
+    pub fn start(
+        mode: ProgressMode,
+        counts: Rc<Counts>,
+        total: Arc<AtomicU64>,
+        dispatcher: Dispatcher,
+    ) -> Progress {
         let start = Instant::now();
         let mode = match mode {
             ProgressMode::Auto if std::io::stderr().is_terminal() => ProgressMode::Bar,
@@ -91,6 +84,8 @@ impl Progress {
                 actix_rt::spawn(async move {
                     let mut tick = actix_rt::time::interval(BAR_EVERY);
                     let mut has_len = false;
+                    // (time, done) of the last second, for the rate.
+                    let mut window = std::collections::VecDeque::new();
                     loop {
                         tick.tick().await;
                         let n = total.load(Ordering::Relaxed);
@@ -99,12 +94,21 @@ impl Progress {
                             bar.set_style(bar_style());
                             has_len = true;
                         }
-                        bar.set_position(counts.done.get());
+                        let (now, done) = (Instant::now(), counts.done.get());
+                        window.push_back((now, done));
+                        while window.len() > 10 {
+                            window.pop_front();
+                        }
+                        let (then, done_then) = window.front().copied().unwrap_or((now, done));
+                        let rate = rate(done - done_then, now.saturating_duration_since(then));
+                        bar.set_position(done);
+                        let engine = Engine::read(&dispatcher).await;
                         bar.set_message(format!(
-                            "ok {}  failed {}  in flight {}",
+                            "{rate:>6.0}/s  ok {}  failed {}  in flight {}  queued {}",
                             counts.ok.get(),
                             counts.failed.get(),
-                            counts.in_flight()
+                            engine.in_flight,
+                            engine.queued,
                         ));
                     }
                 });
@@ -118,10 +122,10 @@ impl Progress {
                         tick.tick().await;
                         let now = Instant::now();
                         let done = counts.done.get();
-                        let rate = (done - done_then) as f64
-                            / now.saturating_duration_since(then).as_secs_f64().max(1e-9);
+                        let rate = rate(done - done_then, now.saturating_duration_since(then));
                         (then, done_then) = (now, done);
-                        eprintln!("{}", line(start, &counts, rate));
+                        let engine = Engine::read(&dispatcher).await;
+                        eprintln!("{}", line(start, &counts, rate, &engine));
                     }
                 });
             }
@@ -144,32 +148,57 @@ impl Progress {
             bar.finish_and_clear();
         }
         if mode != ProgressMode::None {
-            let secs = self.start.elapsed().as_secs_f64().max(1e-9);
-            let rate = counts.done.get() as f64 / secs;
-            eprintln!("{}", line(self.start, counts, rate));
+            let rate = rate(counts.done.get(), self.start.elapsed());
+            let engine = Engine::default();
+            eprintln!("{}", line(self.start, counts, rate, &engine));
         }
     }
 }
 
-fn line(start: Instant, c: &Counts, rate: f64) -> String {
+/// Tasks in the engine: sent to a node, or waiting in a queue.
+#[derive(Default)]
+struct Engine {
+    in_flight: u64,
+    queued: u64,
+}
+
+impl Engine {
+    async fn read(d: &Dispatcher) -> Engine {
+        let stats = d.stats().await;
+        let sum = |f: fn(&actix_dispatch::QueueStats) -> u64| {
+            stats.services.iter().map(|s| f(&s.queue)).sum()
+        };
+        Engine {
+            in_flight: sum(|q| q.in_flight),
+            queued: sum(|q| q.queued + q.waiting),
+        }
+    }
+}
+
+fn rate(n: u64, over: Duration) -> f64 {
+    n as f64 / over.as_secs_f64().max(1e-3)
+}
+
+fn line(start: Instant, c: &Counts, rate: f64, engine: &Engine) -> String {
     format!(
-        "[{:>7.1}s] {} done  {rate:.0}/s  ok {}  failed {}  in flight {}",
+        "[{:>7.1}s] {} done  {rate:.0}/s  ok {}  failed {}  in flight {}  queued {}",
         start.elapsed().as_secs_f64(),
         c.done.get(),
         c.ok.get(),
         c.failed.get(),
-        c.in_flight()
+        engine.in_flight,
+        engine.queued,
     )
 }
 
 fn spinner_style() -> ProgressStyle {
-    ProgressStyle::with_template("{spinner} [{elapsed_precise}] {human_pos} done  {per_sec}  {msg}")
+    ProgressStyle::with_template("{spinner} [{elapsed_precise}] {human_pos} done  {msg}")
         .expect("a valid template")
 }
 
 fn bar_style() -> ProgressStyle {
     ProgressStyle::with_template(
-        "[{elapsed_precise}] [{wide_bar}] {human_pos}/{human_len}  {per_sec}  {msg}  ETA {eta}",
+        "[{elapsed_precise}] [{wide_bar}] {human_pos}/{human_len}  {msg}  ETA {eta}",
     )
     .expect("a valid template")
     .progress_chars("=> ")

@@ -74,7 +74,6 @@ impl Shared {
         let c = &self.counts;
         c.done.set(c.done.get() + 1);
         c.failed.set(c.failed.get() + 1);
-        c.invalid.set(c.invalid.get() + 1);
     }
 
     /// Keeps a task line for `--unfinished`.
@@ -217,7 +216,12 @@ impl Run {
             unfinished: RefCell::new(self.unfinished),
             unfinished_count: Cell::new(0),
         });
-        let progress = Rc::new(Progress::start(self.args.progress, counts, self.total));
+        let progress = Rc::new(Progress::start(
+            self.args.progress,
+            counts,
+            self.total,
+            dispatcher.clone(),
+        ));
 
         let (tx, rx) = mpsc::channel::<Line>(READ_AHEAD);
         let input = self.input;
@@ -254,8 +258,6 @@ impl Run {
                 match parsed {
                     Ok((task, id, raw)) => {
                         shared.pending.borrow_mut().insert(n, Pending { id, raw });
-                        let c = &shared.counts;
-                        c.fed.set(c.fed.get() + 1);
                         return Poll::Ready(Some(task.id(n)));
                     }
                     Err(reason) => shared.invalid(n, reason),
@@ -282,9 +284,9 @@ impl Run {
         let interrupted = shared.stop.get();
         rx.borrow_mut().close();
         while let Ok((_, text)) = rx.borrow_mut().try_recv() {
-            match text {
-                Ok(raw) => shared.keep_unfinished(&raw),
-                Err(_) => shared.keep_unfinished(""),
+            // A line that is not text would only come back invalid.
+            if let Ok(raw) = text {
+                shared.keep_unfinished(&raw);
             }
         }
         // After an interrupt the reader may be blocked reading stdin: it is
