@@ -54,6 +54,8 @@ struct Inner {
     /// The arbiter `start` ran on: every pipeline runs there, whoever starts
     /// it (a reload may come from an actix-web worker, which can stop).
     home: actix::dev::ArbiterHandle,
+    /// The Prometheus families (zero-sized without the `metrics` feature).
+    metrics: crate::metrics::Families,
 }
 
 /// Handle to a running engine. Cheap to clone.
@@ -107,6 +109,7 @@ impl DispatcherBuilder {
                     .collect(),
             ),
             home: actix::Arbiter::current(),
+            metrics: crate::metrics::Families::default(),
         });
         let d = Dispatcher { inner };
         for svc in self.config.services {
@@ -174,6 +177,7 @@ impl Dispatcher {
             self.inner.factory.clone(),
             self.inner.ids.clone(),
             arbiters,
+            self.inner.metrics.service(&cfg.name),
         );
         let name = cfg.name.clone();
         #[cfg(not(feature = "tls"))]
@@ -326,6 +330,15 @@ impl Dispatcher {
         tasks
             .map(move |t| d.submit_inner(t, true))
             .buffer_unordered(window)
+    }
+
+    /// Registers the `dispatch_*` Prometheus families in the application's
+    /// own `registry` (feature `metrics`; see [`crate::metrics`]). The
+    /// series are updated in place by the pipelines, never by a message per
+    /// task, so a scrape reads atomics and never waits on an actor.
+    #[cfg(feature = "metrics")]
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        self.inner.metrics.register(registry);
     }
 
     /// Counters of every service and the view of every node.

@@ -34,6 +34,10 @@ pub mod algo;
 pub mod codec;
 pub mod config;
 mod dispatcher;
+#[cfg(feature = "metrics")]
+pub mod metrics;
+#[cfg(not(feature = "metrics"))]
+pub(crate) mod metrics;
 mod outcome;
 pub mod stats;
 pub mod task;
@@ -53,7 +57,7 @@ pub use outcome::{
     Attempt, AttemptOutcome, ErrorKind, FailReason, Failure, Outcome, Protocol, Rejection,
     Response, TaskResult,
 };
-pub use stats::{NodeStats, QueueStats, ServiceStats, Stats};
+pub use stats::{BreakerStatus, NodeStats, QueueStats, ServiceStats, Stats};
 pub use task::{Task, TaskId};
 pub use tokio::time::Instant;
 

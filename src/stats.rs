@@ -4,6 +4,14 @@
 //! `submitted = succeeded + failed + rejected + queued + in_flight`
 //! ([`ServiceStats::is_balanced`]); tasks parked by `on_full: wait` are
 //! `waiting` and not yet submitted.
+//!
+//! Per node, latency percentiles (p50, p90, p99) come from a
+//! [`LatencyHistogram`] the node records each attempt into (one atomic add;
+//! log-linear buckets, four per octave, so a percentile is within about 10 %
+//! of the true value).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use serde::Serialize;
 use tokio::time::Instant;
@@ -121,8 +129,8 @@ pub struct NodeStats {
     pub rtt_ms: f64,
     /// Least-load score `0.5·in_flight/max + 0.3·EWMA s + 0.2·error rate`.
     pub score: f64,
-    /// Breaker state: `closed`, `open` or `half-open`.
-    pub breaker: &'static str,
+    /// Breaker state (serialised `closed`, `open` or `half-open`).
+    pub breaker: BreakerStatus,
     /// Time left open, ms (when open).
     pub open_for_ms: Option<u64>,
     /// Breaker trips.
@@ -131,6 +139,123 @@ pub struct NodeStats {
     pub tokens: Option<u32>,
     /// Supervisor restarts of the node actor.
     pub restarts: u32,
+    /// Median attempt latency, ms (0 before any attempt).
+    pub latency_p50_ms: f64,
+    /// 90th percentile attempt latency, ms.
+    pub latency_p90_ms: f64,
+    /// 99th percentile attempt latency, ms.
+    pub latency_p99_ms: f64,
+}
+
+/// A node's breaker as `stats()` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BreakerStatus {
+    /// Traffic flows; failures are counted.
+    Closed,
+    /// Tasks are kept off the node until the open time is over.
+    Open,
+    /// A few probes are let through; their answers close or reopen it.
+    HalfOpen,
+}
+
+impl BreakerStatus {
+    /// `closed`, `open` or `half-open` (as serialised).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BreakerStatus::Closed => "closed",
+            BreakerStatus::Open => "open",
+            BreakerStatus::HalfOpen => "half-open",
+        }
+    }
+}
+
+impl std::fmt::Display for BreakerStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// Compares with the serialised name, as `stats()` users did when it was a string.
+impl PartialEq<&str> for BreakerStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+// === impl LatencyHistogram ===
+
+/// Sub-buckets per octave (power of two of microseconds).
+const SUB: u32 = 4;
+const BUCKETS: usize = (64 * SUB) as usize;
+
+/// Attempt latencies of one node: log-linear buckets over microseconds,
+/// atomic, so the node records and `stats()` reads without a message.
+#[derive(Debug)]
+pub(crate) struct LatencyHistogram {
+    counts: Box<[AtomicU64]>,
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        Self {
+            counts: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+}
+
+impl LatencyHistogram {
+    fn index(us: u64) -> usize {
+        if us < u64::from(SUB) {
+            return us as usize;
+        }
+        let e = 63 - us.leading_zeros(); // floor(log2), >= 2
+        let sub = (us >> (e - 2)) & u64::from(SUB - 1);
+        (e * SUB) as usize + sub as usize
+    }
+
+    /// The middle of bucket `i`, in microseconds.
+    fn middle(i: usize) -> f64 {
+        if i < SUB as usize {
+            return i as f64;
+        }
+        let (e, sub) = (i as u32 / SUB, i as u64 % u64::from(SUB));
+        let low = (u64::from(SUB) + sub) << (e - 2);
+        let width = 1u64 << (e - 2);
+        low as f64 + width as f64 / 2.0
+    }
+
+    /// Records one latency.
+    pub(crate) fn record(&self, d: Duration) {
+        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        self.counts[Self::index(us)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The latencies (ms) at quantiles `qs` (each in 0..=1); zeros when empty.
+    pub(crate) fn quantiles_ms<const N: usize>(&self, qs: [f64; N]) -> [f64; N] {
+        let counts: Vec<u64> = self
+            .counts
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect();
+        let total: u64 = counts.iter().sum();
+        let mut out = [0.0; N];
+        if total == 0 {
+            return out;
+        }
+        for (o, q) in out.iter_mut().zip(qs) {
+            let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+            let mut seen = 0;
+            for (i, c) in counts.iter().enumerate() {
+                seen += c;
+                if seen >= rank {
+                    *o = Self::middle(i) / 1e3;
+                    break;
+                }
+            }
+        }
+        out
+    }
 }
 
 impl NodeStats {
@@ -138,9 +263,11 @@ impl NodeStats {
         n: &NodeView,
         c: &Candidate,
         cfg: &ServiceConfig,
+        latencies: Option<&LatencyHistogram>,
         now: Instant,
     ) -> Self {
         let score = LeastLoad::new(cfg.balancer.least_load).score(c);
+        let [p50, p90, p99] = latencies.map_or([0.0; 3], |h| h.quantiles_ms([0.5, 0.9, 0.99]));
         NodeStats {
             address: n.address.to_string(),
             weight: n.weight,
@@ -162,9 +289,9 @@ impl NodeStats {
             rtt_ms: n.load.rtt * 1e3,
             score,
             breaker: match n.mirror {
-                Mirror::Closed => "closed",
-                Mirror::Open { until } if until > now => "open",
-                _ => "half-open",
+                Mirror::Closed => BreakerStatus::Closed,
+                Mirror::Open { until } if until > now => BreakerStatus::Open,
+                _ => BreakerStatus::HalfOpen,
             },
             open_for_ms: match n.mirror {
                 Mirror::Open { until } if until > now => {
@@ -175,6 +302,57 @@ impl NodeStats {
             trips: n.load.trips,
             tokens: n.bucket.as_ref().map(|b| b.available(now)),
             restarts: n.load.restarts,
+            latency_p50_ms: p50,
+            latency_p90_ms: p90,
+            latency_p99_ms: p99,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_breaker_status_serialises_as_the_old_strings() {
+        let names: Vec<String> = [
+            BreakerStatus::Closed,
+            BreakerStatus::Open,
+            BreakerStatus::HalfOpen,
+        ]
+        .iter()
+        .map(|s| serde_json::to_string(s).unwrap())
+        .collect();
+        assert_eq!(names, [r#""closed""#, r#""open""#, r#""half-open""#]);
+        assert_eq!(BreakerStatus::HalfOpen, "half-open");
+        assert_eq!(format!("{:>6}", BreakerStatus::Open), "  open");
+    }
+
+    #[test]
+    fn stats_latency_percentiles_are_within_a_bucket() {
+        let h = LatencyHistogram::default();
+        assert_eq!(h.quantiles_ms([0.5]), [0.0]);
+        // 1..=100 ms, one each: p50 = 50 ms, p90 = 90 ms, p99 = 99 ms.
+        for ms in 1..=100 {
+            h.record(Duration::from_millis(ms));
+        }
+        let [p50, p90, p99] = h.quantiles_ms([0.5, 0.9, 0.99]);
+        for (got, want) in [(p50, 50.0), (p90, 90.0), (p99, 99.0)] {
+            assert!((got - want).abs() / want < 0.13, "{got} vs {want}");
+        }
+        // Sub-microsecond and huge values land in the end buckets, no panic.
+        h.record(Duration::ZERO);
+        h.record(Duration::MAX);
+        assert!(h.quantiles_ms([1.0])[0] > 1e12);
+    }
+
+    #[test]
+    fn stats_histogram_buckets_are_monotonic() {
+        let mut last = 0;
+        for us in [0u64, 1, 3, 4, 5, 7, 8, 15, 16, 1000, 1 << 40, u64::MAX] {
+            let i = LatencyHistogram::index(us);
+            assert!(i >= last && i < BUCKETS, "{us}: {i}");
+            last = i;
         }
     }
 }

@@ -66,6 +66,9 @@ pub struct BalancerActor {
     pub(super) pending_wake: Option<Instant>,
     /// Nodes working on each task, kept only when the service hedges.
     pub(super) working: HashMap<Seq, Vec<NodeId>>,
+    /// Prometheus series (no-op without `metrics`): each node's, and the
+    /// endpoint counts published on each recompute.
+    pub(super) metrics: crate::metrics::ServiceMetrics,
 }
 
 /// Where the balancer's messages to its queue go (a stand-in, in tests).
@@ -102,17 +105,32 @@ impl BalancerActor {
         queue: Addr<QueueActor>,
         factory: TransportFactory,
         arbiters: Vec<actix::dev::ArbiterHandle>,
+        metrics: crate::metrics::ServiceMetrics,
         ctx: &mut Context<Self>,
     ) -> Self {
-        Self::with_port(cfg, QueuePort::of(&queue), factory, arbiters, ctx)
+        Self::with_metrics(cfg, QueuePort::of(&queue), factory, arbiters, metrics, ctx)
     }
 
     /// [`new`](Self::new), answering to `queue`.
+    #[cfg(test)]
     pub(crate) fn with_port(
         cfg: Arc<ServiceConfig>,
         queue: QueuePort,
         factory: TransportFactory,
         arbiters: Vec<actix::dev::ArbiterHandle>,
+        ctx: &mut Context<Self>,
+    ) -> Self {
+        let metrics = Default::default();
+        Self::with_metrics(cfg, queue, factory, arbiters, metrics, ctx)
+    }
+
+    /// [`with_port`](Self::with_port), with the service's metric series.
+    fn with_metrics(
+        cfg: Arc<ServiceConfig>,
+        queue: QueuePort,
+        factory: TransportFactory,
+        arbiters: Vec<actix::dev::ArbiterHandle>,
+        metrics: crate::metrics::ServiceMetrics,
         ctx: &mut Context<Self>,
     ) -> Self {
         let now = Instant::now();
@@ -145,6 +163,7 @@ impl BalancerActor {
             wake: None,
             working: HashMap::new(),
             pending_wake: None,
+            metrics,
             cfg,
         };
         let endpoints = b.cfg.endpoints.clone();
@@ -166,6 +185,7 @@ impl BalancerActor {
         let recipient = ctx.address().recipient();
         let factory = self.factory.clone();
         let max = ep.max_concurrent;
+        let metrics = self.metrics.node(&address);
         let make = move |_: &mut Context<NodeActor>| {
             NodeActor::new(NodeSpec {
                 id,
@@ -175,6 +195,7 @@ impl BalancerActor {
                 cfg: spec_cfg,
                 balancer: recipient,
                 factory,
+                metrics,
             })
         };
         let addr = if self.arbiters.is_empty() {
@@ -220,6 +241,7 @@ impl BalancerActor {
     pub(super) fn recompute_all(&mut self, now: Instant) {
         self.nodes.refresh_all(now);
         self.pending_wake = self.next_wake(now);
+        self.metrics.endpoints(self.nodes.iter(), now);
     }
 
     /// Remembers a wake-up at `t` for the next `settle`.
@@ -376,7 +398,10 @@ impl BalancerActor {
     fn node_stats(&self, now: Instant) -> Vec<NodeStats> {
         self.nodes
             .with_candidates()
-            .map(|(n, c)| NodeStats::from_view(n, c, &self.cfg, now))
+            .map(|(n, c)| {
+                let latencies = self.metrics.latencies(&n.address);
+                NodeStats::from_view(n, c, &self.cfg, latencies.as_deref(), now)
+            })
             .collect()
     }
 }

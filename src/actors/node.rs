@@ -71,6 +71,8 @@ struct NodeCore {
     reports: std::cell::Cell<u64>,
     /// Cancel switches of attempts in flight (only when the service hedges).
     cancels: HashMap<(Seq, bool), oneshot::Sender<()>>,
+    /// Prometheus series (no-op without `metrics`).
+    metrics: crate::metrics::NodeMetrics,
     /// The configured headers of every attempt (the endpoint's over the
     /// service's), resolved once; usually empty.
     headers: HeaderSet,
@@ -85,6 +87,7 @@ pub(crate) struct NodeSpec {
     pub cfg: Arc<ServiceConfig>,
     pub balancer: Recipient<Completed>,
     pub factory: TransportFactory,
+    pub metrics: crate::metrics::NodeMetrics,
 }
 
 impl NodeActor {
@@ -116,6 +119,7 @@ impl NodeActor {
             restarts: 0,
             reports: std::cell::Cell::new(0),
             cancels: HashMap::new(),
+            metrics: spec.metrics,
             headers,
             cfg,
         };
@@ -169,6 +173,7 @@ impl NodeCore {
         if let Some(b) = &mut self.breaker {
             if let Some(t) = b.poll(now) {
                 log_transition(&self.service, &self.address, &t);
+                self.metrics.transition(&t.from, &t.to);
             }
         }
     }
@@ -192,6 +197,7 @@ impl NodeCore {
             return Err(());
         }
         if self.bucket.as_ref().is_some_and(|b| b.check(now).is_err()) {
+            self.metrics.rate_limited();
             return Err(());
         }
         let permit = match &mut self.breaker {
@@ -202,6 +208,7 @@ impl NodeCore {
             let _ = b.try_acquire(now);
         }
         self.in_flight += 1;
+        self.metrics.in_flight(self.in_flight);
         Ok(permit)
     }
 
@@ -216,6 +223,7 @@ impl NodeCore {
         now: Instant,
     ) {
         self.in_flight = self.in_flight.saturating_sub(1);
+        self.metrics.in_flight(self.in_flight);
         if !self.cancels.is_empty() {
             self.cancels.remove(&(seq, hedge));
         }
@@ -223,6 +231,7 @@ impl NodeCore {
             Ok(r) => AttemptOutcome::Status(r.status),
             Err(e) => AttemptOutcome::Error(e.kind),
         };
+        self.metrics.attempt(&outcome, latency);
         // A cancelled hedge says nothing about the node. A request not sent
         // (a keep-alive connection closed under it) counts as an attempt but
         // says nothing about the node's health either: no latency, no error
@@ -251,6 +260,7 @@ impl NodeCore {
                 };
                 if let Some(t) = b.record(p, call, latency, now) {
                     log_transition(&self.service, &self.address, &t);
+                    self.metrics.transition(&t.from, &t.to);
                 }
             }
         }

@@ -1,0 +1,772 @@
+//! Prometheus metrics (cargo feature `metrics`), in the application's own
+//! [`Registry`](prometheus_client::registry::Registry): no global state.
+//!
+//! ```no_run
+//! # async fn demo(dispatcher: actix_dispatch::Dispatcher) {
+//! let mut registry = prometheus_client::registry::Registry::default();
+//! dispatcher.register_metrics(&mut registry);
+//! // ... later, on each scrape:
+//! let mut text = String::new();
+//! prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+//! # }
+//! ```
+//!
+//! **No message per task.** The families are created once, when the
+//! dispatcher starts; each pipeline resolves its own series (labels from the
+//! configuration only: service name and node address) when it starts, and
+//! its actors bump those handles in place where they already count: the
+//! queue in `finish` (tasks by outcome and reason, task duration), on a
+//! retry, a hedge and a retry refused by the budget, and after each message
+//! (queue depth); the node per attempt (class and duration, in flight), on a
+//! bucket refusal, and on each breaker transition; the balancer on each
+//! refresh of its view (endpoints by state). A scrape only reads atomics, so
+//! prometheus-client's synchronous encoder never waits on an actor. The
+//! handles are `Arc`-shared atomics, so nodes on other threads
+//! (`node_threads`) update them safely.
+//!
+//! Every series of a service or node is created with the pipeline or node,
+//! at zero, so a rate over an outcome that has not happened yet still works.
+//!
+//! **Pool changes.** A node added at runtime gets its series when it starts;
+//! a node re-added at the same address continues the same series (counters
+//! stay monotonic). A removed node's series stay (its counters keep their
+//! last value, its in-flight gauge goes to zero as it drains) until the
+//! dispatcher is dropped; `dispatch_endpoints` counts only the nodes still
+//! in the pool.
+//!
+//! Without the feature every handle is a zero-sized no-op, so the default
+//! build pays nothing.
+
+#![cfg_attr(not(feature = "metrics"), allow(dead_code))]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::actors::view::{Health, Mirror, NodeView};
+use crate::algo::breaker::BreakerState;
+use crate::outcome::{AttemptOutcome, ErrorKind, FailReason, Outcome, Rejection};
+use crate::stats::LatencyHistogram;
+
+/// `(outcome, reason)` pairs of `dispatch_tasks_total`, in [`task_index`] order.
+const TASK_KINDS: [(&str, &str); 16] = [
+    ("success", "ok"),
+    ("failure", "not_retryable"),
+    ("failure", "retries_exhausted"),
+    ("failure", "deadline_exceeded"),
+    ("failure", "budget_exhausted"),
+    ("rejected", "queue_full"),
+    ("rejected", "shutting_down"),
+    ("rejected", "deadline_passed"),
+    ("rejected", "unknown_service"),
+    ("rejected", "invalid_task"),
+    ("rejected", "circuit_open"),
+    ("rejected", "internal"),
+    ("rejected", "rate_limited"),
+    ("fallback", "circuit_open"),
+    ("fallback", "rate_limited"),
+    ("fallback", "other"),
+];
+
+/// Outcome labels of `dispatch_task_duration_seconds`, in [`outcome_index`] order.
+const OUTCOMES: [&str; 4] = ["success", "failure", "rejected", "fallback"];
+
+/// `class` labels of `dispatch_upstream_requests_total`, in [`class_index`] order.
+const CLASSES: [&str; 15] = [
+    "1xx",
+    "2xx",
+    "3xx",
+    "4xx",
+    "5xx",
+    "connect",
+    "not_sent",
+    "timeout",
+    "reset",
+    "body",
+    "invalid",
+    "panicked",
+    "lost",
+    "cancelled",
+    "tls",
+];
+
+/// Breaker states, in [`state_index`] order.
+const STATES: [&str; 3] = ["closed", "open", "half_open"];
+
+/// Endpoint states of `dispatch_endpoints`.
+const ENDPOINT_STATES: [&str; 4] = ["healthy", "unhealthy", "inactive", "open"];
+
+fn rejection_index(r: &Rejection) -> usize {
+    match r {
+        Rejection::QueueFull => 5,
+        Rejection::ShuttingDown => 6,
+        Rejection::DeadlinePassed => 7,
+        Rejection::UnknownService(_) => 8,
+        Rejection::InvalidTask(_) => 9,
+        Rejection::CircuitOpen { .. } => 10,
+        Rejection::Internal(_) => 11,
+        Rejection::RateLimited { .. } => 12,
+    }
+}
+
+/// Index of `outcome` in [`TASK_KINDS`].
+fn task_index(outcome: &Outcome) -> usize {
+    match outcome {
+        Outcome::Success(_) => 0,
+        Outcome::Failure(f) => match f.reason {
+            FailReason::NotRetryable => 1,
+            FailReason::RetriesExhausted => 2,
+            FailReason::DeadlineExceeded => 3,
+            FailReason::BudgetExhausted => 4,
+        },
+        Outcome::Rejected(r) => rejection_index(r),
+        Outcome::Fallback { reason, .. } => match reason {
+            Rejection::CircuitOpen { .. } => 13,
+            Rejection::RateLimited { .. } => 14,
+            _ => 15,
+        },
+    }
+}
+
+/// Index of `outcome` in [`OUTCOMES`].
+fn outcome_index(outcome: &Outcome) -> usize {
+    match outcome {
+        Outcome::Success(_) => 0,
+        Outcome::Failure(_) => 1,
+        Outcome::Rejected(_) => 2,
+        Outcome::Fallback { .. } => 3,
+    }
+}
+
+/// Index of an attempt's class in [`CLASSES`].
+fn class_index(outcome: &AttemptOutcome) -> usize {
+    match outcome {
+        AttemptOutcome::Status(s) => match s / 100 {
+            1 => 0,
+            2 => 1,
+            3 => 2,
+            4 => 3,
+            _ => 4,
+        },
+        // Compared, not matched, so that a kind added later (a TLS handshake
+        // error, say) lands in the last class without a compile break.
+        AttemptOutcome::Error(k) => [
+            ErrorKind::Connect,
+            ErrorKind::NotSent,
+            ErrorKind::Timeout,
+            ErrorKind::Reset,
+            ErrorKind::Body,
+            ErrorKind::Invalid,
+            ErrorKind::Panicked,
+            ErrorKind::Lost,
+            ErrorKind::Cancelled,
+        ]
+        .iter()
+        .position(|e| e == k)
+        .map_or(14, |i| 5 + i),
+    }
+}
+
+/// Index of a breaker state in [`STATES`].
+fn state_index(s: &BreakerState) -> usize {
+    match s {
+        BreakerState::Closed => 0,
+        BreakerState::Open { .. } => 1,
+        BreakerState::HalfOpen => 2,
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+pub(crate) use disabled::Families;
+#[cfg(not(feature = "metrics"))]
+use disabled::{PromNode, PromService};
+
+/// One service's metric handles: the Prometheus series (no-op without the
+/// feature) and, always, each node's latency histogram for `stats()`.
+#[derive(Clone, Default)]
+pub(crate) struct ServiceMetrics {
+    prom: PromService,
+    latencies: Arc<Mutex<HashMap<String, Arc<LatencyHistogram>>>>,
+}
+
+impl ServiceMetrics {
+    /// The handles of node `address` (a node re-added at the same address
+    /// continues its series and histogram).
+    pub(crate) fn node(&self, address: &str) -> NodeMetrics {
+        let latency = self
+            .latencies
+            .lock()
+            .expect("lock")
+            .entry(address.to_owned())
+            .or_default()
+            .clone();
+        NodeMetrics {
+            prom: self.prom.node(address),
+            latency,
+        }
+    }
+
+    /// Node `address`'s latency histogram, if it has one.
+    pub(crate) fn latencies(&self, address: &str) -> Option<Arc<LatencyHistogram>> {
+        self.latencies.lock().expect("lock").get(address).cloned()
+    }
+}
+
+impl std::ops::Deref for ServiceMetrics {
+    type Target = PromService;
+    fn deref(&self) -> &PromService {
+        &self.prom
+    }
+}
+
+/// One node's metric handles (`Send + Sync`: nodes may run on other threads).
+#[derive(Clone, Default)]
+pub(crate) struct NodeMetrics {
+    prom: PromNode,
+    latency: Arc<LatencyHistogram>,
+}
+
+impl NodeMetrics {
+    /// One attempt ended with `outcome` after `latency`.
+    #[inline]
+    pub(crate) fn attempt(&self, outcome: &AttemptOutcome, latency: Duration) {
+        self.prom.attempt(outcome, latency);
+        if !matches!(
+            outcome,
+            AttemptOutcome::Error(ErrorKind::Cancelled | ErrorKind::NotSent)
+        ) {
+            self.latency.record(latency);
+        }
+    }
+}
+
+impl std::ops::Deref for NodeMetrics {
+    type Target = PromNode;
+    fn deref(&self) -> &PromNode {
+        &self.prom
+    }
+}
+#[cfg(all(feature = "metrics", feature = "web"))]
+pub use enabled::serve;
+#[cfg(feature = "metrics")]
+pub(crate) use enabled::Families;
+#[cfg(feature = "metrics")]
+pub use enabled::{encode, CONTENT_TYPE};
+#[cfg(feature = "metrics")]
+use enabled::{PromNode, PromService};
+
+/// Counts of a service's endpoints by state, for `dispatch_endpoints`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EndpointCounts {
+    /// Active, not unhealthy, breaker not open.
+    pub healthy: i64,
+    /// Marked unhealthy by health checks.
+    pub unhealthy: i64,
+    /// Inactive (configuration or admin) or draining.
+    pub inactive: i64,
+    /// Breaker open.
+    pub open: i64,
+}
+
+impl EndpointCounts {
+    /// Counts `nodes` by state, each in one state: inactive (or draining)
+    /// first, then unhealthy, then breaker open, else healthy.
+    pub(crate) fn of<'a>(nodes: impl Iterator<Item = &'a NodeView>, now: Instant) -> Self {
+        let mut c = EndpointCounts::default();
+        for n in nodes {
+            if !n.active || n.draining {
+                c.inactive += 1;
+            } else if n.health == Health::Unhealthy {
+                c.unhealthy += 1;
+            } else if matches!(n.mirror, Mirror::Open { until } if until > now) {
+                c.open += 1;
+            } else {
+                c.healthy += 1;
+            }
+        }
+        c
+    }
+}
+
+// === impl enabled ===
+
+#[cfg(feature = "metrics")]
+mod enabled {
+    use prometheus_client::metrics::counter::Counter;
+    use prometheus_client::metrics::family::Family;
+    use prometheus_client::metrics::gauge::Gauge;
+    use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+    use prometheus_client::registry::Registry;
+
+    use super::*;
+
+    type Labels = Vec<(&'static str, String)>;
+    type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
+
+    /// Bucket bounds (seconds) of an upstream request: 1 ms .. ~33 s.
+    fn request_histogram() -> Histogram {
+        Histogram::new(exponential_buckets(0.001, 2.0, 16))
+    }
+
+    /// Bucket bounds (seconds) of a whole task: 1 ms .. ~65 s.
+    fn task_histogram() -> Histogram {
+        Histogram::new(exponential_buckets(0.001, 2.0, 17))
+    }
+
+    /// Every family of one dispatcher; clones share the series.
+    #[derive(Clone)]
+    pub(crate) struct Families {
+        tasks: Family<Labels, Counter>,
+        task_duration: HistogramFamily,
+        queue_depth: Family<Labels, Gauge>,
+        in_flight: Family<Labels, Gauge>,
+        upstream: Family<Labels, Counter>,
+        upstream_duration: HistogramFamily,
+        retries: Family<Labels, Counter>,
+        budget_exhausted: Family<Labels, Counter>,
+        hedges: Family<Labels, Counter>,
+        breaker_state: Family<Labels, Gauge>,
+        breaker_transitions: Family<Labels, Counter>,
+        endpoints: Family<Labels, Gauge>,
+        rate_limited: Family<Labels, Counter>,
+    }
+
+    impl Default for Families {
+        fn default() -> Self {
+            Self {
+                tasks: Family::default(),
+                task_duration: Family::new_with_constructor(task_histogram),
+                queue_depth: Family::default(),
+                in_flight: Family::default(),
+                upstream: Family::default(),
+                upstream_duration: Family::new_with_constructor(request_histogram),
+                retries: Family::default(),
+                budget_exhausted: Family::default(),
+                hedges: Family::default(),
+                breaker_state: Family::default(),
+                breaker_transitions: Family::default(),
+                endpoints: Family::default(),
+                rate_limited: Family::default(),
+            }
+        }
+    }
+
+    fn svc(service: &str) -> Labels {
+        vec![("service", service.to_owned())]
+    }
+
+    fn with(mut l: Labels, key: &'static str, value: &str) -> Labels {
+        l.push((key, value.to_owned()));
+        l
+    }
+
+    impl Families {
+        /// Registers every family in `registry` (names without the
+        /// `dispatch_` prefix are given it here).
+        pub(crate) fn register(&self, registry: &mut Registry) {
+            let r = registry.sub_registry_with_prefix("dispatch");
+            r.register(
+                "tasks",
+                "Tasks answered, by outcome and reason",
+                self.tasks.clone(),
+            );
+            r.register(
+                "queue_depth",
+                "Tasks waiting in the queue (ready or in retry backoff)",
+                self.queue_depth.clone(),
+            );
+            r.register(
+                "in_flight",
+                "Requests in flight on a node",
+                self.in_flight.clone(),
+            );
+            r.register(
+                "upstream_requests",
+                "Attempts sent to a node, by class (status class or error kind)",
+                self.upstream.clone(),
+            );
+            r.register_with_unit(
+                "upstream_request_duration",
+                "Time from send to answer of an attempt",
+                prometheus_client::registry::Unit::Seconds,
+                self.upstream_duration.clone(),
+            );
+            r.register_with_unit(
+                "task_duration",
+                "Time from submit to answer of a task",
+                prometheus_client::registry::Unit::Seconds,
+                self.task_duration.clone(),
+            );
+            r.register("retries", "Retries scheduled", self.retries.clone());
+            r.register(
+                "retry_budget_exhausted",
+                "Retries refused by the retry budget",
+                self.budget_exhausted.clone(),
+            );
+            r.register("hedges", "Hedged attempts sent", self.hedges.clone());
+            r.register(
+                "breaker_state",
+                "Breaker state of a node (1 for the current state)",
+                self.breaker_state.clone(),
+            );
+            r.register(
+                "breaker_transitions",
+                "Breaker transitions of a node, by the state entered",
+                self.breaker_transitions.clone(),
+            );
+            r.register(
+                "endpoints",
+                "Endpoints of a service by state (healthy, unhealthy, inactive, open)",
+                self.endpoints.clone(),
+            );
+            r.register(
+                "rate_limited",
+                "Dispatches or tasks refused for want of a token, by scope",
+                self.rate_limited.clone(),
+            );
+        }
+
+        /// Resolves (and creates at zero) every series of service `service`.
+        pub(crate) fn service(&self, service: &str) -> ServiceMetrics {
+            let s = svc(service);
+            let inner = ServiceInner {
+                families: self.clone(),
+                service: service.to_owned(),
+                tasks: TASK_KINDS
+                    .iter()
+                    .map(|(o, r)| {
+                        self.tasks
+                            .get_or_create(&with(with(s.clone(), "outcome", o), "reason", r))
+                            .clone()
+                    })
+                    .collect(),
+                task_duration: OUTCOMES
+                    .iter()
+                    .map(|o| {
+                        self.task_duration
+                            .get_or_create(&with(s.clone(), "outcome", o))
+                            .clone()
+                    })
+                    .collect(),
+                queue_depth: self.queue_depth.get_or_create(&s).clone(),
+                retries: self.retries.get_or_create(&s).clone(),
+                budget_exhausted: self.budget_exhausted.get_or_create(&s).clone(),
+                hedges: self.hedges.get_or_create(&s).clone(),
+                endpoints: ENDPOINT_STATES
+                    .iter()
+                    .map(|e| {
+                        self.endpoints
+                            .get_or_create(&with(s.clone(), "state", e))
+                            .clone()
+                    })
+                    .collect(),
+                rejected_rate_limited: self
+                    .rate_limited
+                    .get_or_create(&with(s.clone(), "scope", "service"))
+                    .clone(),
+            };
+            ServiceMetrics {
+                prom: PromService(Some(Arc::new(inner))),
+                latencies: Default::default(),
+            }
+        }
+    }
+
+    struct ServiceInner {
+        families: Families,
+        service: String,
+        tasks: Vec<Counter>,
+        task_duration: Vec<Histogram>,
+        queue_depth: Gauge,
+        retries: Counter,
+        budget_exhausted: Counter,
+        hedges: Counter,
+        endpoints: Vec<Gauge>,
+        rejected_rate_limited: Counter,
+    }
+
+    /// One service's series; a no-op when built by `default()` (tests that
+    /// start a pipeline by hand).
+    #[derive(Clone, Default)]
+    pub(crate) struct PromService(Option<Arc<ServiceInner>>);
+
+    impl PromService {
+        /// A task answered with `outcome`, `total` after its submit.
+        #[inline]
+        pub(crate) fn task_finished(&self, outcome: &Outcome, total: Duration) {
+            if let Some(m) = &self.0 {
+                m.tasks[task_index(outcome)].inc();
+                m.task_duration[outcome_index(outcome)].observe(total.as_secs_f64());
+                if matches!(outcome, Outcome::Rejected(Rejection::RateLimited { .. })) {
+                    m.rejected_rate_limited.inc();
+                }
+            }
+        }
+
+        /// A retry scheduled.
+        #[inline]
+        pub(crate) fn retried(&self) {
+            if let Some(m) = &self.0 {
+                m.retries.inc();
+            }
+        }
+
+        /// A retry refused by the budget.
+        #[inline]
+        pub(crate) fn budget_exhausted(&self) {
+            if let Some(m) = &self.0 {
+                m.budget_exhausted.inc();
+            }
+        }
+
+        /// A hedged attempt sent.
+        #[inline]
+        pub(crate) fn hedged(&self) {
+            if let Some(m) = &self.0 {
+                m.hedges.inc();
+            }
+        }
+
+        /// Tasks waiting in the queue now.
+        #[inline]
+        pub(crate) fn queue_depth(&self, n: usize) {
+            if let Some(m) = &self.0 {
+                m.queue_depth.set(n as i64);
+            }
+        }
+
+        /// The service's endpoints by state now.
+        pub(crate) fn endpoints<'a>(
+            &self,
+            nodes: impl Iterator<Item = &'a NodeView>,
+            now: Instant,
+        ) {
+            if let Some(m) = &self.0 {
+                let c = EndpointCounts::of(nodes, now);
+                for (g, v) in m
+                    .endpoints
+                    .iter()
+                    .zip([c.healthy, c.unhealthy, c.inactive, c.open])
+                {
+                    g.set(v);
+                }
+            }
+        }
+
+        /// Resolves (and creates at zero) the series of node `address`.
+        pub(crate) fn node(&self, address: &str) -> PromNode {
+            let Some(m) = &self.0 else {
+                return PromNode(None);
+            };
+            let f = &m.families;
+            let n = with(svc(&m.service), "node", address);
+            let breaker_state: Vec<Gauge> = STATES
+                .iter()
+                .map(|st| {
+                    f.breaker_state
+                        .get_or_create(&with(n.clone(), "state", st))
+                        .clone()
+                })
+                .collect();
+            // A node (re)starts closed.
+            for (i, g) in breaker_state.iter().enumerate() {
+                g.set(i64::from(i == 0));
+            }
+            PromNode(Some(Arc::new(NodeInner {
+                in_flight: f.in_flight.get_or_create(&n).clone(),
+                classes: CLASSES
+                    .iter()
+                    .map(|c| {
+                        f.upstream
+                            .get_or_create(&with(n.clone(), "class", c))
+                            .clone()
+                    })
+                    .collect(),
+                duration: f.upstream_duration.get_or_create(&n).clone(),
+                breaker_state,
+                transitions: STATES
+                    .iter()
+                    .map(|st| {
+                        f.breaker_transitions
+                            .get_or_create(&with(n.clone(), "to", st))
+                            .clone()
+                    })
+                    .collect(),
+                rate_limited: f
+                    .rate_limited
+                    .get_or_create(&with(svc(&m.service), "scope", "node"))
+                    .clone(),
+            })))
+        }
+    }
+
+    struct NodeInner {
+        in_flight: Gauge,
+        classes: Vec<Counter>,
+        duration: Histogram,
+        breaker_state: Vec<Gauge>,
+        transitions: Vec<Counter>,
+        rate_limited: Counter,
+    }
+
+    /// One node's series (`Send + Sync`: nodes may run on other threads).
+    #[derive(Clone, Default)]
+    pub(crate) struct PromNode(Option<Arc<NodeInner>>);
+
+    impl PromNode {
+        /// One attempt ended with `outcome` after `latency` (a cancelled
+        /// hedge or a request not sent has no duration worth recording).
+        #[inline]
+        pub(crate) fn attempt(&self, outcome: &AttemptOutcome, latency: Duration) {
+            if let Some(m) = &self.0 {
+                m.classes[class_index(outcome)].inc();
+                if !matches!(
+                    outcome,
+                    AttemptOutcome::Error(ErrorKind::Cancelled | ErrorKind::NotSent)
+                ) {
+                    m.duration.observe(latency.as_secs_f64());
+                }
+            }
+        }
+
+        /// Requests in flight on the node now.
+        #[inline]
+        pub(crate) fn in_flight(&self, n: u32) {
+            if let Some(m) = &self.0 {
+                m.in_flight.set(i64::from(n));
+            }
+        }
+
+        /// The breaker went from `from` to `to`.
+        pub(crate) fn transition(&self, from: &BreakerState, to: &BreakerState) {
+            if let Some(m) = &self.0 {
+                m.breaker_state[state_index(from)].set(0);
+                m.breaker_state[state_index(to)].set(1);
+                m.transitions[state_index(to)].inc();
+            }
+        }
+
+        /// The node's bucket refused a dispatch.
+        #[inline]
+        pub(crate) fn rate_limited(&self) {
+            if let Some(m) = &self.0 {
+                m.rate_limited.inc();
+            }
+        }
+    }
+
+    /// The Prometheus text exposition of `dispatcher`'s metrics (what
+    /// `GET /metrics` serves), ending with `# EOF`.
+    pub fn encode(dispatcher: &crate::Dispatcher) -> String {
+        let mut registry = Registry::default();
+        dispatcher.register_metrics(&mut registry);
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
+        text
+    }
+
+    /// The content type of [`encode`]'s text (OpenMetrics, which Prometheus
+    /// scrapes natively).
+    pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+    /// `GET /metrics` (mounted by [`crate::web::configure`]): [`encode`] of
+    /// the dispatcher in the app data (`web::Data<Dispatcher>` or a plain
+    /// `Dispatcher`).
+    #[cfg(feature = "web")]
+    pub async fn serve(req: actix_web::HttpRequest) -> actix_web::HttpResponse {
+        use actix_web::web::Data;
+        let d = req
+            .app_data::<Data<crate::Dispatcher>>()
+            .map(|d| d.get_ref().clone())
+            .or_else(|| req.app_data::<crate::Dispatcher>().cloned());
+        match d {
+            Some(d) => actix_web::HttpResponse::Ok()
+                .content_type(CONTENT_TYPE)
+                .body(encode(&d)),
+            None => actix_web::HttpResponse::InternalServerError().body("no dispatcher"),
+        }
+    }
+}
+
+// === impl disabled ===
+
+/// Zero-sized stand-ins: without the feature every update compiles away.
+#[cfg(not(feature = "metrics"))]
+mod disabled {
+    use super::*;
+
+    /// Zero-sized, but not a unit struct: built with `default()` like the real one.
+    #[derive(Clone, Default)]
+    pub(crate) struct Families {
+        _none: (),
+    }
+
+    impl Families {
+        pub(crate) fn service(&self, _service: &str) -> ServiceMetrics {
+            ServiceMetrics::default()
+        }
+    }
+
+    #[derive(Clone, Default)]
+    pub(crate) struct PromService;
+
+    impl PromService {
+        #[inline(always)]
+        pub(crate) fn task_finished(&self, _outcome: &Outcome, _total: Duration) {}
+        #[inline(always)]
+        pub(crate) fn retried(&self) {}
+        #[inline(always)]
+        pub(crate) fn budget_exhausted(&self) {}
+        #[inline(always)]
+        pub(crate) fn hedged(&self) {}
+        #[inline(always)]
+        pub(crate) fn queue_depth(&self, _n: usize) {}
+        #[inline(always)]
+        pub(crate) fn endpoints<'a>(
+            &self,
+            _nodes: impl Iterator<Item = &'a NodeView>,
+            _now: Instant,
+        ) {
+        }
+        pub(crate) fn node(&self, _address: &str) -> PromNode {
+            PromNode
+        }
+    }
+
+    #[derive(Clone, Default)]
+    pub(crate) struct PromNode;
+
+    impl PromNode {
+        #[inline(always)]
+        pub(crate) fn attempt(&self, _outcome: &AttemptOutcome, _latency: Duration) {}
+        #[inline(always)]
+        pub(crate) fn in_flight(&self, _n: u32) {}
+        #[inline(always)]
+        pub(crate) fn transition(&self, _from: &BreakerState, _to: &BreakerState) {}
+        #[inline(always)]
+        pub(crate) fn rate_limited(&self) {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_class_and_kind_has_a_distinct_label() {
+        let mut kinds: Vec<_> = TASK_KINDS.to_vec();
+        kinds.sort();
+        kinds.dedup();
+        assert_eq!(kinds.len(), TASK_KINDS.len());
+        assert_eq!(class_index(&AttemptOutcome::Status(204)), 1);
+        assert_eq!(class_index(&AttemptOutcome::Status(503)), 4);
+        assert_eq!(
+            CLASSES[class_index(&AttemptOutcome::Error(ErrorKind::NotSent))],
+            "not_sent"
+        );
+        assert_eq!(STATES[state_index(&BreakerState::HalfOpen)], "half_open");
+    }
+}
