@@ -546,11 +546,14 @@ async fn mapped(r: TaskResult, fwd: Option<ForwardConfig>) -> (u16, Option<Strin
     (status, after, text)
 }
 
+/// Status, `Retry-After` and error code (or body) a result should map to.
+type Expected = (u16, Option<String>, &'static str);
+
 #[actix_rt::test]
 async fn every_outcome_maps_to_its_response() {
     let secs = Duration::from_millis;
     let s = |v: &str| Some(v.to_owned());
-    let cases: Vec<(Outcome, (u16, Option<String>, &str))> = vec![
+    let cases: Vec<(Outcome, Expected)> = vec![
         (Outcome::Success(response(201, "made")), (201, None, "made")),
         (
             Outcome::Fallback {
