@@ -56,6 +56,9 @@ struct Inner {
     home: actix::dev::ArbiterHandle,
     /// The Prometheus families (zero-sized without the `metrics` feature).
     metrics: crate::metrics::Families,
+    /// The Redis connection shared limits and breakers go through.
+    #[cfg(feature = "redis")]
+    shared: Option<crate::redis::SharedLimits>,
 }
 
 /// Handle to a running engine. Cheap to clone.
@@ -96,6 +99,17 @@ impl DispatcherBuilder {
         let factory = self
             .factory
             .unwrap_or_else(|| awc_factory(Duration::from_secs(5)));
+        #[cfg(feature = "redis")]
+        let shared = self
+            .config
+            .redis
+            .as_ref()
+            .map(crate::redis::SharedLimits::start)
+            .transpose()
+            .map_err(|e| ConfigError::Top {
+                field: "redis.url".into(),
+                message: e.to_string(),
+            })?;
         let inner = Arc::new(Inner {
             services: RwLock::new(HashMap::new()),
             order: RwLock::new(Vec::new()),
@@ -110,6 +124,8 @@ impl DispatcherBuilder {
             ),
             home: actix::Arbiter::current(),
             metrics: crate::metrics::Families::default(),
+            #[cfg(feature = "redis")]
+            shared,
         });
         let d = Dispatcher { inner };
         for svc in self.config.services {
@@ -179,6 +195,10 @@ impl Dispatcher {
             arbiters,
             self.inner.metrics.service(&cfg.name),
         );
+        #[cfg(feature = "redis")]
+        if let Some(s) = &self.inner.shared {
+            balancer.do_send(crate::redis::UseShared(s.clone()));
+        }
         let name = cfg.name.clone();
         #[cfg(not(feature = "tls"))]
         for ep in cfg
@@ -364,6 +384,8 @@ impl Dispatcher {
         Stats {
             services,
             refused: self.inner.refused.load(Ordering::Relaxed),
+            #[cfg(feature = "redis")]
+            shared: self.inner.shared.as_ref().map(|s| s.stats()),
         }
     }
 

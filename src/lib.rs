@@ -39,6 +39,8 @@ pub mod metrics;
 #[cfg(not(feature = "metrics"))]
 pub(crate) mod metrics;
 mod outcome;
+#[cfg(feature = "redis")]
+pub mod redis;
 pub mod stats;
 pub mod task;
 pub mod transport;

@@ -27,6 +27,11 @@ pub struct Stats {
     pub services: Vec<ServiceStats>,
     /// Tasks refused before reaching any queue (unknown service, invalid task).
     pub refused: u64,
+    /// The Redis shared by several instances (live instances, down), when
+    /// configured.
+    #[cfg(feature = "redis")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared: Option<crate::redis::SharedStats>,
 }
 
 impl Stats {

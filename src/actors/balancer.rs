@@ -69,6 +69,9 @@ pub struct BalancerActor {
     /// Prometheus series (no-op without `metrics`): each node's, and the
     /// endpoint counts published on each recompute.
     pub(super) metrics: crate::metrics::ServiceMetrics,
+    /// The service's shared bucket and breakers (feature `redis`).
+    #[cfg(feature = "redis")]
+    pub(super) shared: Option<crate::redis::ServiceShare>,
 }
 
 /// Where the balancer's messages to its queue go (a stand-in, in tests).
@@ -155,10 +158,14 @@ impl BalancerActor {
             next_id: 0,
             strategy,
             granted: 0,
+            // A shared service bucket lives in Redis (`shared`), not here.
             service_bucket: cfg
                 .rate_limit
                 .service
+                .filter(|_| !cfg.rate_limit.shared)
                 .map(|b| TokenBucket::new(b.rate, b.burst, now)),
+            #[cfg(feature = "redis")]
+            shared: crate::redis::ServiceShare::new(&cfg),
             gate: Gate::Open,
             wake: None,
             working: HashMap::new(),
@@ -257,6 +264,11 @@ impl BalancerActor {
             Some(Err(t)) if t > now => Some(t),
             _ => None,
         };
+        #[cfg(feature = "redis")]
+        let service = match (service, self.shared.as_ref().and_then(|s| s.next_wake(now))) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         match (self.nodes.next_wake(now), service) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -283,6 +295,8 @@ impl BalancerActor {
 
     /// After any change: grant credit, set the gate, arm the timer.
     pub(super) fn settle(&mut self, ctx: &mut Context<Self>, now: Instant) {
+        #[cfg(feature = "redis")]
+        self.shared_turn(ctx, now);
         let credit = self.take_credit(now);
         if credit > 0 {
             self.queue.credit.do_send(Credit(credit));
@@ -292,6 +306,11 @@ impl BalancerActor {
 
     /// What the nodes can take now, capped by the service's tokens.
     fn capacity_now(&self, now: Instant) -> (usize, bool) {
+        #[cfg(feature = "redis")]
+        if let Some(s) = self.shared.as_ref().filter(|s| s.bucket.is_some()) {
+            let t = s.room(now);
+            return (self.nodes.capacity().min(t), t == 0);
+        }
         match &self.service_bucket {
             Some(b) => {
                 let t = b.available(now) as usize;
@@ -325,6 +344,8 @@ impl BalancerActor {
         } else {
             Gate::Open
         };
+        #[cfg(feature = "redis")]
+        let gate = self.shared_gate(gate);
         if gate != self.gate {
             match &gate {
                 Gate::Open => log::info!("service {}: accepting tasks again", self.service),
@@ -425,6 +446,8 @@ impl Actor for BalancerActor {
 impl BalancerActor {
     /// One `GetLoad` round: every node reports; the view re-syncs.
     fn refresh_loads(&mut self, ctx: &mut Context<Self>) {
+        #[cfg(feature = "redis")]
+        self.shared_poll(ctx);
         let asks: Vec<_> = self
             .nodes
             .iter()
@@ -458,6 +481,10 @@ impl Handler<Route> for BalancerActor {
         if !msg.hedge {
             self.granted = self.granted.saturating_sub(1);
         }
+        #[cfg(feature = "redis")]
+        let Some(msg) = self.shared_route(msg, ctx) else {
+            return;
+        };
         // Decide at the time the queue sent it (µs ago): one clock read less.
         let now = msg.at;
         let service_ok = self
@@ -584,6 +611,8 @@ impl Handler<Completed> for BalancerActor {
         };
         self.done_working(msg.seq, msg.node);
         let address = self.nodes.node(i).address.clone();
+        #[cfg(feature = "redis")]
+        self.shared_completed(i, &msg, now);
         self.free_slot(i, Some(msg.load), now);
         // The slot this attempt freed travels with its answer: one message.
         let credit = self.take_credit(now);
@@ -682,5 +711,7 @@ impl BalancerActor {
     }
 }
 
+#[cfg(feature = "redis")]
+mod shared;
 #[cfg(test)]
 mod tests;

@@ -32,7 +32,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::messages::{LoadReport, NodeId};
-use super::view::{Counts, Flags, Mirror, NodeView};
+use super::view::{Counts, Flags, Mirror, NodeView, SharedMirror};
 use crate::algo::strategy::{Candidate, Member, Strategy};
 
 /// What the set needs of the service's config to compute rooms.
@@ -246,6 +246,10 @@ impl NodeSet {
         if let Mirror::HalfOpen { probes } = &mut n.mirror {
             *probes = probes.saturating_sub(1);
         }
+        // The cluster's one probe is out.
+        if let SharedMirror::HalfOpen { claimed } = &mut n.shared {
+            *claimed = false;
+        }
         let mut token_due = None;
         if let Some(b) = &mut n.bucket {
             let _ = b.try_acquire(now);
@@ -315,6 +319,9 @@ impl NodeSet {
                 }
             };
             if let Mirror::Open { until } = n.mirror {
+                consider(until);
+            }
+            if let SharedMirror::Open { until } = n.shared {
                 consider(until);
             }
             if n.token_blocked(now) {

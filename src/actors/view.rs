@@ -51,6 +51,20 @@ impl Mirror {
     }
 }
 
+/// The shared breaker's word on a node (feature `redis`; else always
+/// `Closed`). A node's state is the more severe of this and [`Mirror`].
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) enum SharedMirror {
+    #[default]
+    Closed,
+    /// Another instance (or a quorum) tripped it.
+    Open { until: Instant },
+    /// Half-open for the cluster: only the instance holding the probe
+    /// claim may send (one task).
+    HalfOpen { claimed: bool },
+}
+
 /// Health as seen by active checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Health {
@@ -79,6 +93,8 @@ pub(crate) struct NodeView {
     pub bucket: Option<TokenBucket>,
     /// Start of the slow-start ramp.
     pub ramp_from: Option<Instant>,
+    /// The shared breaker (feature `redis`).
+    pub shared: SharedMirror,
 }
 
 /// A node's contribution to the balancer's counts, kept so that deciding
@@ -137,6 +153,7 @@ impl NodeView {
             overridden: false,
             bucket,
             ramp_from: None,
+            shared: SharedMirror::Closed,
         }
     }
 
@@ -147,7 +164,8 @@ impl NodeView {
 
     /// An open breaker (time not yet up) that is not overridden.
     pub fn is_open(&self, now: Instant) -> bool {
-        matches!(self.mirror, Mirror::Open { until } if until > now) && !self.overridden
+        let shared = matches!(self.shared, SharedMirror::Open { until } if until > now);
+        (shared || matches!(self.mirror, Mirror::Open { until } if until > now)) && !self.overridden
     }
 
     /// Turns an expired Open into HalfOpen with `probes` probes.
@@ -164,7 +182,16 @@ impl NodeView {
         if !self.in_service() {
             return 0;
         }
-        let free = self.max_concurrent.saturating_sub(self.in_flight) as usize;
+        let mut free = self.max_concurrent.saturating_sub(self.in_flight) as usize;
+        // The more severe of the shared breaker and the local one.
+        match self.shared {
+            // Also once `until` is over: half-open for the cluster, closed
+            // to traffic until the next read gives this instance the probe.
+            SharedMirror::Open { .. } if !self.overridden => return 0,
+            SharedMirror::HalfOpen { claimed: false } if !self.overridden => return 0,
+            SharedMirror::HalfOpen { claimed: true } => free = free.min(1),
+            _ => {}
+        }
         match self.mirror {
             Mirror::Closed => free,
             Mirror::HalfOpen { probes } => free.min(probes as usize),

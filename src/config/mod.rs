@@ -29,6 +29,7 @@
 
 mod headers;
 mod raw;
+mod redis;
 #[cfg(test)]
 mod tests;
 mod tls;
@@ -43,6 +44,7 @@ use crate::algo::budget::BudgetConfig;
 use crate::algo::strategy::LeastLoadWeights;
 
 pub use headers::{ConfigHeader, HeaderSet, Secret};
+pub use redis::{OnDown, RedisConfig, SharedMode};
 pub use tls::{CaFile, TlsConfig};
 pub use validate::ConfigError;
 pub(crate) use validate::{clamp_weight, normalize_address};
@@ -52,6 +54,8 @@ pub(crate) use validate::{clamp_weight, normalize_address};
 pub struct Config {
     /// The services, in file order; names are unique.
     pub services: Vec<ServiceConfig>,
+    /// Redis shared by several instances (none by default; feature `redis`).
+    pub redis: Option<RedisConfig>,
 }
 
 impl Config {
@@ -246,6 +250,11 @@ pub struct BreakerSettings {
     pub on_all_open: OnAllOpen,
     /// Most nodes that may be open at once, in percent (default 100).
     pub max_ejected_percent: u32,
+    /// Trips shared with the other instances through Redis (default false).
+    pub shared: bool,
+    /// Instances that must report a node's trip before it is shared
+    /// (default 1).
+    pub quorum: u32,
 }
 
 /// Token-bucket parameters.
@@ -266,6 +275,9 @@ pub struct RateLimitConfig {
     pub service: Option<BucketConfig>,
     /// Behaviour when out of tokens (default `wait`).
     pub on_limit: OnLimit,
+    /// The service bucket is kept in Redis, one for all instances (default
+    /// false).
+    pub shared: bool,
 }
 
 /// A canned response returned, marked as a fallback, on open circuits or rate limits.

@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub(crate) use super::headers::RawHeader;
+pub(crate) use super::redis::RawRedis;
 pub(crate) use super::tls::RawTls;
 
 /// One service as written in the file.
@@ -194,6 +195,8 @@ pub(crate) struct RawBreaker {
     pub probe_timeout: Option<Duration>,
     pub on_all_open: String,
     pub max_ejected_percent: u32,
+    pub shared: bool,
+    pub quorum: u32,
 }
 
 impl Default for RawBreaker {
@@ -215,6 +218,8 @@ impl Default for RawBreaker {
             probe_timeout: None,
             on_all_open: "fail_fast".into(),
             max_ejected_percent: 100,
+            shared: false,
+            quorum: 1,
         }
     }
 }
@@ -235,6 +240,8 @@ pub(crate) struct RawRateLimit {
     pub service: Option<RawBucket>,
     #[serde(default = "default_on_limit")]
     pub on_limit: String,
+    #[serde(default)]
+    pub shared: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -69,8 +69,14 @@ pub(super) fn parse(json: &str) -> Result<Config, ConfigError> {
         return Err(top("(root)", "expected a JSON object"));
     };
     let mut services_value = None;
+    let mut redis = None;
     for (k, v) in map {
         match k.as_str() {
+            "redis" => {
+                let raw: super::raw::RawRedis = serde_path_to_error::deserialize(&v)
+                    .map_err(|e| top(&format!("redis.{}", e.path()), e.inner().to_string()))?;
+                redis = Some(super::redis::validate(raw).map_err(|(f, m)| top(&f, m))?);
+            }
             "services" | "ApiServers" | "Services" => {
                 if services_value.is_some() {
                     return Err(top(&k, "services given twice"));
@@ -124,7 +130,17 @@ pub(super) fn parse(json: &str) -> Result<Config, ConfigError> {
         }
         services.push(svc);
     }
-    Ok(Config { services })
+    let shared = services
+        .iter()
+        .find(|s| s.rate_limit.shared || s.breaker.shared);
+    if let (Some(s), None) = (shared, &redis) {
+        return Err(ConfigError::Service {
+            service: s.name.clone(),
+            field: "rate_limit.shared".into(),
+            message: "shared limits or breakers need a top-level `redis` section".into(),
+        });
+    }
+    Ok(Config { services, redis })
 }
 
 struct Ctx<'a> {
@@ -351,6 +367,8 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
         },
         on_all_open,
         max_ejected_percent: br.max_ejected_percent,
+        shared: br.shared,
+        quorum: br.quorum.max(1),
     };
 
     let rate_limit = match raw.rate_limit {
@@ -358,6 +376,7 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
             per_node: None,
             service: None,
             on_limit: OnLimit::Wait,
+            shared: false,
         },
         Some(rl) => RateLimitConfig {
             per_node: rl
@@ -378,8 +397,16 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
                     ))
                 }
             },
+            shared: rl.shared,
         },
     };
+
+    if rate_limit.shared && rate_limit.service.is_none() {
+        return Err(cx.err(
+            "rate_limit.shared",
+            "shares the service bucket: set rate_limit.service",
+        ));
+    }
 
     let fallback = match raw.fallback {
         None => None,

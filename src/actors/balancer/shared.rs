@@ -1,0 +1,272 @@
+//! The balancer's side of limits and breakers shared through Redis
+//! (feature `redis`; see [`crate::redis`]).
+//!
+//! Nothing here waits: tokens, breaker states and probe claims are asked
+//! for with one call each and come back as messages. Between answers the
+//! service's [`ServiceShare`](crate::redis::ServiceShare) caps the credit
+//! (leased tokens, or none while an exact admission is out), and the views'
+//! [`SharedMirror`] keeps nodes another instance tripped out of the pick.
+
+use super::*;
+use crate::actors::view::SharedMirror;
+use crate::algo::breaker::BreakerState;
+use crate::redis::{Admit, Granted, ProbeClaimed, SharedBreakers, SharedState, UseShared};
+
+/// The dispatcher hands over the instance's Redis handle.
+impl Handler<UseShared> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: UseShared, ctx: &mut Self::Context) {
+        if let Some(s) = &mut self.shared {
+            s.handle = Some(msg.0);
+        }
+        let now = Instant::now();
+        self.recompute_all(now);
+        self.settle(ctx, now);
+    }
+}
+
+impl BalancerActor {
+    /// Takes the shared bucket's word on a route: `Some` to place it now;
+    /// `None` when it is held for this turn's script call or bounced.
+    pub(super) fn shared_route(&mut self, msg: Route, ctx: &mut Context<Self>) -> Option<Route> {
+        let Some(s) = self.shared.as_mut() else {
+            return Some(msg);
+        };
+        let now = msg.at;
+        match s.admit(now) {
+            Admit::Go => Some(msg),
+            Admit::Hold => {
+                // Still counted as granted credit until the answer.
+                if !msg.hedge {
+                    self.granted += 1;
+                }
+                s.held.push(msg);
+                self.shared_turn(ctx, now);
+                None
+            }
+            Admit::Bounce => {
+                self.queue.answer.do_send(Answer::Bounce(Bounce {
+                    seq: msg.seq,
+                    hedge: msg.hedge,
+                    credit: 0,
+                }));
+                self.recompute_all(now);
+                self.settle(ctx, now);
+                None
+            }
+        }
+    }
+
+    /// Once per turn: asks for tokens if the share needs some (the call is
+    /// sent after the turn's routes are in, so they go in one batch).
+    pub(super) fn shared_turn(&mut self, ctx: &mut Context<Self>, _now: Instant) {
+        let Some(s) = self.shared.as_mut() else {
+            return;
+        };
+        if s.bucket.is_none() || s.handle.is_none() || s.flush_armed {
+            return;
+        }
+        s.flush_armed = true;
+        ctx.run_later(Duration::ZERO, |act, ctx| {
+            let Some(s) = act.shared.as_mut() else {
+                return;
+            };
+            s.flush_armed = false;
+            let now = Instant::now();
+            let (Some(want), Some(h), Some(b)) = (s.ask(now), s.handle.clone(), s.bucket) else {
+                return;
+            };
+            h.take(&act.service, b, want, ctx.address().recipient());
+        });
+    }
+
+    /// A trip, a recovery or a probe's end on node `i`, seen in its
+    /// completion (before the view takes the report).
+    pub(super) fn shared_completed(&mut self, i: usize, msg: &Completed, now: Instant) {
+        let Some(s) = self.shared.as_mut() else {
+            return;
+        };
+        let (Some(quorum), Some(h)) = (s.breakers, s.handle.clone()) else {
+            return;
+        };
+        let n = self.nodes.node(i);
+        let addr = n.address.clone();
+        let br = &self.cfg.breaker.breaker;
+        let mut shared = None;
+        if s.probing.remove(&addr) {
+            match msg.report.as_ref().map(|r| !r.outcome.is_node_failure()) {
+                Some(true) => {
+                    h.close(&self.service, &addr);
+                    shared = Some(SharedMirror::Closed);
+                }
+                Some(false) => {
+                    h.reopen(&self.service, &addr, br.open_for, br.max_open_for);
+                    shared = Some(SharedMirror::Open {
+                        until: now + br.open_for,
+                    });
+                }
+                None => {}
+            }
+        }
+        let seen = s.trips.get(&addr).copied().unwrap_or(0);
+        if msg.load.trips > seen {
+            s.trips.insert(addr.clone(), msg.load.trips);
+            if let BreakerState::Open { until } = msg.load.breaker {
+                let open_for = until.saturating_duration_since(now);
+                h.trip(&self.service, &addr, open_for, quorum);
+            }
+        } else if n.mirror != Mirror::Closed
+            && msg.load.breaker == BreakerState::Closed
+            && msg.load.version > n.load.version
+        {
+            // This instance's own probe closed its breaker: closed for all.
+            h.close(&self.service, &addr);
+            shared = Some(SharedMirror::Closed);
+        }
+        if let Some(m) = shared {
+            self.nodes.node_mut(i).shared = m;
+        }
+    }
+
+    /// At each refresh: reads the shared breakers of the nodes.
+    pub(super) fn shared_poll(&mut self, ctx: &mut Context<Self>) {
+        let Some(s) = self.shared.as_ref() else {
+            return;
+        };
+        let (Some(_), Some(h)) = (s.breakers, s.handle.as_ref()) else {
+            return;
+        };
+        let nodes = self.nodes.iter().map(|n| n.address.clone()).collect();
+        h.poll(&self.service, nodes, ctx.address().recipient());
+    }
+
+    /// `on_down: deny` while Redis is down closes the gate.
+    pub(super) fn shared_gate(&self, gate: Gate) -> Gate {
+        match &self.shared {
+            Some(s) if s.bucket.is_some() && s.denies() => {
+                let retry_after = s
+                    .handle
+                    .as_ref()
+                    .map_or(Duration::ZERO, |h| h.config().timeout);
+                Gate::Reject(Rejection::RateLimited { retry_after })
+            }
+            _ => gate,
+        }
+    }
+}
+
+/// Tokens from the shared bucket (or Redis down): place the held routes.
+impl Handler<Granted> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Granted, ctx: &mut Self::Context) {
+        let now = Instant::now();
+        let Some(s) = self.shared.as_mut() else {
+            return;
+        };
+        let paid = s.granted(msg, now) as usize;
+        let held = std::mem::take(&mut s.held);
+        let replay = if s.is_down() { held.len() } else { paid };
+        for (k, mut route) in held.into_iter().enumerate() {
+            if k < replay {
+                // Back through the handler, which takes the paid token.
+                route.at = now;
+                ctx.notify(route);
+            } else {
+                if !route.hedge {
+                    self.granted = self.granted.saturating_sub(1);
+                }
+                self.queue.answer.do_send(Answer::Bounce(Bounce {
+                    seq: route.seq,
+                    hedge: route.hedge,
+                    credit: 0,
+                }));
+            }
+        }
+        self.recompute_all(now);
+        self.settle(ctx, now);
+    }
+}
+
+/// The shared breakers of the nodes, read at a refresh.
+impl Handler<SharedBreakers> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: SharedBreakers, ctx: &mut Self::Context) {
+        let now = Instant::now();
+        let Some(s) = self.shared.as_mut() else {
+            return;
+        };
+        let Some(h) = s.handle.clone() else {
+            return;
+        };
+        let ttl = self.cfg.breaker.breaker.probe_timeout;
+        for (addr, state) in msg.0 {
+            let Some(i) = self.nodes.iter().position(|n| n.address == addr) else {
+                continue;
+            };
+            let n = self.nodes.node(i);
+            let m = match state {
+                SharedState::Closed => {
+                    s.probing.remove(&addr);
+                    SharedMirror::Closed
+                }
+                SharedState::Open(d) => SharedMirror::Open { until: now + d },
+                SharedState::HalfOpen => match n.shared {
+                    SharedMirror::HalfOpen { claimed } => SharedMirror::HalfOpen { claimed },
+                    _ => SharedMirror::HalfOpen { claimed: false },
+                },
+            };
+            let locally_open = matches!(n.mirror, Mirror::Open { until } if until > now);
+            if m == (SharedMirror::HalfOpen { claimed: false })
+                && !s.probing.contains(&addr)
+                && !locally_open
+                && s.claiming.insert(addr.clone())
+            {
+                h.claim(&self.service, addr.clone(), ttl, ctx.address().recipient());
+            }
+            if m != n.shared {
+                log::debug!(
+                    "service {}: node {}: shared breaker {:?}",
+                    self.service,
+                    addr,
+                    m
+                );
+                self.nodes.node_mut(i).shared = m;
+            }
+        }
+        self.recompute_all(now);
+        self.settle(ctx, now);
+    }
+}
+
+/// The answer to a probe claim.
+impl Handler<ProbeClaimed> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ProbeClaimed, ctx: &mut Self::Context) {
+        let Some(s) = self.shared.as_mut() else {
+            return;
+        };
+        s.claiming.remove(&msg.node);
+        if !msg.won {
+            return;
+        }
+        s.probing.insert(msg.node.clone());
+        let now = Instant::now();
+        let at = self.nodes.iter().position(|n| n.address == msg.node);
+        if let Some(i) = at {
+            if matches!(self.nodes.node(i).shared, SharedMirror::HalfOpen { .. }) {
+                log::info!(
+                    "service {}: node {}: this instance probes for the cluster",
+                    self.service,
+                    msg.node
+                );
+                self.nodes.node_mut(i).shared = SharedMirror::HalfOpen { claimed: true };
+            }
+        }
+        self.recompute_all(now);
+        self.settle(ctx, now);
+    }
+}

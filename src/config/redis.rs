@@ -1,0 +1,221 @@
+//! The top-level `redis` section: several instances sharing limits and breakers.
+//!
+//! ```json
+//! "redis": { "url": "redis://127.0.0.1:6379/0", "prefix": "ad", "timeout": "50ms",
+//!            "on_down": "local", "mode": "lease", "lease": "100ms", "heartbeat": "1s" }
+//! ```
+//!
+//! With it, a service's `rate_limit.shared: true` keeps its service bucket in
+//! Redis, and `breaker.shared: true` shares its nodes' breaker trips (see
+//! [`crate::redis`] with the `redis` cargo feature). Without the section, or
+//! without the flags, nothing is shared and no Redis is needed. A build
+//! without the `redis` feature refuses the section with a config error.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The section as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRedis {
+    pub url: String,
+    #[serde(default = "default_prefix")]
+    pub prefix: String,
+    #[serde(default = "default_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    #[serde(default = "default_on_down")]
+    pub on_down: String,
+    #[serde(default = "default_mode")]
+    pub mode: String,
+    #[serde(default = "default_lease", with = "humantime_serde")]
+    pub lease: Duration,
+    #[serde(default = "default_heartbeat", with = "humantime_serde")]
+    pub heartbeat: Duration,
+}
+
+fn default_prefix() -> String {
+    "ad".into()
+}
+fn default_timeout() -> Duration {
+    Duration::from_millis(50)
+}
+fn default_on_down() -> String {
+    "local".into()
+}
+fn default_mode() -> String {
+    "lease".into()
+}
+fn default_lease() -> Duration {
+    Duration::from_millis(100)
+}
+fn default_heartbeat() -> Duration {
+    Duration::from_secs(1)
+}
+
+/// What an instance does while Redis does not answer within `timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnDown {
+    /// Local limits at `rate / (last known live instances)`, local breakers
+    /// (default).
+    Local,
+    /// Admit as if no shared limit were set (local breakers still apply).
+    Allow,
+    /// Reject the service's tasks (`SharedLimitDown`) until Redis is back.
+    Deny,
+}
+
+/// How a shared bucket's tokens reach the balancer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SharedMode {
+    /// The balancer takes a lease of tokens ahead (at most `rate · lease`),
+    /// usable for `lease`; dispatch does not wait on Redis per task. Over
+    /// any window T the backends see at most `burst + rate · (T + lease)`.
+    Lease,
+    /// Every admission is one token taken by the script, batched per
+    /// balancer turn; tasks wait in the queue meanwhile. At most
+    /// `burst + rate · T`.
+    Exact,
+}
+
+/// The validated `redis` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedisConfig {
+    /// Connection URL (`redis://host:port/db`, `redis+unix:///path`).
+    pub url: String,
+    /// Prefix of every key (default `ad`).
+    pub prefix: String,
+    /// Longest wait for an answer before `on_down` applies (default 50 ms).
+    pub timeout: Duration,
+    /// Policy while Redis is slow or gone (default `local`).
+    pub on_down: OnDown,
+    /// Lease or exact admissions (default `lease`).
+    pub mode: SharedMode,
+    /// Validity of a lease of tokens (default 100 ms).
+    pub lease: Duration,
+    /// Membership heartbeat period (default 1 s); an instance silent for
+    /// three periods no longer counts as live.
+    pub heartbeat: Duration,
+}
+
+/// Validates the section; errors are `(field, message)`.
+pub(crate) fn validate(raw: RawRedis) -> Result<RedisConfig, (String, String)> {
+    let err = |f: &str, m: &str| Err((format!("redis.{f}"), m.to_string()));
+    if !(raw.url.starts_with("redis://")
+        || raw.url.starts_with("rediss://")
+        || raw.url.starts_with("redis+unix://")
+        || raw.url.starts_with("unix://"))
+    {
+        return err("url", "expected a redis:// or redis+unix:// URL");
+    }
+    if raw.prefix.is_empty() || raw.prefix.contains(['{', '}']) {
+        return err("prefix", "must be non-empty, without braces");
+    }
+    let bounded = |d: Duration| !d.is_zero() && d <= Duration::from_secs(60);
+    if !bounded(raw.timeout) {
+        return err("timeout", "must be in (0, 60s]");
+    }
+    if !bounded(raw.lease) {
+        return err("lease", "must be in (0, 60s]");
+    }
+    if !bounded(raw.heartbeat) {
+        return err("heartbeat", "must be in (0, 60s]");
+    }
+    let on_down = match raw.on_down.to_ascii_lowercase().as_str() {
+        "local" => OnDown::Local,
+        "allow" => OnDown::Allow,
+        "deny" => OnDown::Deny,
+        _ => return err("on_down", "expected local, allow or deny"),
+    };
+    let mode = match raw.mode.to_ascii_lowercase().as_str() {
+        "lease" => SharedMode::Lease,
+        "exact" => SharedMode::Exact,
+        _ => return err("mode", "expected lease or exact"),
+    };
+    if !cfg!(feature = "redis") {
+        return err("url", "this build has no `redis` cargo feature");
+    }
+    Ok(RedisConfig {
+        url: raw.url,
+        prefix: raw.prefix,
+        timeout: raw.timeout,
+        on_down,
+        mode,
+        lease: raw.lease,
+        heartbeat: raw.heartbeat,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, OnDown, SharedMode};
+
+    const SVC: &str = r#"{"name":"a","endpoints":[{"address":"http://h/"}],
+        "rate_limit":{"service":{"rate":5,"burst":2},"shared":true},"breaker":{"shared":true,"quorum":2}}"#;
+
+    #[test]
+    fn without_the_section_nothing_is_shared() {
+        let c = Config::from_json(
+            r#"{"services":[{"name":"a","endpoints":[{"address":"http://h/"}]}]}"#,
+        )
+        .unwrap();
+        assert!(c.redis.is_none());
+        assert!(!c.services[0].rate_limit.shared);
+        assert!(!c.services[0].breaker.shared);
+        assert_eq!(c.services[0].breaker.quorum, 1);
+    }
+
+    #[test]
+    fn shared_flags_need_the_section() {
+        let e = Config::from_json(&format!(r#"{{"services":[{SVC}]}}"#)).unwrap_err();
+        assert!(
+            e.to_string().contains("need a top-level `redis` section"),
+            "{e}"
+        );
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn the_section_with_defaults_and_values() {
+        let c = Config::from_json(&format!(
+            r#"{{"redis":{{"url":"redis://127.0.0.1:6379/0"}},"services":[{SVC}]}}"#
+        ))
+        .unwrap();
+        let r = c.redis.unwrap();
+        assert_eq!(r.prefix, "ad");
+        assert_eq!(r.timeout, std::time::Duration::from_millis(50));
+        assert_eq!(r.on_down, OnDown::Local);
+        assert_eq!(r.mode, SharedMode::Lease);
+        assert!(c.services[0].rate_limit.shared);
+        assert_eq!(c.services[0].breaker.quorum, 2);
+        let c = Config::from_json(&format!(
+            r#"{{"redis":{{"url":"redis://r/","on_down":"deny","mode":"exact","timeout":"20ms"}},"services":[{SVC}]}}"#
+        ))
+        .unwrap();
+        let r = c.redis.unwrap();
+        assert_eq!((r.on_down, r.mode), (OnDown::Deny, SharedMode::Exact));
+        for (bad, field) in [
+            (r#"{"url":"http://r/"}"#, "redis.url"),
+            (r#"{"url":"redis://r/","on_down":"maybe"}"#, "redis.on_down"),
+            (r#"{"url":"redis://r/","timeout":"0s"}"#, "redis.timeout"),
+            (r#"{"url":"redis://r/","prefix":"a{b}"}"#, "redis.prefix"),
+            (r#"{"url":"redis://r/","nope":1}"#, "redis"),
+        ] {
+            let e =
+                Config::from_json(&format!(r#"{{"redis":{bad},"services":[{SVC}]}}"#)).unwrap_err();
+            assert!(e.to_string().contains(field), "{bad}: {e}");
+        }
+    }
+
+    #[cfg(not(feature = "redis"))]
+    #[test]
+    fn a_build_without_the_feature_refuses_the_section() {
+        let e = Config::from_json(&format!(
+            r#"{{"redis":{{"url":"redis://127.0.0.1:6379/0"}},"services":[{SVC}]}}"#
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("no `redis` cargo feature"), "{e}");
+    }
+}

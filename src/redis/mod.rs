@@ -1,0 +1,448 @@
+//! Limits and breakers shared by several instances through Redis (feature `redis`).
+//!
+//! An application that embeds the engine often runs as several replicas.
+//! Alone, each replica would enforce its own limits (a backend allowed
+//! 20 requests/s would see 20·N from N replicas) and keep its own breakers
+//! (a node one replica found dead would still get the others' traffic).
+//! With a top-level `redis` section and a service's `rate_limit.shared` or
+//! `breaker.shared`, the state that must agree lives in Redis and changes
+//! only inside Lua scripts that read Redis `TIME`, so the instances' clocks
+//! never matter:
+//!
+//! * **Token buckets** (`gcra.lua`): GCRA in integer microseconds, the same
+//!   rule as [`crate::algo::limiter::TokenBucket`]; keys are hash-tagged per
+//!   service (`ad:{svc}:rl`) so a Redis Cluster keeps a service's keys on one
+//!   slot, and expire when the bucket is full again. The balancer takes
+//!   tokens either as a short **lease** (up to `rate · lease` tokens, usable
+//!   for `lease`: the backends see at most `burst + rate · (T + lease)` over
+//!   any window T) or **exactly** (the routes of one balancer turn wait for
+//!   one script call; at most `burst + rate · T`).
+//! * **Breakers** (`breaker.lua`): a trip is recorded as "open for d" (Redis
+//!   `TIME` + d, the local breaker's doubling open time), shared once
+//!   `quorum` instances reported it; the other instances read it at each
+//!   `refresh_interval`. After it, exactly one instance probes (a
+//!   `SET NX PX` claim expiring with the probe timeout); its success closes
+//!   the node for all, its failure opens it again for twice as long.
+//! * **Membership**: every instance heartbeats into a sorted set; the count
+//!   of live ones is in `stats()` and divides the rate of the local fallback.
+//!
+//! Nothing waits on Redis: calls run as tasks beside the actors, with
+//! `timeout`, and their answers arrive as messages. While Redis does not
+//! answer, `on_down` applies (`local`: the bucket at `rate / live`, local
+//! breakers; `allow`; `deny`), logged once at `warn`, and at `info` when
+//! Redis is back; the connection manager reconnects by itself.
+
+mod share;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use actix::prelude::*;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Script;
+use tokio::time::Instant;
+
+use crate::config::{BucketConfig, RedisConfig};
+
+pub(crate) use share::{Admit, ServiceShare};
+
+/// The GCRA script (see its header for keys and arguments).
+pub const GCRA_LUA: &str = include_str!("gcra.lua");
+/// The shared-breaker script.
+pub const BREAKER_LUA: &str = include_str!("breaker.lua");
+
+const MEMBERS_LUA: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
+return redis.call('ZCARD', KEYS[1])
+"#;
+
+/// A bucket's GCRA parameters in µs: (emission interval, tolerance).
+pub fn gcra_params(b: BucketConfig) -> (u64, u64) {
+    let interval = ((1e6 / b.rate).round() as u64).max(1);
+    (interval, interval.saturating_mul(u64::from(b.burst - 1)))
+}
+
+/// The answer of one `gcra.lua` call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taken {
+    /// Tokens granted (0..=wanted).
+    pub granted: u32,
+    /// Time until the next token when fewer than wanted were granted.
+    pub retry_in: Duration,
+    /// Redis's clock at the call, µs.
+    pub now_us: u64,
+}
+
+/// Runs `gcra.lua` once: `want` tokens from every bucket of `keys` (each
+/// with its config), at Redis `TIME` or, in tests, at `now_us`.
+pub async fn take_tokens<C: redis::aio::ConnectionLike>(
+    con: &mut C,
+    keys: &[(String, BucketConfig)],
+    want: u32,
+    now_us: Option<u64>,
+) -> redis::RedisResult<Taken> {
+    let script = Script::new(GCRA_LUA);
+    let mut inv = script.prepare_invoke();
+    inv.arg(want.max(1));
+    for (k, b) in keys {
+        let (iv, tol) = gcra_params(*b);
+        inv.key(k).arg(iv).arg(tol);
+    }
+    if let Some(now) = now_us {
+        inv.arg(now);
+    }
+    let (granted, retry, now): (u64, u64, u64) = inv.invoke_async(con).await?;
+    Ok(Taken {
+        granted: u32::try_from(granted).unwrap_or(u32::MAX),
+        retry_in: Duration::from_micros(retry),
+        now_us: now,
+    })
+}
+
+/// Answer to the balancer: tokens taken for its service (or Redis down).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct Granted {
+    /// `None`: Redis did not answer within `timeout`.
+    pub taken: Option<Taken>,
+    /// When the call was sent.
+    pub asked: Instant,
+}
+
+/// The shared state of one node's breaker, as read at a refresh.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SharedState {
+    Closed,
+    /// Open for this much longer.
+    Open(Duration),
+    /// Open time over, no probe has succeeded yet.
+    HalfOpen,
+}
+
+/// Answer to the balancer: the shared breakers of its nodes.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct SharedBreakers(pub Vec<(Arc<str>, SharedState)>);
+
+/// Answer to the balancer: whether it holds the probe claim of `node`.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct ProbeClaimed {
+    pub node: Arc<str>,
+    pub won: bool,
+}
+
+/// Dispatcher to balancer: the instance's Redis handle.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct UseShared(pub SharedLimits);
+
+/// What `stats()` shows of the shared state.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct SharedStats {
+    /// Instances that heartbeated within three periods (this one included);
+    /// the last count read while Redis answered.
+    pub live_instances: u64,
+    /// Redis did not answer the last call within `timeout`.
+    pub down: bool,
+    /// Script calls made (round trips), and calls that timed out or failed.
+    pub round_trips: u64,
+    /// Calls that timed out or failed.
+    pub failures: u64,
+}
+
+struct Inner {
+    cfg: RedisConfig,
+    instance: String,
+    conn: ConnectionManager,
+    gcra: Script,
+    breaker: Script,
+    live: AtomicU64,
+    down: AtomicBool,
+    round_trips: AtomicU64,
+    failures: AtomicU64,
+}
+
+/// One instance's Redis connection and its calls. Cheap to clone.
+#[derive(Clone)]
+pub struct SharedLimits {
+    inner: Arc<Inner>,
+}
+
+impl SharedLimits {
+    /// Opens the (lazy) connection for `cfg` and starts the heartbeat on
+    /// the current arbiter. Fails only on a malformed URL.
+    pub fn start(cfg: &RedisConfig) -> redis::RedisResult<SharedLimits> {
+        let client = redis::Client::open(cfg.url.as_str())?;
+        let mc = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(cfg.timeout))
+            .set_response_timeout(Some(cfg.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(cfg.heartbeat);
+        let conn = ConnectionManager::new_lazy_with_config(client, mc)?;
+        let instance = format!("{}-{:016x}", std::process::id(), rand::random::<u64>());
+        let s = SharedLimits {
+            inner: Arc::new(Inner {
+                cfg: cfg.clone(),
+                instance,
+                conn,
+                gcra: Script::new(GCRA_LUA),
+                breaker: Script::new(BREAKER_LUA),
+                live: AtomicU64::new(1),
+                down: AtomicBool::new(false),
+                round_trips: AtomicU64::new(0),
+                failures: AtomicU64::new(0),
+            }),
+        };
+        actix::spawn(heartbeat(Arc::downgrade(&s.inner)));
+        Ok(s)
+    }
+
+    /// The config it runs on.
+    pub fn config(&self) -> &RedisConfig {
+        &self.inner.cfg
+    }
+
+    /// Live instances, as last read (at least 1).
+    pub fn live(&self) -> u64 {
+        self.inner.live.load(Ordering::Relaxed).max(1)
+    }
+
+    /// The stats snapshot.
+    pub fn stats(&self) -> SharedStats {
+        let i = &self.inner;
+        SharedStats {
+            live_instances: self.live(),
+            down: i.down.load(Ordering::Relaxed),
+            round_trips: i.round_trips.load(Ordering::Relaxed),
+            failures: i.failures.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The hash-tagged key `prefix:{service}:rest`.
+    fn key(&self, service: &str, rest: &str) -> String {
+        format!("{}:{{{service}}}:{rest}", self.inner.cfg.prefix)
+    }
+
+    /// Takes up to `want` tokens of `service`'s shared bucket; the answer
+    /// goes to `reply` as [`Granted`].
+    pub(crate) fn take(
+        &self,
+        service: &str,
+        bucket: BucketConfig,
+        want: u32,
+        reply: Recipient<Granted>,
+    ) {
+        let s = self.clone();
+        let key = self.key(service, "rl");
+        let asked = Instant::now();
+        actix::spawn(async move {
+            let mut con = s.inner.conn.clone();
+            let (iv, tol) = gcra_params(bucket);
+            let mut inv = s.inner.gcra.prepare_invoke();
+            inv.key(key).arg(want.max(1)).arg(iv).arg(tol);
+            let r = s
+                .call(async move {
+                    let v: (u64, u64, u64) = inv.invoke_async(&mut con).await?;
+                    Ok(v)
+                })
+                .await;
+            let taken = r.map(|(g, retry, now)| Taken {
+                granted: u32::try_from(g).unwrap_or(u32::MAX),
+                retry_in: Duration::from_micros(retry),
+                now_us: now,
+            });
+            reply.do_send(Granted { taken, asked });
+        });
+    }
+
+    fn breaker_keys(&self, service: &str, node: &str) -> [String; 4] {
+        ["open", "tripped", "probe", "reports"]
+            .map(|k| self.key(service, &format!("br:{node}:{k}")))
+    }
+
+    /// Runs `breaker.lua` with `args` after the operation; fire and forget,
+    /// or the integer answer to `then`.
+    fn breaker_op(
+        &self,
+        service: &str,
+        node: &str,
+        op: &'static str,
+        args: Vec<u64>,
+        then: impl FnOnce(Option<i64>) + 'static,
+    ) {
+        let s = self.clone();
+        let keys = self.breaker_keys(service, node);
+        actix::spawn(async move {
+            let mut con = s.inner.conn.clone();
+            let mut inv = s.inner.breaker.prepare_invoke();
+            for k in &keys {
+                inv.key(k);
+            }
+            inv.arg(op).arg(&s.inner.instance);
+            for a in args {
+                inv.arg(a);
+            }
+            let r = s
+                .call(async move {
+                    let v: i64 = inv.invoke_async(&mut con).await?;
+                    Ok(v)
+                })
+                .await;
+            then(r);
+        });
+    }
+
+    /// This instance's breaker of `node` tripped, open for `open_for`.
+    pub(crate) fn trip(&self, service: &str, node: &str, open_for: Duration, quorum: u32) {
+        let window = self.inner.cfg.heartbeat.max(open_for) * 3;
+        let (svc, n) = (service.to_string(), node.to_string());
+        let args = vec![millis(open_for), u64::from(quorum.max(1)), millis(window)];
+        self.breaker_op(service, node, "trip", args, move |r| {
+            if let Some(ms) = r.filter(|ms| *ms > 0) {
+                log::info!("service {svc}: node {n}: shared breaker open for {ms} ms");
+            }
+        });
+    }
+
+    /// The probe this instance sent to `node` failed: open again, longer.
+    pub(crate) fn reopen(&self, service: &str, node: &str, open_for: Duration, max: Duration) {
+        let args = vec![millis(open_for), millis(max)];
+        self.breaker_op(service, node, "reopen", args, |_| {});
+    }
+
+    /// A probe to `node` succeeded: closed for every instance.
+    pub(crate) fn close(&self, service: &str, node: &str) {
+        let (svc, n) = (service.to_string(), node.to_string());
+        self.breaker_op(service, node, "close", vec![], move |r| {
+            if r.is_some() {
+                log::info!("service {svc}: node {n}: shared breaker closed");
+            }
+        });
+    }
+
+    /// Asks for the half-open probe claim of `node` for `ttl`.
+    pub(crate) fn claim(
+        &self,
+        service: &str,
+        node: Arc<str>,
+        ttl: Duration,
+        reply: Recipient<ProbeClaimed>,
+    ) {
+        let n = node.clone();
+        self.breaker_op(service, &n, "claim", vec![millis(ttl)], move |r| {
+            reply.do_send(ProbeClaimed {
+                node,
+                won: r == Some(1),
+            });
+        });
+    }
+
+    /// Reads the shared breakers of `nodes`; the answer goes to `reply`
+    /// (nothing when Redis does not answer: the views keep their state).
+    pub(crate) fn poll(
+        &self,
+        service: &str,
+        nodes: Vec<Arc<str>>,
+        reply: Recipient<SharedBreakers>,
+    ) {
+        let s = self.clone();
+        let mut pipe = redis::pipe();
+        for n in &nodes {
+            let [open, tripped, _, _] = self.breaker_keys(service, n);
+            pipe.cmd("PTTL").arg(open).cmd("EXISTS").arg(tripped);
+        }
+        actix::spawn(async move {
+            let mut con = s.inner.conn.clone();
+            let r = s
+                .call(async move {
+                    let v: Vec<i64> = pipe.query_async(&mut con).await?;
+                    Ok(v)
+                })
+                .await;
+            let Some(v) = r else { return };
+            let states = nodes
+                .into_iter()
+                .zip(v.chunks(2))
+                .map(|(n, c)| {
+                    let state = match (c[0], c.get(1).copied().unwrap_or(0)) {
+                        (pttl, _) if pttl > 0 => {
+                            SharedState::Open(Duration::from_millis(pttl as u64))
+                        }
+                        (_, 1) => SharedState::HalfOpen,
+                        _ => SharedState::Closed,
+                    };
+                    (n, state)
+                })
+                .collect();
+            reply.do_send(SharedBreakers(states));
+        });
+    }
+
+    /// Runs one call with the timeout; counts it, tracks up/down.
+    async fn call<T>(
+        &self,
+        f: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Option<T> {
+        let i = &self.inner;
+        i.round_trips.fetch_add(1, Ordering::Relaxed);
+        let r = match tokio::time::timeout(i.cfg.timeout, f).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {:?}", i.cfg.timeout)),
+        };
+        match r {
+            Ok(v) => {
+                if i.down.swap(false, Ordering::Relaxed) {
+                    log::info!("redis {}: answering again; shared limits back", i.cfg.url);
+                }
+                Some(v)
+            }
+            Err(e) => {
+                i.failures.fetch_add(1, Ordering::Relaxed);
+                if !i.down.swap(true, Ordering::Relaxed) {
+                    log::warn!(
+                        "redis {}: {e}; on_down {:?} applies until it answers",
+                        i.cfg.url,
+                        i.cfg.on_down
+                    );
+                }
+                None
+            }
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// Heartbeats until the handle is dropped (one call per period).
+async fn heartbeat(inner: Weak<Inner>) {
+    loop {
+        let Some(i) = inner.upgrade() else { return };
+        let s = SharedLimits { inner: i };
+        let period = s.inner.cfg.heartbeat;
+        let key = format!("{}:members", s.inner.cfg.prefix);
+        let mut con = s.inner.conn.clone();
+        let script = Script::new(MEMBERS_LUA);
+        let mut inv = script.prepare_invoke();
+        inv.key(key).arg(&s.inner.instance).arg(millis(period * 3));
+        let r = s
+            .call(async move {
+                let n: u64 = inv.invoke_async(&mut con).await?;
+                Ok(n)
+            })
+            .await;
+        if let Some(n) = r {
+            s.inner.live.store(n.max(1), Ordering::Relaxed);
+        }
+        drop(s);
+        tokio::time::sleep(period).await;
+    }
+}

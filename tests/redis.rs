@@ -1,0 +1,387 @@
+//! Limits and breakers shared through a real redis-server (feature `redis`).
+//!
+//! Each test starts its own `redis-server` (ephemeral port, no persistence;
+//! skipped when it is not installed, failing instead when `CI` is set) and
+//! runs each engine instance in its own thread and actix System, as
+//! separate processes would.
+
+#![cfg(feature = "redis")]
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)]
+
+#[path = "support/redis.rs"]
+mod redis_server;
+mod support;
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use actix_dispatch::algo::limiter::TokenBucket;
+use actix_dispatch::config::BucketConfig;
+use actix_dispatch::redis::take_tokens;
+use actix_dispatch::{Config, Dispatcher, Task, TaskResult};
+use redis_server::RedisServer;
+use support::Backend;
+
+/// One engine instance: a dispatcher on its own thread and System.
+struct Instance {
+    d: Dispatcher,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Instance {
+    fn start(cfg: Config) -> Instance {
+        let (tx, rx) = mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = thread::spawn(move || {
+            actix::System::new().block_on(async move {
+                let d = Dispatcher::start(cfg).expect("start");
+                tx.send(d.clone()).expect("send");
+                let _ = stop_rx.await;
+                d.shutdown(Duration::ZERO).await;
+            });
+        });
+        let d = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("instance up");
+        Instance {
+            d,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn config(redis: &str, backends: &[&Backend], service_extra: &str) -> Config {
+    let eps: Vec<String> = backends
+        .iter()
+        .map(|b| format!(r#"{{"address":"{}","max_concurrent":20}}"#, b.url()))
+        .collect();
+    let json = format!(
+        r#"{{"redis":{redis},"services":[{{"name":"svc","mode":"round_robin","endpoints":[{}],{service_extra}}}]}}"#,
+        eps.join(",")
+    );
+    Config::from_json(&json).unwrap_or_else(|e| panic!("{e}\n{json}"))
+}
+
+fn submit_many(d: &Dispatcher, n: usize) -> Vec<actix_dispatch::Submission> {
+    (0..n)
+        .map(|i| d.submit(Task::get("svc", format!("/t/{i}"))))
+        .collect()
+}
+
+// === the script against the local GCRA ===
+
+/// The script decides exactly as `TokenBucket` does, under a forced `now`:
+/// every arrival of a sequence is admitted or refused alike.
+#[actix_rt::test]
+async fn gcra_script_is_exact_under_a_forced_now() {
+    let Some(srv) = RedisServer::start() else {
+        return;
+    };
+    let client = redis::Client::open(srv.url()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let base: u64 = 1_700_000_000_000_000;
+
+    // A fresh bucket admits exactly its burst at one instant (rate 10,
+    // burst 5); the next token is due one interval (100 ms) later.
+    let b = BucketConfig {
+        rate: 10.0,
+        burst: 5,
+    };
+    let keys = vec![("t:{a}:rl".to_string(), b)];
+    let t = take_tokens(&mut con, &keys, 7, Some(base)).await.unwrap();
+    assert_eq!(t.granted, 5);
+    assert_eq!(t.retry_in, Duration::from_millis(100));
+    let t = take_tokens(&mut con, &keys, 1, Some(base + 99_999))
+        .await
+        .unwrap();
+    assert_eq!((t.granted, t.retry_in), (0, Duration::from_micros(1)));
+    let t = take_tokens(&mut con, &keys, 1, Some(base + 100_000))
+        .await
+        .unwrap();
+    assert_eq!(t.granted, 1);
+    // TTL (on Redis's own clock): the time until the bucket is full again,
+    // here 3 intervals after taking 3 tokens.
+    let ttl_keys = vec![("t:{ttl}:rl".to_string(), b)];
+    let t = take_tokens(&mut con, &ttl_keys, 3, None).await.unwrap();
+    assert_eq!(t.granted, 3);
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg("t:{ttl}:rl")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(pttl > 200 && pttl <= 300, "pttl {pttl}");
+
+    // Steady overload (arrivals every T/2): burst + n admitted, as the
+    // local bucket's test says; and arrival by arrival the same answers.
+    for (i, burst) in [1u32, 4, 25].into_iter().enumerate() {
+        let b = BucketConfig { rate: 100.0, burst };
+        let keys = vec![(format!("t:{{s{i}}}:rl"), b)];
+        let t0 = tokio::time::Instant::now();
+        let mut local = TokenBucket::new(100.0, burst, t0);
+        let n = 100u64;
+        let mut admitted = 0;
+        for k in 0..=2 * n {
+            let us = k * 5_000;
+            let remote = take_tokens(&mut con, &keys, 1, Some(base + us))
+                .await
+                .unwrap();
+            let here = local.try_acquire(t0 + Duration::from_micros(us)).is_ok();
+            assert_eq!(remote.granted == 1, here, "burst {burst}, arrival {k}");
+            admitted += remote.granted as u64;
+        }
+        assert_eq!(admitted, u64::from(burst) + n, "burst {burst}");
+    }
+
+    // Irregular gaps (rate 250/s: T = 4 ms exactly in µs and ns).
+    let b = BucketConfig {
+        rate: 250.0,
+        burst: 3,
+    };
+    let keys = vec![("t:{g}:rl".to_string(), b)];
+    let t0 = tokio::time::Instant::now();
+    let mut local = TokenBucket::new(250.0, 3, t0);
+    let mut us = 0u64;
+    for k in 0..300u64 {
+        us += (k * 7_919) % 9_000;
+        let remote = take_tokens(&mut con, &keys, 1, Some(base + us))
+            .await
+            .unwrap();
+        let here = local.try_acquire(t0 + Duration::from_micros(us));
+        assert_eq!(remote.granted == 1, here.is_ok(), "arrival {k} at {us} µs");
+    }
+
+    // Atomic over several buckets (a service's and a node's): tokens are
+    // taken from both or neither.
+    let svc = BucketConfig {
+        rate: 10.0,
+        burst: 2,
+    };
+    let node = BucketConfig {
+        rate: 100.0,
+        burst: 5,
+    };
+    let keys = vec![
+        ("t:{m}:rl".to_string(), svc),
+        ("t:{m}:node".to_string(), node),
+    ];
+    let t = take_tokens(&mut con, &keys, 4, Some(base)).await.unwrap();
+    assert_eq!(t.granted, 2);
+    let t = take_tokens(&mut con, &keys[1..], 4, Some(base))
+        .await
+        .unwrap();
+    assert_eq!(t.granted, 3, "the node bucket gave exactly 2 before");
+}
+
+// === one limit over three instances ===
+
+/// Three instances, one shared service limit (50/s, burst 10), one
+/// backend, for 2 s: the backend sees at most burst + rate·T (+ the lease
+/// bound rate·lease in lease mode) and at least 90 % of burst + rate·T.
+fn three_instances_share_one_limit(mode: &str) -> (u64, u64) {
+    support::init_logs();
+    let Some(srv) = RedisServer::start() else {
+        return (0, 0);
+    };
+    let backend = Backend::start();
+    let redis = format!(
+        r#"{{"url":"{}","prefix":"{mode}","timeout":"200ms","mode":"{mode}","lease":"100ms"}}"#,
+        srv.url()
+    );
+    let cfg = config(
+        &redis,
+        &[&backend],
+        r#""rate_limit":{"service":{"rate":50,"burst":10},"shared":true},"queue":{"capacity":2000}"#,
+    );
+    let instances: Vec<Instance> = (0..3).map(|_| Instance::start(cfg.clone())).collect();
+    // Let every instance connect and heartbeat before the clock starts.
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(backend.hits(), 0);
+    let t0 = Instant::now();
+    let pending: Vec<_> = instances.iter().map(|i| submit_many(&i.d, 300)).collect();
+    thread::sleep(Duration::from_secs(2).saturating_sub(t0.elapsed()));
+    let hits = backend.hits();
+    let elapsed = t0.elapsed();
+    drop(instances);
+    drop(pending);
+    let lease = if mode == "lease" { 5 } else { 0 };
+    // burst + rate·T, T the measured window (a few ms past 2 s).
+    let bound = 10 + (50.0 * elapsed.as_secs_f64()).floor() as u64;
+    eprintln!("{mode}: {hits} admissions in {elapsed:?}; bound {bound} + lease {lease}");
+    assert!(hits <= bound + lease, "{hits} > {bound} + {lease}");
+    assert!(hits * 10 >= 110 * 9, "{hits} below 90 % of 110");
+    (hits, bound)
+}
+
+#[test]
+fn three_instances_share_one_limit_leased() {
+    three_instances_share_one_limit("lease");
+}
+
+#[test]
+fn three_instances_share_one_limit_exact() {
+    three_instances_share_one_limit("exact");
+}
+
+// === breakers ===
+
+/// A breaker tripped by instance A keeps B and C off the node from their
+/// next refresh; in half-open exactly one instance probes; a probe's
+/// success closes it for all.
+#[test]
+fn a_trip_by_one_instance_stops_the_others_and_one_probe_goes() {
+    support::init_logs();
+    let Some(srv) = RedisServer::start() else {
+        return;
+    };
+    let good = Backend::start();
+    let bad = Backend::start();
+    let redis = format!(
+        r#"{{"url":"{}","prefix":"br","timeout":"200ms"}}"#,
+        srv.url()
+    );
+    let cfg = config(
+        &redis,
+        &[&good, &bad],
+        r#""balancer":{"refresh_interval":"100ms"},
+           "retry":{"max_retries":0},
+           "breaker":{"consecutive_failures":3,"open_for":"1s","max_open_for":"4s",
+                      "probe_timeout":"1s","half_open_probes":1,"shared":true}"#,
+    );
+    let inst: Vec<Instance> = (0..3).map(|_| Instance::start(cfg.clone())).collect();
+    thread::sleep(Duration::from_millis(300));
+    bad.set_status(Some(500));
+    let rt = actix::System::new();
+    // A alone trips the bad node (round robin: every other task).
+    let rs: Vec<TaskResult> = rt.block_on(futures::future::join_all(submit_many(&inst[0].d, 12)));
+    assert_eq!(rs.len(), 12);
+    let trip = Instant::now();
+    assert!(
+        bad.hits() >= 3,
+        "A reached the bad node {} times",
+        bad.hits()
+    );
+    // One refresh interval (100 ms) and a margin for a busy machine.
+    thread::sleep(Duration::from_millis(250));
+    let before = bad.hits();
+    for i in &inst[1..] {
+        let rs = rt.block_on(futures::future::join_all(submit_many(&i.d, 20)));
+        assert!(
+            rs.iter().all(|r| r.is_success()),
+            "B and C use the good node"
+        );
+    }
+    assert_eq!(
+        bad.hits(),
+        before,
+        "B and C sent nothing to the tripped node"
+    );
+
+    // Half-open (1 s after the trip): every instance keeps sending; exactly
+    // one probe reaches the node (it fails: open again for 2 s).
+    let until = trip + Duration::from_millis(2_600);
+    let mut sent = 0;
+    while Instant::now() < until && sent < 1_000 {
+        for i in &inst {
+            drop(rt.block_on(i.d.submit(Task::get("svc", "/p"))));
+        }
+        sent += 1;
+        thread::sleep(Duration::from_millis(20));
+    }
+    let probes = bad
+        .hit_times()
+        .into_iter()
+        .filter(|t| *t > trip + Duration::from_millis(500))
+        .count();
+    assert_eq!(probes, 1, "one probe across the three instances");
+
+    // Healthy again: the next probe (after the doubled open time) succeeds
+    // and the node is closed for every instance.
+    bad.set_status(None);
+    let until = trip + Duration::from_millis(5_500);
+    let mut sent = 0;
+    while Instant::now() < until && sent < 2_000 {
+        for i in &inst {
+            drop(rt.block_on(i.d.submit(Task::get("svc", "/p"))));
+        }
+        sent += 1;
+        thread::sleep(Duration::from_millis(20));
+    }
+    let after = bad.hits() - before;
+    assert!(
+        after >= 10,
+        "the node serves again after a good probe ({after} hits)"
+    );
+}
+
+// === Redis paused ===
+
+/// `kill -STOP` of redis-server mid-run: no task lost or stuck, the local
+/// fallback applies within the timeout, and after `kill -CONT` it is back.
+#[test]
+fn a_paused_redis_falls_back_to_local_limits_and_recovers() {
+    support::init_logs();
+    let Some(srv) = RedisServer::start() else {
+        return;
+    };
+    let backend = Backend::start();
+    let redis = format!(
+        r#"{{"url":"{}","prefix":"stop","timeout":"50ms","on_down":"local"}}"#,
+        srv.url()
+    );
+    let cfg = config(
+        &redis,
+        &[&backend],
+        r#""rate_limit":{"service":{"rate":50,"burst":10},"shared":true}"#,
+    );
+    let a = Instance::start(cfg);
+    thread::sleep(Duration::from_millis(300));
+    let rt = actix::System::new();
+    let t0 = Instant::now();
+    let all = submit_many(&a.d, 150);
+    thread::sleep(Duration::from_millis(500));
+    srv.pause();
+    let paused = Instant::now();
+    thread::sleep(Duration::from_millis(200));
+    let h1 = backend.hits();
+    let down = rt.block_on(a.d.stats()).shared.expect("shared stats");
+    assert!(down.down, "down is shown in stats");
+    thread::sleep(Duration::from_millis(700));
+    let h2 = backend.hits();
+    // Local fallback at 50/s (one live instance): ~35 in 700 ms.
+    assert!(
+        h2 - h1 >= 15,
+        "local limits serve while Redis is paused: {}",
+        h2 - h1
+    );
+    assert!(
+        h2 - h1 <= 40,
+        "local limits hold while Redis is paused: {}",
+        h2 - h1
+    );
+    srv.resume();
+    eprintln!("paused for {:?}", paused.elapsed());
+    let rs: Vec<TaskResult> = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(15), futures::future::join_all(all))
+            .await
+            .expect("no task stuck")
+    });
+    assert_eq!(rs.len(), 150);
+    assert!(rs.iter().all(|r| r.is_success()), "every task served");
+    let up = rt.block_on(a.d.stats()).shared.expect("shared stats");
+    assert!(!up.down, "back after kill -CONT");
+    eprintln!("150 tasks in {:?}", t0.elapsed());
+}
