@@ -215,6 +215,11 @@ fn three_instances_share_one_limit(mode: &str) -> (u64, u64) {
     thread::sleep(Duration::from_secs(2).saturating_sub(t0.elapsed()));
     let hits = backend.hits();
     let elapsed = t0.elapsed();
+    // Every instance heartbeated (once a second): three are live.
+    let rt = actix::System::new();
+    let shared = rt.block_on(instances[0].d.stats()).shared.expect("shared");
+    assert_eq!(shared.live_instances, 3, "{shared:?}");
+    eprintln!("{mode}: redis {shared:?}");
     drop(instances);
     drop(pending);
     let lease = if mode == "lease" { 5 } else { 0 };
@@ -384,4 +389,63 @@ fn a_paused_redis_falls_back_to_local_limits_and_recovers() {
     let up = rt.block_on(a.d.stats()).shared.expect("shared stats");
     assert!(!up.down, "back after kill -CONT");
     eprintln!("150 tasks in {:?}", t0.elapsed());
+}
+
+/// `on_down: deny`: while redis-server is paused the service rejects
+/// (`RateLimited`, within the timeout); after `kill -CONT` it serves again.
+#[test]
+fn on_down_deny_rejects_while_redis_is_paused() {
+    support::init_logs();
+    let Some(srv) = RedisServer::start() else {
+        return;
+    };
+    let backend = Backend::start();
+    let redis = format!(
+        r#"{{"url":"{}","prefix":"deny","timeout":"50ms","on_down":"deny","mode":"exact"}}"#,
+        srv.url()
+    );
+    let cfg = config(
+        &redis,
+        &[&backend],
+        r#""rate_limit":{"service":{"rate":100,"burst":10},"shared":true}"#,
+    );
+    let a = Instance::start(cfg);
+    let rt = actix::System::new();
+    thread::sleep(Duration::from_millis(300));
+    let ok = rt.block_on(a.d.submit(Task::get("svc", "/before")));
+    assert!(ok.is_success(), "{:?}", ok.outcome);
+    srv.pause();
+    // The first task after the pause waits at most the timeout, then the
+    // policy answers; later ones are refused at once.
+    let t = Instant::now();
+    let r = rt.block_on(a.d.submit(Task::get("svc", "/during")));
+    assert!(
+        matches!(
+            r.rejection(),
+            Some(actix_dispatch::Rejection::RateLimited { .. })
+        ),
+        "{:?}",
+        r.outcome
+    );
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
+    let hits = backend.hits();
+    for _ in 0..10 {
+        let r = rt.block_on(a.d.submit(Task::get("svc", "/during")));
+        assert!(r.is_rejected(), "{:?}", r.outcome);
+    }
+    assert_eq!(backend.hits(), hits, "nothing sent while denied");
+    srv.resume();
+    let t = Instant::now();
+    let mut served = false;
+    while t.elapsed() < Duration::from_secs(5) && !served {
+        thread::sleep(Duration::from_millis(50));
+        served = rt
+            .block_on(a.d.submit(Task::get("svc", "/after")))
+            .is_success();
+    }
+    assert!(served, "serves again after kill -CONT");
 }
