@@ -335,3 +335,39 @@ async fn added_endpoints_get_their_series_and_registration_is_per_registry() {
     assert_eq!(t1, t2);
     d.shutdown(Duration::from_secs(1)).await;
 }
+
+#[cfg(feature = "web")]
+#[actix_rt::test]
+async fn get_metrics_serves_the_exposition() {
+    use actix_web::{test, web, App};
+    init_logs();
+    let bs = backends(1);
+    let d = Dispatcher::start(config("round_robin", &[(&bs[0], 1, 10)], "")).unwrap();
+    assert!(d.submit(Task::get("svc", "/a")).await.is_success());
+    let app = test::init_service(
+        App::new()
+            .app_data(web::Data::new(d.clone()))
+            .configure(actix_dispatch::web::configure),
+    )
+    .await;
+    let resp =
+        test::call_service(&app, test::TestRequest::get().uri("/metrics").to_request()).await;
+    assert_eq!(resp.status(), 200);
+    let ct = resp
+        .headers()
+        .get("content-type")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(ct.starts_with("application/openmetrics-text"), "{ct}");
+    let body = test::read_body(resp).await;
+    let (_, samples) = parse(std::str::from_utf8(&body).unwrap());
+    let ok = value(
+        &samples,
+        "dispatch_tasks_total",
+        &[("service", "svc"), ("outcome", "success")],
+    );
+    assert_eq!(ok, 1.0);
+    d.shutdown(Duration::from_secs(1)).await;
+}
