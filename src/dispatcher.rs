@@ -92,9 +92,9 @@ impl DispatcherBuilder {
     }
 
     /// Starts the pipelines on the current arbiter.
-    pub fn start(self) -> Result<Dispatcher, ConfigError> {
+    pub fn start(self) -> Result<Dispatcher, StartError> {
         if actix::System::try_current().is_none() {
-            return Err(ConfigError::NoSystem);
+            return Err(StartError::NoSystem);
         }
         let factory = self
             .factory
@@ -136,6 +136,20 @@ impl DispatcherBuilder {
     }
 }
 
+/// Why [`Dispatcher::start`] could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// It was called outside a running actix `System` (start one with
+    /// `#[actix::main]`, `actix_rt::System::new()` or inside actix-web).
+    #[error("Dispatcher::start must be called inside a running actix System")]
+    NoSystem,
+    /// A part of the configuration that is only checked at start (the Redis
+    /// connection, say) is wrong.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
 /// A task the dispatcher could not finish before shutting down.
 #[derive(Debug, Clone)]
 pub struct Unfinished {
@@ -165,7 +179,7 @@ pub struct ShutdownReport {
 impl Dispatcher {
     /// Starts one pipeline per service with the default (awc) transport.
     /// Must be called inside a running actix `System`.
-    pub fn start(config: Config) -> Result<Dispatcher, ConfigError> {
+    pub fn start(config: Config) -> Result<Dispatcher, StartError> {
         Self::builder(config).start()
     }
 

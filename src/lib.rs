@@ -11,25 +11,55 @@
 //! per backend that performs attempts with awc and owns that backend's load
 //! counters, breaker and token bucket.
 //!
-//! ```no_run
+//! ```
+//! use std::time::Duration;
 //! use actix_dispatch::{Config, Dispatcher, Task};
 //!
 //! #[actix::main]
 //! async fn main() {
-//!     let config = Config::from_json(r#"{"services":[{"name":"api","mode":"p2c",
-//!         "endpoints":[{"address":"http://127.0.0.1:8081/"},{"address":"http://127.0.0.1:8082/"}]}]}"#)
-//!         .expect("valid config");
+//!     // A backend to talk to: an actix-web server on an ephemeral port.
+//!     let server = actix_web::HttpServer::new(|| {
+//!         actix_web::App::new().default_service(actix_web::web::to(|| async { "hello" }))
+//!     })
+//!     .workers(1)
+//!     .disable_signals()
+//!     .bind(("127.0.0.1", 0))
+//!     .unwrap();
+//!     let port = server.addrs()[0].port();
+//!     let server = server.run();
+//!     let backend = server.handle();
+//!     actix::spawn(server);
+//!
+//!     let config = Config::from_json(&format!(
+//!         r#"{{"services":[{{"name":"api","mode":"p2c",
+//!             "endpoints":[{{"address":"http://127.0.0.1:{port}/"}}]}}]}}"#
+//!     ))
+//!     .expect("valid config");
 //!     let dispatcher = Dispatcher::start(config).expect("inside a System");
 //!     let result = dispatcher.submit(Task::get("api", "/items/1")).await;
-//!     println!("{:?} after {} attempt(s)", result.outcome, result.attempts.len());
-//!     dispatcher.shutdown(std::time::Duration::from_secs(5)).await;
+//!     assert!(result.is_success(), "{:?}", result.outcome);
+//!     assert_eq!(result.response().unwrap().body, "hello");
+//!     let report = dispatcher.shutdown(Duration::from_secs(5)).await;
+//!     assert!(report.unfinished.is_empty());
+//!     backend.stop(true).await;
 //! }
 //! ```
+//!
+//! What a user needs is at the crate root: [`Dispatcher`] and its
+//! [`DispatcherBuilder`], [`Config`] and its parts, [`Task`], [`TaskResult`],
+//! [`Outcome`], [`Rejection`], the errors ([`ConfigError`], [`StartError`],
+//! [`PoolError`]), the stats types, the JSONL wire form ([`codec`]), and,
+//! behind their cargo features, the `web` gateway and `metrics` modules.
+//! [`transport`] is the extension point for another HTTP client.
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+// The actors and the algorithms are the implementation: public only so that
+// benchmarks, fault drills and tests can reach them, and hidden from the docs.
+#[doc(hidden)]
 pub mod actors;
+#[doc(hidden)]
 pub mod algo;
 pub mod codec;
 pub mod config;
@@ -53,7 +83,8 @@ pub use awc::http::Method;
 pub use config::EndpointConfig;
 pub use config::{Config, ConfigError, Mode, ServiceConfig};
 pub use dispatcher::{
-    Dispatcher, DispatcherBuilder, ReloadReport, ShutdownReport, Submission, Unfinished,
+    Dispatcher, DispatcherBuilder, ReloadReport, ShutdownReport, StartError, Submission,
+    Unfinished,
 };
 pub use outcome::{
     Attempt, AttemptOutcome, ErrorKind, FailReason, Failure, Outcome, Protocol, Rejection,

@@ -1,7 +1,8 @@
 //! Prometheus metrics (cargo feature `metrics`), in the application's own
 //! [`Registry`](prometheus_client::registry::Registry): no global state.
 //!
-//! ```no_run
+#![cfg_attr(feature = "metrics", doc = "```no_run")]
+#![cfg_attr(not(feature = "metrics"), doc = "```ignore")]
 //! # async fn demo(dispatcher: actix_dispatch::Dispatcher) {
 //! let mut registry = prometheus_client::registry::Registry::default();
 //! dispatcher.register_metrics(&mut registry);

@@ -6,7 +6,7 @@
 //! `waiting` and not yet submitted.
 //!
 //! Per node, latency percentiles (p50, p90, p99) come from a
-//! [`LatencyHistogram`] the node records each attempt into (one atomic add;
+//! `LatencyHistogram` the node records each attempt into (one atomic add;
 //! log-linear buckets, four per octave, so a percentile is within about 10 %
 //! of the true value).
 

@@ -47,9 +47,6 @@ pub enum ConfigError {
         /// What is wrong.
         message: String,
     },
-    /// `Dispatcher::start` was called outside a running actix System.
-    #[error("Dispatcher::start must be called inside a running actix System")]
-    NoSystem,
 }
 
 fn top(field: &str, message: impl Into<String>) -> ConfigError {
