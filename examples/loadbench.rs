@@ -4,7 +4,7 @@
 //! cargo run --release --example loadbench -- <scenario> [options]
 //! ```
 //!
-//! Scenarios: `overhead`, `throughput`, `nginx`, `peers`, `slow-node`, `memory`, `all`
+//! Scenarios: `overhead`, `throughput`, `nginx`, `peers`, `slow-node`, `memory`, `soak`, `all`
 //! (every one of those), and `micro` (turns the criterion estimates of
 //! `cargo bench --bench algo` into a table). `--smoke` shrinks everything to
 //! a few hundred tasks and a second or two. Results go to
@@ -37,6 +37,8 @@ mod peers;
 mod report;
 #[path = "loadbench/slow_node.rs"]
 mod slow_node;
+#[path = "loadbench/soak.rs"]
+mod soak;
 #[path = "loadbench/throughput.rs"]
 mod throughput;
 #[path = "loadbench/tower_peer.rs"]
@@ -59,6 +61,8 @@ pub enum Scenario {
     SlowNode,
     /// Resident memory with 100 000 queued tasks and with 1000 nodes; cost per task vs pool size.
     Memory,
+    /// 1 M tasks with 1 h deadlines through hanging and failing nodes, RSS at each quarter.
+    Soak,
     /// Every scenario above, in order.
     All,
     /// Tabulates the criterion results of `cargo bench --bench algo` against the targets.
@@ -69,6 +73,9 @@ pub enum Scenario {
     /// (internal) The memory measurements, in a fresh process.
     #[value(hide = true)]
     MemoryProbe,
+    /// (internal) The soak run, in a fresh process.
+    #[value(hide = true)]
+    SoakProbe,
 }
 
 impl Scenario {
@@ -81,10 +88,12 @@ impl Scenario {
             Scenario::Peers => "peers",
             Scenario::SlowNode => "slow-node",
             Scenario::Memory => "memory",
+            Scenario::Soak => "soak",
             Scenario::All => "all",
             Scenario::Micro => "micro",
             Scenario::Backend => "backend",
             Scenario::MemoryProbe => "memory-probe",
+            Scenario::SoakProbe => "soak-probe",
         }
     }
 }
@@ -187,6 +196,9 @@ fn main() {
     if cli.scenario == Scenario::MemoryProbe {
         std::process::exit(memory::probe_main(&cli));
     }
+    if cli.scenario == Scenario::SoakProbe {
+        std::process::exit(soak::probe_main(&cli));
+    }
     let code = actix_rt::System::new().block_on(run(cli));
     std::process::exit(code);
 }
@@ -202,6 +214,7 @@ async fn run(cli: Cli) -> i32 {
             Scenario::Peers,
             Scenario::SlowNode,
             Scenario::Memory,
+            Scenario::Soak,
         ],
         s => vec![s],
     };
@@ -216,8 +229,9 @@ async fn run(cli: Cli) -> i32 {
             Scenario::Peers => peers::run(&cli).await,
             Scenario::SlowNode => slow_node::run(&cli).await,
             Scenario::Memory => memory::run(&cli).await,
+            Scenario::Soak => soak::run(&cli).await,
             Scenario::Micro => micro::run(&cli),
-            Scenario::All | Scenario::Backend | Scenario::MemoryProbe => {
+            Scenario::All | Scenario::Backend | Scenario::MemoryProbe | Scenario::SoakProbe => {
                 unreachable!("handled in main")
             }
         };
