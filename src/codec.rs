@@ -121,6 +121,11 @@ pub struct TaskLine {
     /// Affinity key for `consistent_hash` services.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<String>,
+    /// Stream the answer ([`Task::stream`]). A result line is made from the
+    /// answer's head: a streamed success's line carries no body (the body
+    /// is the caller's to read from the [`crate::BodyStream`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream: bool,
 }
 
 fn is_utf8(e: &BodyEncoding) -> bool {
@@ -187,6 +192,9 @@ impl TaskLine {
         }
         if let Some(a) = &self.affinity {
             task = task.affinity(a.clone());
+        }
+        if self.stream {
+            task = task.stream(true);
         }
         Ok(task)
     }
@@ -410,6 +418,7 @@ mod tests {
             headers: Default::default(),
             body: bytes::Bytes::from_static(&[0xff, 0x00]),
             node: Arc::from("http://n/"),
+            stream: None,
         };
         let r = TaskResult {
             id: 1,

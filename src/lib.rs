@@ -87,8 +87,8 @@ pub use dispatcher::{
     Unfinished,
 };
 pub use outcome::{
-    Attempt, AttemptOutcome, ErrorKind, FailReason, Failure, Outcome, Protocol, Rejection,
-    Response, TaskResult,
+    Attempt, AttemptOutcome, BodyStream, ErrorKind, FailReason, Failure, Outcome, Protocol,
+    Rejection, Response, StreamError, TaskResult,
 };
 pub use stats::{BreakerStatus, NodeStats, QueueStats, ServiceStats, Stats};
 pub use task::{Task, TaskId};

@@ -1,7 +1,9 @@
 //! What a task ends in: exactly one [`TaskResult`] per accepted task.
 
 use std::fmt;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use awc::http::header::HeaderMap;
@@ -50,6 +52,21 @@ impl TaskResult {
         }
     }
 
+    /// The response that ended the task, to take its [`BodyStream`] from.
+    pub fn response_mut(&mut self) -> Option<&mut Response> {
+        match &mut self.outcome {
+            Outcome::Success(r) => Some(r),
+            Outcome::Fallback { response, .. } => Some(response),
+            Outcome::Failure(f) => f.response.as_mut(),
+            Outcome::Rejected(_) => None,
+        }
+    }
+
+    /// Takes the streamed body of a successful answer to a streamed task.
+    pub fn take_stream(&mut self) -> Option<BodyStream> {
+        self.response_mut().and_then(Response::take_stream)
+    }
+
     /// The node that served a successful task.
     pub fn node(&self) -> Option<&str> {
         match &self.outcome {
@@ -96,22 +113,167 @@ pub enum Outcome {
 }
 
 /// An HTTP answer.
-#[derive(Debug, Clone)]
+///
+/// A clone carries no [`BodyStream`]: a stream has one reader, so take it
+/// with [`Response::take_stream`] before cloning if the clone should read it.
+#[derive(Debug)]
 pub struct Response {
     /// Status code.
     pub status: u16,
     /// Headers, as awc received them.
     pub headers: HeaderMap,
-    /// Body (up to the service's `max_body`).
+    /// Body (up to the service's `max_body`); empty when the body is
+    /// streamed (see `stream`).
     pub body: Bytes,
     /// Address of the node that answered (`"fallback"` for a fallback).
     pub node: Arc<str>,
+    /// The body as a stream of chunks, for a successful answer to a task
+    /// marked [`crate::Task::stream`]; `None` otherwise (and once taken).
+    pub stream: Option<BodyStream>,
+}
+
+impl Clone for Response {
+    fn clone(&self) -> Self {
+        Self {
+            status: self.status,
+            headers: self.headers.clone(),
+            body: self.body.clone(),
+            node: self.node.clone(),
+            stream: None,
+        }
+    }
 }
 
 impl Response {
     /// First value of header `name` (case-insensitive), if it is text.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// Takes the streamed body, if the answer is streamed and it was not
+    /// taken yet.
+    pub fn take_stream(&mut self) -> Option<BodyStream> {
+        self.stream.take()
+    }
+
+    /// Whether the body is (or was) streamed rather than in `body`.
+    pub fn is_streamed(&self) -> bool {
+        self.stream.is_some()
+    }
+}
+
+// === impl BodyStream ===
+
+/// One item of the engine's chunk channel: the stream ends explicitly, so
+/// that a channel closed without an end (the engine stopped under it) is
+/// reported, never mistaken for a complete body.
+#[derive(Debug)]
+pub(crate) enum Frame {
+    Data(Bytes),
+    End,
+    Error(StreamError),
+}
+
+/// A streamed response body: chunks as the backend sends them, then the
+/// end, or one [`StreamError`] item and the end.
+///
+/// It is `Send + 'static`, so it can leave the node's thread with its
+/// [`TaskResult`]. The node forwards chunks through a small bounded channel:
+/// a reader that stops reading stops the backend (backpressure), and
+/// dropping the stream closes the connection and frees the node's slot.
+///
+/// ```
+/// # use futures::StreamExt;
+/// # async fn read(mut r: actix_dispatch::TaskResult) {
+/// if let Some(mut body) = r.response_mut().and_then(|resp| resp.take_stream()) {
+///     while let Some(chunk) = body.next().await {
+///         match chunk {
+///             Ok(bytes) => println!("{} bytes", bytes.len()),
+///             Err(e) => eprintln!("the body broke: {e}"),
+///         }
+///     }
+/// }
+/// # }
+/// ```
+pub struct BodyStream {
+    rx: tokio::sync::mpsc::Receiver<Frame>,
+    done: bool,
+}
+
+impl BodyStream {
+    pub(crate) fn new(rx: tokio::sync::mpsc::Receiver<Frame>) -> Self {
+        Self { rx, done: false }
+    }
+
+    /// Reads the whole body: its bytes, or the error that ended it.
+    pub async fn collect(mut self) -> Result<Bytes, StreamError> {
+        use futures::StreamExt;
+        let mut all = bytes::BytesMut::new();
+        while let Some(chunk) = self.next().await {
+            all.extend_from_slice(&chunk?);
+        }
+        Ok(all.freeze())
+    }
+}
+
+impl fmt::Debug for BodyStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BodyStream")
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl futures::Stream for BodyStream {
+    type Item = Result<Bytes, StreamError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        match self.rx.poll_recv(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Frame::Data(b))) => Poll::Ready(Some(Ok(b))),
+            Poll::Ready(Some(Frame::End)) => {
+                self.done = true;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Frame::Error(e))) => {
+                self.done = true;
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(None) => {
+                self.done = true;
+                Poll::Ready(Some(Err(StreamError::new(
+                    ErrorKind::Lost,
+                    "the engine stopped before the body ended",
+                ))))
+            }
+        }
+    }
+}
+
+/// Why a streamed body ended early: the stream's last item.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}: {detail}")]
+pub struct StreamError {
+    /// What happened: [`ErrorKind::Reset`] (the backend broke the
+    /// connection; a node failure), [`ErrorKind::Timeout`] (no chunk within
+    /// the attempt timeout; a node failure), [`ErrorKind::Body`] (over
+    /// `max_body` in total; not the node's fault), [`ErrorKind::Panicked`],
+    /// or [`ErrorKind::Lost`] (the engine stopped under the stream).
+    pub kind: ErrorKind,
+    /// The details, for people.
+    pub detail: String,
+}
+
+impl StreamError {
+    /// An error of `kind`.
+    pub fn new(kind: ErrorKind, detail: impl Into<String>) -> Self {
+        Self {
+            kind,
+            detail: detail.into(),
+        }
     }
 }
 

@@ -66,6 +66,7 @@ pub struct Task {
     deadline: Option<Deadline>,
     idempotent: Option<bool>,
     affinity: Option<String>,
+    stream: bool,
     build_error: Option<String>,
 }
 
@@ -87,6 +88,7 @@ impl Task {
             deadline: None,
             idempotent: None,
             affinity: None,
+            stream: false,
             build_error: None,
         }
     }
@@ -158,6 +160,24 @@ impl Task {
     pub fn affinity(mut self, key: impl Into<String>) -> Task {
         self.affinity = Some(key.into());
         self
+    }
+
+    /// Streams the answer: the task resolves as soon as the backend's
+    /// status and headers arrive, and a successful answer's body comes as a
+    /// [`crate::BodyStream`] of chunks ([`crate::Response::take_stream`]).
+    /// Retries, hedges and the breaker apply up to the answer's head; after
+    /// it, a broken body is an error item of the stream (and a failure of
+    /// the node), never retried. The node's slot stays taken until the body
+    /// ends or the stream is dropped. A failed answer (4xx, 5xx) is read
+    /// whole, as without streaming, so retries see it as usual.
+    pub fn stream(mut self, yes: bool) -> Task {
+        self.stream = yes;
+        self
+    }
+
+    /// Whether the answer is streamed ([`Task::stream`]).
+    pub fn is_stream(&self) -> bool {
+        self.stream
     }
 
     /// The service it is for.

@@ -94,6 +94,7 @@ use awc::http::Method;
 use awc::http::Uri;
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
+use futures::stream::{LocalBoxStream, StreamExt};
 
 use crate::config::TlsConfig;
 use crate::outcome::{ErrorKind, Protocol};
@@ -129,6 +130,36 @@ pub struct HttpReply {
     pub protocol: Option<Protocol>,
 }
 
+/// The head of an answer whose body is still to come
+/// ([`Transport::send_streaming`]).
+pub struct StreamedReply {
+    /// Status, headers and protocol; `head.body` is empty.
+    pub head: HttpReply,
+    /// The body's chunks as the backend sends them. An error item ends it
+    /// ([`ErrorKind::Reset`] for a connection broken mid-body).
+    pub body: LocalBoxStream<'static, Result<Bytes, TransportError>>,
+}
+
+impl StreamedReply {
+    /// A buffered reply as a stream of one chunk (none when it is empty).
+    pub fn buffered(mut reply: HttpReply) -> Self {
+        let body = std::mem::take(&mut reply.body);
+        let chunks = (!body.is_empty()).then_some(Ok(body));
+        Self {
+            head: reply,
+            body: Box::pin(futures::stream::iter(chunks)),
+        }
+    }
+}
+
+impl std::fmt::Debug for StreamedReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamedReply")
+            .field("head", &self.head)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Why an attempt got no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind}: {detail}")]
@@ -154,6 +185,19 @@ impl TransportError {
 pub trait Transport {
     /// Sends `req` and resolves to the reply or the error.
     fn send(&self, req: HttpRequest) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>>;
+
+    /// Sends `req` and resolves as soon as the answer's head arrives, with
+    /// its body still to read ([`crate::Task::stream`]); the node reads it
+    /// chunk by chunk and enforces `max_body` itself. The default reads the
+    /// whole body with [`Transport::send`] and hands it over as one chunk,
+    /// so a transport without streaming still serves streamed tasks.
+    fn send_streaming(
+        &self,
+        req: HttpRequest,
+    ) -> LocalBoxFuture<'static, Result<StreamedReply, TransportError>> {
+        let reply = self.send(req);
+        Box::pin(async move { reply.await.map(StreamedReply::buffered) })
+    }
 
     /// Takes the service's connection settings; the node calls it once,
     /// right after the factory made the transport. The default ignores them
@@ -236,26 +280,34 @@ pub struct AwcTransport {
     client: RefCell<awc::Client>,
     connect_timeout: Duration,
     slot: Slot,
+    eof: Slot,
 }
 
 impl AwcTransport {
     /// A client whose connects give up after `connect_timeout`, with the
     /// default [`ConnectionSettings`].
     pub fn new(connect_timeout: Duration) -> Self {
-        let slot = Slot::default();
-        let client = client(connect_timeout, &ConnectionSettings::default(), &slot);
+        let (slot, eof) = (Slot::default(), Slot::default());
+        let client = client(connect_timeout, &ConnectionSettings::default(), &slot, &eof);
         Self {
             client: RefCell::new(client),
             connect_timeout,
             slot,
+            eof,
         }
     }
 }
 
-fn client(connect_timeout: Duration, settings: &ConnectionSettings, slot: &Slot) -> awc::Client {
+fn client(
+    connect_timeout: Duration,
+    settings: &ConnectionSettings,
+    slot: &Slot,
+    eof: &Slot,
+) -> awc::Client {
     let tcp = MarkOpened {
         inner: actix_tls::connect::Connector::new(Resolver::default()).service(),
         slot: slot.clone(),
+        eof: eof.clone(),
     };
     let connector = awc::Connector::new()
         .connector(tcp)
@@ -279,10 +331,88 @@ fn client(connect_timeout: Duration, settings: &ConnectionSettings, slot: &Slot)
 
 impl Transport for AwcTransport {
     fn configure(&self, settings: &ConnectionSettings) {
-        *self.client.borrow_mut() = client(self.connect_timeout, settings, &self.slot);
+        *self.client.borrow_mut() = client(self.connect_timeout, settings, &self.slot, &self.eof);
     }
 
     fn send(&self, req: HttpRequest) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
+        let max_body = req.max_body;
+        self.exchange(req, move |status, protocol, headers, mut res| {
+            Box::pin(async move {
+                let body = res.body().limit(max_body).await.map_err(classify_payload)?;
+                Ok(HttpReply {
+                    status,
+                    headers,
+                    body,
+                    protocol,
+                })
+            })
+        })
+    }
+
+    fn send_streaming(
+        &self,
+        req: HttpRequest,
+    ) -> LocalBoxFuture<'static, Result<StreamedReply, TransportError>> {
+        let slot = self.eof.clone();
+        self.exchange(req, move |status, protocol, headers, res| {
+            // A body framed by its length or chunks that meets the
+            // connection's end is cut; awc's HTTP/1 payload reports that
+            // as a clean end, so the reads of its poll are watched.
+            let framed = protocol == Some(Protocol::Http1)
+                && (headers.contains_key(awc::http::header::CONTENT_LENGTH)
+                    || headers.contains_key(awc::http::header::TRANSFER_ENCODING));
+            // The payload is read only as the node polls it: a dropped
+            // stream drops the unread body, which closes the connection.
+            let body = WatchEof {
+                inner: res.map(|chunk| chunk.map_err(classify_payload)),
+                seen: Rc::new(Cell::new(false)),
+                slot,
+                framed,
+                done: false,
+            }
+            .boxed_local();
+            Box::pin(std::future::ready(Ok(StreamedReply {
+                head: HttpReply {
+                    status,
+                    headers,
+                    body: Bytes::new(),
+                    protocol,
+                },
+                body,
+            })))
+        })
+    }
+}
+
+/// A response of awc's, its body unread.
+type AwcResponse = awc::ClientResponse;
+
+/// What follows the head of an answer: the status, protocol, headers (taken
+/// out of the response) and the response with its unread body.
+type AfterHead<T> = Box<
+    dyn FnOnce(
+        u16,
+        Option<Protocol>,
+        HeaderMap,
+        AwcResponse,
+    ) -> LocalBoxFuture<'static, Result<T, TransportError>>,
+>;
+
+impl AwcTransport {
+    /// Sends `req`, classifies a failure before the head (see the module
+    /// docs), then hands the head and the unread response to `then`.
+    fn exchange<T: 'static>(
+        &self,
+        req: HttpRequest,
+        then: impl FnOnce(
+                u16,
+                Option<Protocol>,
+                HeaderMap,
+                AwcResponse,
+            ) -> LocalBoxFuture<'static, Result<T, TransportError>>
+            + 'static,
+    ) -> LocalBoxFuture<'static, Result<T, TransportError>> {
+        let then: AfterHead<T> = Box::new(then);
         let one_write = req.body.len()
             + req.url.len()
             + req
@@ -297,7 +427,6 @@ impl Transport for AwcTransport {
         for (k, v) in req.headers {
             r = r.append_header((k, v));
         }
-        let max_body = req.max_body;
         let send = r.send_body(req.body);
         let url = req.url;
         let opened = Rc::new(Cell::new(false));
@@ -314,17 +443,11 @@ impl Transport for AwcTransport {
             let protocol = Protocol::of(res.version());
             // Take the headers out of the response head rather than cloning them.
             let mut headers = HeaderMap::new();
-            let mut res = res.map_body(|head, payload| {
+            let res = res.map_body(|head, payload| {
                 headers = std::mem::take(&mut head.headers);
                 payload
             });
-            let body = res.body().limit(max_body).await.map_err(classify_payload)?;
-            Ok(HttpReply {
-                status,
-                headers,
-                body,
-                protocol,
-            })
+            then(status, protocol, headers, res).await
         });
         Box::pin(Marked {
             inner: attempt,
@@ -423,14 +546,134 @@ impl<F: Future + Unpin> Future for Marked<F> {
     }
 }
 
+// === impl WatchEof ===
+
+/// A streamed body, with its mark in the transport's EOF slot while it is
+/// polled (awc's HTTP/1 payload reads its connection inside that poll): a
+/// framed body whose poll met the connection's end before the body's own
+/// end was cut, though awc ends the stream as if it were complete.
+struct WatchEof<S> {
+    inner: S,
+    seen: Rc<Cell<bool>>,
+    slot: Slot,
+    /// Whether the body has a length or chunks (not ended by the close).
+    framed: bool,
+    done: bool,
+}
+
+impl<S> futures::Stream for WatchEof<S>
+where
+    S: futures::Stream<Item = Result<Bytes, TransportError>> + Unpin,
+{
+    type Item = S::Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        let outer = this.slot.replace(Some(this.seen.clone()));
+        let out = Pin::new(&mut this.inner).poll_next(cx);
+        *this.slot.borrow_mut() = outer;
+        match out {
+            Poll::Ready(None) if this.framed && this.seen.get() => {
+                this.done = true;
+                Poll::Ready(Some(Err(TransportError::new(
+                    ErrorKind::Reset,
+                    "the connection closed before the end of the body",
+                ))))
+            }
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => {
+                this.done = true;
+                out
+            }
+            out => out,
+        }
+    }
+}
+
+// === impl WatchedIo ===
+
+/// A TCP connection that raises the mark in its transport's EOF slot when a
+/// read finds it closed (see [`WatchEof`]).
+#[derive(Debug)]
+struct WatchedIo {
+    io: actix_rt::net::TcpStream,
+    eof: Slot,
+}
+
+impl tokio::io::AsyncRead for WatchedIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let out = Pin::new(&mut this.io).poll_read(cx, buf);
+        if matches!(out, Poll::Ready(Ok(()))) && buf.filled().len() == before && buf.remaining() > 0
+        {
+            if let Some(mark) = this.eof.borrow().as_ref() {
+                mark.set(true);
+            }
+        }
+        out
+    }
+}
+
+impl tokio::io::AsyncWrite for WatchedIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+impl actix_rt::net::ActixStream for WatchedIo {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<actix_rt::net::Ready>> {
+        actix_rt::net::ActixStream::poll_read_ready(&self.io, cx)
+    }
+
+    fn poll_write_ready(
+        &self,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<actix_rt::net::Ready>> {
+        actix_rt::net::ActixStream::poll_write_ready(&self.io, cx)
+    }
+}
+
 // === impl MarkOpened ===
 
 /// awc's TCP connector, raising the polled attempt's mark when it opens a
-/// connection: an attempt left unmarked went out on a pooled connection.
+/// connection (an attempt left unmarked went out on a pooled connection),
+/// and watching each connection's end for streamed bodies ([`WatchedIo`]).
 #[derive(Clone)]
 struct MarkOpened<S> {
     inner: S,
     slot: Slot,
+    eof: Slot,
 }
 
 impl<S> Service<ConnectInfo<Uri>> for MarkOpened<S>
@@ -440,10 +683,11 @@ where
         Response = Connection<Uri, actix_rt::net::TcpStream>,
         Error = TcpConnectError,
     >,
+    S::Future: 'static,
 {
-    type Response = S::Response;
+    type Response = Connection<Uri, WatchedIo>;
     type Error = S::Error;
-    type Future = S::Future;
+    type Future = LocalBoxFuture<'static, Result<Self::Response, Self::Error>>;
 
     actix_service::forward_ready!(inner);
 
@@ -451,7 +695,12 @@ where
         if let Some(mark) = self.slot.borrow().as_ref() {
             mark.set(true);
         }
-        self.inner.call(req)
+        let connect = self.inner.call(req);
+        let eof = self.eof.clone();
+        Box::pin(async move {
+            let (io, conn) = connect.await?.replace_io(());
+            Ok(conn.replace_io(WatchedIo { io, eof }).1)
+        })
     }
 }
 

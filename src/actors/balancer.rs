@@ -190,6 +190,7 @@ impl BalancerActor {
         let service = self.service.clone();
         let address: Arc<str> = ep.address.as_str().into();
         let recipient = ctx.address().recipient();
+        let stream_ended = ctx.address().recipient();
         let factory = self.factory.clone();
         let max = ep.max_concurrent;
         let metrics = self.metrics.node(&address);
@@ -201,6 +202,7 @@ impl BalancerActor {
                 max_concurrent: max,
                 cfg: spec_cfg,
                 balancer: recipient,
+                stream_ended,
                 factory,
                 metrics,
             })
@@ -613,9 +615,16 @@ impl Handler<Completed> for BalancerActor {
         let address = self.nodes.node(i).address.clone();
         #[cfg(feature = "redis")]
         self.shared_completed(i, &msg, now);
-        self.free_slot(i, Some(msg.load), now);
-        // The slot this attempt freed travels with its answer: one message.
-        let credit = self.take_credit(now);
+        // A streamed answer's head: the attempt keeps its slot until its
+        // body ends (`StreamEnded`), so no slot and no credit yet.
+        let holds_slot = msg.report.as_ref().is_some_and(|r| r.stream.is_some());
+        let credit = if holds_slot {
+            0
+        } else {
+            self.free_slot(i, Some(msg.load), now);
+            // The slot this attempt freed travels with its answer: one message.
+            self.take_credit(now)
+        };
         self.queue.answer.do_send(match msg.report {
             Some(report) => Answer::Done(AttemptDone {
                 seq: msg.seq,
@@ -633,6 +642,19 @@ impl Handler<Completed> for BalancerActor {
             }),
         });
         self.settle_gate(ctx, now);
+    }
+}
+
+/// A streamed body ended: free the slot its attempt held, grant credit.
+impl Handler<StreamEnded> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: StreamEnded, ctx: &mut Self::Context) {
+        // A removed node's stream: its slot left with it.
+        if let Some(i) = self.nodes.position(msg.node) {
+            self.free_slot(i, Some(msg.load), msg.at);
+            self.settle(ctx, msg.at);
+        }
     }
 }
 

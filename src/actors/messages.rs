@@ -17,7 +17,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::algo::breaker::BreakerState;
-use crate::outcome::{AttemptOutcome, TaskResult};
+use crate::outcome::{AttemptOutcome, BodyStream, TaskResult};
 use crate::stats::{NodeStats, QueueStats};
 use crate::task::Job;
 use crate::transport::HttpReply;
@@ -140,6 +140,9 @@ pub(crate) struct AttemptReport {
     pub latency: Duration,
     pub reply: Option<HttpReply>,
     pub retry_after: Option<Duration>,
+    /// A streamed answer's body ([`crate::Task::stream`]): the attempt still
+    /// holds its node's slot, freed by a later [`StreamEnded`].
+    pub stream: Option<BodyStream>,
 }
 
 /// Node to balancer: an attempt ended (or was refused), with a fresh load report.
@@ -153,6 +156,17 @@ pub(crate) struct Completed {
     pub report: Option<AttemptReport>,
     pub load: LoadReport,
     /// When the attempt ended (or was refused).
+    pub at: Instant,
+}
+
+/// Node to balancer: the body of a streamed answer ended (read whole,
+/// broken, over the limit, or dropped by its reader), so the slot its
+/// attempt held since its head ([`Completed`] with a stream) is free.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct StreamEnded {
+    pub node: NodeId,
+    pub load: LoadReport,
     pub at: Instant,
 }
 

@@ -56,6 +56,8 @@ struct NodeCore {
     address: Arc<str>,
     cfg: Arc<ServiceConfig>,
     balancer: Recipient<Completed>,
+    /// Where a streamed body's end is reported ([`StreamEnded`]).
+    stream_ended: Recipient<StreamEnded>,
     max_concurrent: u32,
     in_flight: u32,
     total: u64,
@@ -71,11 +73,11 @@ struct NodeCore {
     reports: std::cell::Cell<u64>,
     /// Cancel switches of attempts in flight (only when the service hedges).
     cancels: HashMap<(Seq, bool), oneshot::Sender<()>>,
-    /// Prometheus series (no-op without `metrics`).
-    metrics: crate::metrics::NodeMetrics,
     /// The configured headers of every attempt (the endpoint's over the
     /// service's), resolved once; usually empty.
     headers: HeaderSet,
+    /// Prometheus series (no-op without `metrics`).
+    metrics: crate::metrics::NodeMetrics,
 }
 
 /// What a node is built from.
@@ -86,6 +88,7 @@ pub(crate) struct NodeSpec {
     pub max_concurrent: u32,
     pub cfg: Arc<ServiceConfig>,
     pub balancer: Recipient<Completed>,
+    pub stream_ended: Recipient<StreamEnded>,
     pub factory: TransportFactory,
     pub metrics: crate::metrics::NodeMetrics,
 }
@@ -100,6 +103,7 @@ impl NodeActor {
             service: spec.service,
             address: spec.address,
             balancer: spec.balancer,
+            stream_ended: spec.stream_ended,
             max_concurrent: spec.max_concurrent,
             in_flight: 0,
             total: 0,
@@ -119,8 +123,8 @@ impl NodeActor {
             restarts: 0,
             reports: std::cell::Cell::new(0),
             cancels: HashMap::new(),
-            metrics: spec.metrics,
             headers,
+            metrics: spec.metrics,
             cfg,
         };
         Self {
@@ -287,6 +291,7 @@ impl NodeCore {
                 latency,
                 reply,
                 retry_after,
+                stream: None,
             }),
             load: self.report(now),
             at: now,
@@ -413,6 +418,13 @@ impl Handler<Dispatch> for NodeActor {
         drop(core);
         let transport = self.transport.clone().expect("transport made in started()");
         let shared = self.core.clone();
+        if job.task.is_stream() {
+            let deadline = attempt_deadline(Instant::now(), timeout, task_deadline);
+            actix::spawn(stream::attempt(
+                shared, transport, req, seq, hedge, permit, cancel, timeout, deadline,
+            ));
+            return;
+        }
         actix::spawn(async move {
             let started = Instant::now();
             let deadline = attempt_deadline(started, timeout, task_deadline);
@@ -439,6 +451,8 @@ impl Handler<Dispatch> for NodeActor {
         });
     }
 }
+
+mod stream;
 
 /// When an attempt sent at `sent` gives up: `timeout` after it is sent, or
 /// at the task's deadline if that comes first (but never less than 1 ms

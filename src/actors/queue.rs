@@ -432,6 +432,7 @@ impl QueueActor {
                         headers: fallback_headers(f),
                         body: f.body.clone().into(),
                         node: Arc::from("fallback"),
+                        stream: None,
                     },
                     reason,
                 }
@@ -558,11 +559,13 @@ impl QueueActor {
             hedge: msg.hedge,
             protocol: r.reply.as_ref().and_then(|rep| rep.protocol),
         });
+        let mut stream = r.stream;
         let response = r.reply.map(|rep| Response {
             status: rep.status,
             headers: rep.headers,
             body: rep.body,
             node: msg.address.clone(),
+            stream: stream.take(),
         });
         if r.outcome.is_success() {
             if matches!(
@@ -853,6 +856,7 @@ impl QueueActor {
                             ),
                             reply: None,
                             retry_after: None,
+                            stream: None,
                         },
                         credit: 0,
                         at: now,

@@ -17,6 +17,11 @@
 //! - `/large/{bytes}`: `200` with a body of `bytes` bytes (at most 64 MiB).
 //! - `/broken/{bytes}`: `200`, a chunked body of `bytes` bytes, then the
 //!   connection breaks (a reset mid-body).
+//! - `/sse/{count}/{ms}`: `200 text/event-stream`, `count` server-sent
+//!   events (`id: i`, `data: event i`) `ms` apart, the first at once;
+//!   `sse_sent` counts the events handed to the server so far.
+//!   `/sse/{count}/{ms}/cut/{k}`: the same, but the connection breaks
+//!   after `k` events.
 //! - anything else: `200` with
 //!   `{"backend":"NAME","port":PORT,"path":"/p","method":"GET","n":N}`.
 //!
@@ -98,6 +103,8 @@ struct Knobs {
     in_flight: AtomicU64,
     peak: AtomicU64,
     errors_sent: AtomicU64,
+    /// Shared with the streams of `/sse/...` answers.
+    sse_sent: Arc<AtomicU64>,
     hit_times: Mutex<Vec<Instant>>,
 }
 
@@ -117,6 +124,7 @@ impl Knobs {
             in_flight: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             errors_sent: AtomicU64::new(0),
+            sse_sent: Arc::new(AtomicU64::new(0)),
             hit_times: Mutex::new(Vec::new()),
         }
     }
@@ -303,6 +311,11 @@ impl Backend {
     /// Responses with status >= 400 sent by counted routes (not `/health`).
     pub fn errors_sent(&self) -> u64 {
         self.knobs.errors_sent.load(Ordering::SeqCst)
+    }
+
+    /// Server-sent events handed to the server so far (`/sse/...`).
+    pub fn sse_sent(&self) -> u64 {
+        self.knobs.sse_sent.load(Ordering::SeqCst)
     }
 
     /// Arrival time of every counted request since the start or last reset.
@@ -639,6 +652,16 @@ async fn route(req: &HttpRequest, payload: web::Payload, knobs: &Knobs, n: u64) 
         };
     }
 
+    if let Some(spec) = path.strip_prefix("/sse/") {
+        let parts: Vec<&str> = spec.split('/').collect();
+        let num = |i: usize| parts.get(i).and_then(|p| p.parse::<u64>().ok());
+        return match (num(0), num(1), parts.get(2), num(3)) {
+            (Some(count), Some(ms), None, _) => sse(knobs, count, ms, None),
+            (Some(count), Some(ms), Some(&"cut"), Some(k)) => sse(knobs, count, ms, Some(k)),
+            _ => text(StatusCode::BAD_REQUEST, "bad sse spec"),
+        };
+    }
+
     let body = format!(
         r#"{{"backend":"{}","port":{},"path":"{}","method":"{}","n":{n}}}"#,
         json_escape(&knobs.name()),
@@ -649,6 +672,35 @@ async fn route(req: &HttpRequest, payload: web::Payload, knobs: &Knobs, n: u64) 
     HttpResponse::Ok()
         .content_type("application/json")
         .body(body)
+}
+
+/// `count` server-sent events `ms` apart (the first at once), the
+/// connection broken after `cut` events if given.
+fn sse(knobs: &Knobs, count: u64, ms: u64, cut: Option<u64>) -> HttpResponse {
+    let sent = knobs.sse_sent.clone();
+    let every = Duration::from_millis(ms);
+    let events = futures::stream::unfold(0u64, move |i| {
+        let sent = sent.clone();
+        async move {
+            if i >= count {
+                return None;
+            }
+            if i > 0 {
+                actix_rt::time::sleep(every).await;
+            }
+            if cut == Some(i) {
+                let e = std::io::Error::other("stream cut on purpose");
+                return Some((Err(e), count));
+            }
+            sent.fetch_add(1, Ordering::SeqCst);
+            let event = format!("id: {i}\ndata: event {i}\n\n");
+            Some((Ok::<_, std::io::Error>(web::Bytes::from(event)), i + 1))
+        }
+    });
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .streaming(events)
 }
 
 fn status_code(code: u16) -> StatusCode {
