@@ -486,7 +486,9 @@ fn run_case(c: Case) {
         let report = if let Some(ms) = c.shutdown_after_ms {
             tokio::time::sleep(Duration::from_millis(ms)).await;
             stopping.set(true);
-            Some(d.shutdown(Duration::from_millis(100)).await)
+            let shut = d.shutdown(Duration::from_millis(100));
+            let report = tokio::time::timeout(RUN_BOUND, shut).await;
+            Some(report.expect("shutdown ends within the run's bound"))
         } else {
             None
         };
