@@ -41,6 +41,16 @@
 //! with the codes of [`crate::codec::reason_code`]. A request body over
 //! [`ForwardConfig::max_body`] is answered 413 without being sent.
 //!
+//! **Streaming.** A request whose `Accept` names `text/event-stream` (a
+//! client of server-sent events, as OpenAI-compatible chat completions with
+//! `"stream": true` are) is forwarded as a streamed task
+//! ([`Task::stream`]): the client gets the backend's status and headers as
+//! soon as they arrive, then each chunk (each event) as the backend sends
+//! it. [`ForwardConfig::stream`] streams every request, or none. A body
+//! that breaks after its head cannot become an error status any more: the
+//! gateway ends the client's response early (the connection closes), as a
+//! proxy does; a client that leaves frees the backend's slot.
+//!
 //! ```no_run
 //! use actix_dispatch::{web::{configure, forward, ForwardConfig}, Config, Dispatcher};
 //! use actix_web::{web, App, HttpServer};
@@ -89,6 +99,20 @@ pub struct ForwardConfig {
     queue_full_status: StatusCode,
     rate_limited_status: StatusCode,
     queue_full_retry_after: Duration,
+    stream: StreamWhen,
+}
+
+/// Which forwarded requests are streamed ([`ForwardConfig::stream`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StreamWhen {
+    /// Requests whose `Accept` names `text/event-stream` (the default).
+    #[default]
+    EventStream,
+    /// Every request: bodies pass through as they come, unbuffered.
+    Always,
+    /// None: every answer is read whole first (up to the service's
+    /// `max_body`).
+    Never,
 }
 
 impl Default for ForwardConfig {
@@ -102,6 +126,7 @@ impl Default for ForwardConfig {
             queue_full_status: StatusCode::SERVICE_UNAVAILABLE,
             rate_limited_status: StatusCode::TOO_MANY_REQUESTS,
             queue_full_retry_after: Duration::from_secs(1),
+            stream: StreamWhen::EventStream,
         }
     }
 }
@@ -137,6 +162,31 @@ impl ForwardConfig {
     pub fn queue_full_retry_after(mut self, after: Duration) -> Self {
         self.queue_full_retry_after = after;
         self
+    }
+
+    /// Which requests are streamed (default: those accepting
+    /// `text/event-stream`).
+    pub fn stream(mut self, when: StreamWhen) -> Self {
+        self.stream = when;
+        self
+    }
+
+    /// Whether `req` is forwarded as a streamed task.
+    fn streams(&self, req: &HttpRequest) -> bool {
+        match self.stream {
+            StreamWhen::Always => true,
+            StreamWhen::Never => false,
+            StreamWhen::EventStream => req
+                .headers()
+                .get_all(header::ACCEPT)
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .any(|m| {
+                    m.split(';')
+                        .next()
+                        .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/event-stream"))
+                }),
+        }
     }
 
     fn of(req: &HttpRequest) -> ForwardConfig {
@@ -216,6 +266,9 @@ async fn forward_one(service: &str, req: HttpRequest, body: web::Payload) -> Htt
     }
     if let Some(d) = cfg.deadline {
         task = task.deadline_in(d);
+    }
+    if cfg.streams(&req) {
+        task = task.stream(true);
     }
     let result = dispatcher.submit(task).await;
     respond(result, &cfg)
@@ -382,14 +435,17 @@ fn respond(r: TaskResult, cfg: &ForwardConfig) -> HttpResponse {
     let service = r.service.clone();
     let attempts = r.attempts.len();
     let (status, message, retry_after) = match r.outcome {
-        Outcome::Success(resp) | Outcome::Fallback { response: resp, .. } => return proxied(&resp),
+        Outcome::Success(mut resp)
+        | Outcome::Fallback {
+            response: mut resp, ..
+        } => return proxied(&mut resp),
         Outcome::Failure(f) => {
             let message = match &f.last {
                 Some(last) => format!("{}; last attempt: {last}", f.reason),
                 None => f.reason.to_string(),
             };
             match (f.reason, f.response) {
-                (FailReason::NotRetryable, Some(resp)) => return proxied(&resp),
+                (FailReason::NotRetryable, Some(mut resp)) => return proxied(&mut resp),
                 (FailReason::DeadlineExceeded, _) => (StatusCode::GATEWAY_TIMEOUT, message, None),
                 _ => (StatusCode::BAD_GATEWAY, message, None),
             }
@@ -428,8 +484,9 @@ fn respond(r: TaskResult, cfg: &ForwardConfig) -> HttpResponse {
     res.content_type("application/json").body(body.to_string())
 }
 
-/// The backend's answer, end-to-end headers only.
-fn proxied(resp: &Response) -> HttpResponse {
+/// The backend's answer, end-to-end headers only; a streamed body passes
+/// through chunk by chunk (an error item ends the client's response early).
+fn proxied(resp: &mut Response) -> HttpResponse {
     let status = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut res = HttpResponse::build(status);
     for (name, values) in end_to_end(&resp.headers) {
@@ -437,7 +494,10 @@ fn proxied(resp: &Response) -> HttpResponse {
             res.append_header((name.clone(), v.clone()));
         }
     }
-    res.body(resp.body.clone())
+    match resp.take_stream() {
+        Some(stream) => res.streaming(stream),
+        None => res.body(resp.body.clone()),
+    }
 }
 
 /// A JSON error the gateway makes itself.
