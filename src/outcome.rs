@@ -156,7 +156,7 @@ impl Response {
         self.stream.take()
     }
 
-    /// Whether the body is (or was) streamed rather than in `body`.
+    /// Whether a body stream is here to take ([`Response::take_stream`]).
     pub fn is_streamed(&self) -> bool {
         self.stream.is_some()
     }

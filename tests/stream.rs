@@ -280,3 +280,23 @@ async fn chaos_many_streams_some_cut_none_lost() {
     );
     d.shutdown(Duration::from_secs(1)).await;
 }
+
+/// A body framed by its length streams whole, on kept-alive connections
+/// that are reused: the end of a complete body is never taken for a cut.
+#[actix_rt::test]
+async fn a_plain_body_streams_whole_on_reused_connections() {
+    init_logs();
+    let b = Backend::start();
+    let d = start(&[&b], 1, "");
+    for i in 0..10 {
+        let mut r = d
+            .submit(Task::get("svc", format!("/plain/{i}")).stream(true))
+            .await;
+        let body = take_stream(&mut r).collect().await.unwrap();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        assert!(text.contains(&format!(r#""path":"/plain/{i}""#)), "{text}");
+    }
+    let n = settle_in_flight(&d).await;
+    assert_eq!((n[0].total, n[0].errors), (10, 0));
+    d.shutdown(Duration::from_secs(1)).await;
+}

@@ -281,6 +281,8 @@ impl NodeCore {
         now: Instant,
     ) {
         self.in_flight = self.in_flight.saturating_sub(1);
+        self.metrics.in_flight(self.in_flight);
+        self.metrics.attempt(&outcome, latency);
         let failed = outcome.is_node_failure();
         self.total += 1;
         self.last_latency = latency;
@@ -306,6 +308,7 @@ impl NodeCore {
             };
             if let Some(t) = b.record(p, call, latency, now) {
                 super::log_transition(&self.service, &self.address, &t);
+                self.metrics.transition(&t.from, &t.to);
             }
         }
         self.stream_ended.do_send(StreamEnded {
