@@ -300,3 +300,64 @@ async fn a_plain_body_streams_whole_on_reused_connections() {
     assert_eq!((n[0].total, n[0].errors), (10, 0));
     d.shutdown(Duration::from_secs(1)).await;
 }
+
+/// A hedged streamed task: the first head wins, the task has one result
+/// with the whole body, and every slot (the loser's too) comes back.
+#[actix_rt::test]
+async fn a_hedged_stream_has_one_result_and_frees_every_slot() {
+    init_logs();
+    let (slow, fast) = (Backend::named("slow"), Backend::named("fast"));
+    slow.set_latency(Duration::from_millis(300));
+    let d = start(&[&slow, &fast], 2, r#""hedge":{"after":"20ms"}"#);
+    for i in 0..4 {
+        let mut r = d.submit(Task::get("svc", "/sse/5/5").stream(true)).await;
+        let (chunks, err) = drain(take_stream(&mut r)).await;
+        assert_eq!((events(&chunks), err), (5, None), "task {i}");
+        // However the race went, one answer and the whole body.
+        assert!(r.attempts.len() <= 2, "task {i}: {:?}", r.attempts);
+    }
+    settle_in_flight(&d).await;
+    let q = d.stats().await.service("svc").unwrap().queue.clone();
+    assert_eq!((q.submitted, q.succeeded, q.in_flight), (4, 4, 0));
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+/// A transport without streaming of its own (a stand-in, as benchmarks
+/// plug) still serves streamed tasks: its buffered body is one chunk.
+#[actix_rt::test]
+async fn a_transport_without_streaming_gives_its_body_as_one_chunk() {
+    use actix_dispatch::transport::{HttpReply, HttpRequest, Transport, TransportError};
+    use futures::future::LocalBoxFuture;
+    use std::rc::Rc;
+    use std::sync::Arc;
+
+    struct Fixed;
+    impl Transport for Fixed {
+        fn send(
+            &self,
+            _req: HttpRequest,
+        ) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
+            Box::pin(std::future::ready(Ok(HttpReply {
+                status: 200,
+                headers: Default::default(),
+                body: Bytes::from_static(b"all at once"),
+                protocol: None,
+            })))
+        }
+    }
+    init_logs();
+    let b = Backend::start(); // only its address is used
+    let d = Dispatcher::builder(config("round_robin", &[(&b, 1, 2)], ""))
+        .transport(Arc::new(|_: &str| Rc::new(Fixed) as Rc<dyn Transport>))
+        .start()
+        .unwrap();
+    let mut r = d.submit(Task::get("svc", "/x").stream(true)).await;
+    let (chunks, err) = drain(take_stream(&mut r)).await;
+    assert_eq!(
+        (chunks, err),
+        (vec![Bytes::from_static(b"all at once")], None)
+    );
+    settle_in_flight(&d).await;
+    assert_eq!(b.hits(), 0);
+    d.shutdown(Duration::from_secs(1)).await;
+}
