@@ -19,6 +19,8 @@
 mod backend;
 #[path = "loadbench/charts.rs"]
 mod charts;
+#[path = "loadbench/cluster.rs"]
+mod cluster;
 #[path = "loadbench/common.rs"]
 mod common;
 #[path = "loadbench/haproxy.rs"]
@@ -65,6 +67,8 @@ pub enum Scenario {
     Soak,
     /// Every scenario above, in order.
     All,
+    /// A service limit shared through Redis (lease, exact) against a local one (feature `redis`).
+    Cluster,
     /// Tabulates the criterion results of `cargo bench --bench algo` against the targets.
     Micro,
     /// (internal) The HTTP backend process.
@@ -90,6 +94,7 @@ impl Scenario {
             Scenario::Memory => "memory",
             Scenario::Soak => "soak",
             Scenario::All => "all",
+            Scenario::Cluster => "cluster",
             Scenario::Micro => "micro",
             Scenario::Backend => "backend",
             Scenario::MemoryProbe => "memory-probe",
@@ -231,6 +236,7 @@ async fn run(cli: Cli) -> i32 {
             Scenario::Memory => memory::run(&cli).await,
             Scenario::Soak => soak::run(&cli).await,
             Scenario::Micro => micro::run(&cli),
+            Scenario::Cluster => cluster::run(&cli).await,
             Scenario::All | Scenario::Backend | Scenario::MemoryProbe | Scenario::SoakProbe => {
                 unreachable!("handled in main")
             }
