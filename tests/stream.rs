@@ -361,3 +361,25 @@ async fn a_transport_without_streaming_gives_its_body_as_one_chunk() {
     assert_eq!(b.hits(), 0);
     d.shutdown(Duration::from_secs(1)).await;
 }
+
+/// A body that stalls longer than the attempt timeout between chunks ends
+/// with a `Timeout` item, a node failure (the backend waits 3 s between
+/// its two events; the timeout is 0.5 s).
+#[actix_rt::test]
+async fn a_stalled_stream_ends_with_a_timeout_item() {
+    init_logs();
+    let b = Backend::start();
+    let d = start(&[&b], 2, "");
+    let task = Task::get("svc", "/sse/2/3000")
+        .timeout(Duration::from_millis(500))
+        .stream(true);
+    let mut r = d.submit(task).await;
+    let (chunks, err) = drain(take_stream(&mut r)).await;
+    assert_eq!(events(&chunks), 1);
+    let err = err.expect("a stall ends with an error item");
+    assert_eq!(err.kind, ErrorKind::Timeout, "{err}");
+    assert_eq!(b.sse_sent(), 1, "the second event came after the stall");
+    let n = settle_in_flight(&d).await;
+    assert_eq!((n[0].total, n[0].errors), (1, 1), "{:?}", n[0]);
+    d.shutdown(Duration::from_secs(1)).await;
+}
