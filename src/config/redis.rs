@@ -150,7 +150,7 @@ pub(crate) fn validate(raw: RawRedis) -> Result<RedisConfig, (String, String)> {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{Config, OnDown, SharedMode};
+    use crate::config::Config;
 
     const SVC: &str = r#"{"name":"a","endpoints":[{"address":"http://h/"}],
         "rate_limit":{"service":{"rate":5,"burst":2},"shared":true},"breaker":{"shared":true,"quorum":2}}"#;
@@ -179,6 +179,7 @@ mod tests {
     #[cfg(feature = "redis")]
     #[test]
     fn the_section_with_defaults_and_values() {
+        use crate::config::{OnDown, SharedMode};
         let c = Config::from_json(&format!(
             r#"{{"redis":{{"url":"redis://127.0.0.1:6379/0"}},"services":[{SVC}]}}"#
         ))
