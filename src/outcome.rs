@@ -205,8 +205,9 @@ impl BodyStream {
         Self { rx, done: false }
     }
 
-    /// Reads the whole body: its bytes, or the error that ended it.
-    pub async fn collect(mut self) -> Result<Bytes, StreamError> {
+    /// Reads the whole body: its bytes, or the error that ended it. (Named
+    /// apart from `StreamExt::collect`, which gathers the items.)
+    pub async fn read_all(mut self) -> Result<Bytes, StreamError> {
         use futures::StreamExt;
         let mut all = bytes::BytesMut::new();
         while let Some(chunk) = self.next().await {
@@ -521,5 +522,66 @@ impl AttemptOutcome {
     /// Whether the task succeeded with this answer (2xx, 3xx).
     pub fn is_success(&self) -> bool {
         matches!(self, AttemptOutcome::Status(s) if (200..400).contains(s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+    use tokio::sync::mpsc;
+
+    #[actix_rt::test]
+    async fn a_body_stream_ends_cleanly_only_at_its_end() {
+        let (tx, rx) = mpsc::channel(4);
+        tx.send(Frame::Data(Bytes::from_static(b"a")))
+            .await
+            .unwrap();
+        tx.send(Frame::End).await.unwrap();
+        drop(tx);
+        let items: Vec<_> = BodyStream::new(rx).collect().await;
+        assert_eq!(items, vec![Ok(Bytes::from_static(b"a"))]);
+    }
+
+    #[actix_rt::test]
+    async fn a_channel_closed_without_an_end_is_a_lost_item_then_the_end() {
+        let (tx, rx) = mpsc::channel(4);
+        tx.send(Frame::Data(Bytes::from_static(b"a")))
+            .await
+            .unwrap();
+        drop(tx);
+        let mut s = BodyStream::new(rx);
+        assert_eq!(s.next().await, Some(Ok(Bytes::from_static(b"a"))));
+        let e = s.next().await.unwrap().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Lost);
+        assert_eq!(s.next().await, None);
+    }
+
+    #[actix_rt::test]
+    async fn an_error_item_is_the_last() {
+        let (tx, rx) = mpsc::channel(4);
+        let e = StreamError::new(ErrorKind::Reset, "cut");
+        tx.send(Frame::Error(e.clone())).await.unwrap();
+        tx.send(Frame::Data(Bytes::from_static(b"late")))
+            .await
+            .unwrap();
+        let items: Vec<_> = BodyStream::new(rx).collect().await;
+        assert_eq!(items, vec![Err(e)]);
+    }
+
+    #[test]
+    fn a_clone_of_a_response_carries_no_stream() {
+        let (_tx, rx) = mpsc::channel(1);
+        let mut r = Response {
+            status: 200,
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+            node: Arc::from("n"),
+            stream: Some(BodyStream::new(rx)),
+        };
+        assert!(r.clone().stream.is_none());
+        assert!(r.is_streamed());
+        assert!(r.take_stream().is_some());
+        assert!(!r.is_streamed());
     }
 }

@@ -292,7 +292,7 @@ async fn a_plain_body_streams_whole_on_reused_connections() {
         let mut r = d
             .submit(Task::get("svc", format!("/plain/{i}")).stream(true))
             .await;
-        let body = take_stream(&mut r).collect().await.unwrap();
+        let body = take_stream(&mut r).read_all().await.unwrap();
         let text = String::from_utf8(body.to_vec()).unwrap();
         assert!(text.contains(&format!(r#""path":"/plain/{i}""#)), "{text}");
     }
