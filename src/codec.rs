@@ -402,6 +402,20 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_field_marks_the_task_streamed() {
+        let line = TaskLine::parse(r#"{"service":"s","path":"/v1/chat","stream":true}"#).unwrap();
+        assert!(line.stream);
+        assert!(line.to_task().unwrap().is_stream());
+        // Written only when set.
+        assert!(serde_json::to_string(&line)
+            .unwrap()
+            .contains(r#""stream":true"#));
+        let plain = TaskLine::parse(r#"{"service":"s","path":"/"}"#).unwrap();
+        assert!(!plain.to_task().unwrap().is_stream());
+        assert!(!serde_json::to_string(&plain).unwrap().contains("stream"));
+    }
+
+    #[test]
     fn a_task_line_round_trips() {
         let line = r#"{"id":"x","service":"s","method":"POST","path":"/p?q=1","headers":{"a":"b"},"body":"hi","timeout":"2s","deadline":"10s","idempotent":true,"affinity":"k"}"#;
         let t = TaskLine::parse(line).unwrap();
