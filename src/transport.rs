@@ -75,6 +75,19 @@
 //! rustls's error inside awc's `ConnectError::Io`; its detail names the
 //! endpoint and the reason.
 //!
+//! # Streamed bodies
+//!
+//! [`Transport::send_streaming`] resolves at the answer's head and hands
+//! over the unread body as a stream (the node forwards its chunks; see
+//! [`crate::Task::stream`]). awc's HTTP/1 payload ends such a stream
+//! cleanly when the connection closes before a chunked or length-framed
+//! body is complete (its decoder sees an empty buffer at EOF). The engine
+//! catches that as it catches reuse: its connections are wrapped so that a
+//! read finding the connection closed raises the mark of the body being
+//! polled, and a framed body that ends after such a read is cut
+//! ([`ErrorKind::Reset`]). A complete body never reads the close: its
+//! decoder finds the body's end first.
+//!
 //! Benchmarks and tests of pure scheduling may plug another transport with
 //! [`crate::DispatcherBuilder::transport`]; behaviour tests use the real one.
 
