@@ -67,6 +67,9 @@ struct NodeCore {
     rtt: PeakEwma,
     last_latency: Duration,
     breaker: Option<Breaker>,
+    /// Open for the cluster until then (a shared breaker, feature `redis`):
+    /// the more severe of this and the local breaker admits.
+    shared_open: Option<Instant>,
     bucket: Option<TokenBucket>,
     restarts: u32,
     /// The last report's version (see [`LoadReport::version`]).
@@ -116,6 +119,7 @@ impl NodeActor {
                 .breaker
                 .enabled
                 .then(|| Breaker::new(cfg.breaker.breaker.clone())),
+            shared_open: None,
             bucket: cfg
                 .rate_limit
                 .per_node
@@ -202,6 +206,9 @@ impl NodeCore {
         }
         if self.bucket.as_ref().is_some_and(|b| b.check(now).is_err()) {
             self.metrics.rate_limited();
+            return Err(());
+        }
+        if !bypass_breaker && self.shared_open.is_some_and(|t| t > now) {
             return Err(());
         }
         let permit = match &mut self.breaker {
@@ -542,6 +549,16 @@ impl Handler<GetLoad> for NodeActor {
         let mut core = self.core.borrow_mut();
         core.poll_breaker(now);
         MessageResult(core.report(now))
+    }
+}
+
+/// The shared breaker's open time (feature `redis`), from the balancer.
+#[cfg(feature = "redis")]
+impl Handler<crate::redis::SharedOpen> for NodeActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: crate::redis::SharedOpen, _ctx: &mut Self::Context) {
+        self.core.borrow_mut().shared_open = msg.0;
     }
 }
 

@@ -125,6 +125,14 @@ impl BalancerActor {
             shared = Some(SharedMirror::Closed);
         }
         if let Some(m) = shared {
+            let open = match m {
+                SharedMirror::Open { until } => Some(until),
+                _ => None,
+            };
+            self.nodes
+                .node(i)
+                .addr
+                .do_send(crate::redis::SharedOpen(open));
             self.nodes.node_mut(i).shared = m;
         }
     }
@@ -227,6 +235,11 @@ impl Handler<SharedBreakers> for BalancerActor {
                 h.claim(&self.service, addr.clone(), ttl, ctx.address().recipient());
             }
             if m != n.shared {
+                let open = match m {
+                    SharedMirror::Open { until } => Some(until),
+                    _ => None,
+                };
+                n.addr.do_send(crate::redis::SharedOpen(open));
                 log::debug!(
                     "service {}: node {}: shared breaker {:?}",
                     self.service,
