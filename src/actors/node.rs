@@ -15,6 +15,11 @@
 //! per attempt) and reports to the balancer: [`Completed`] with a fresh
 //! [`LoadReport`].
 //!
+//! A streamed attempt ([`crate::Task::stream`], module `stream`) reports
+//! twice: its head with [`Completed`] (carrying the body's stream; the slot
+//! stays taken) and its body's end with [`StreamEnded`] (the slot is freed
+//! and the attempt accounted).
+//!
 //! Nodes run under actix's `Supervisor`: a node that stops is restarted with
 //! the same struct, so counters and breaker survive, and the restart is
 //! logged.
