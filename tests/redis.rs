@@ -449,3 +449,45 @@ fn on_down_deny_rejects_while_redis_is_paused() {
     }
     assert!(served, "serves again after kill -CONT");
 }
+
+/// `quorum: 2`: one instance's trip stays its own; the second report shares
+/// it, and the third instance stops sending.
+#[test]
+fn a_trip_is_shared_only_once_the_quorum_reports_it() {
+    support::init_logs();
+    let Some(srv) = RedisServer::start() else {
+        return;
+    };
+    let good = Backend::start();
+    let bad = Backend::start();
+    let redis = format!(
+        r#"{{"url":"{}","prefix":"q","timeout":"200ms"}}"#,
+        srv.url()
+    );
+    let cfg = config(
+        &redis,
+        &[&good, &bad],
+        r#""balancer":{"refresh_interval":"100ms"},
+           "retry":{"max_retries":0},
+           "breaker":{"consecutive_failures":3,"open_for":"3s","shared":true,"quorum":2}"#,
+    );
+    let inst: Vec<Instance> = (0..3).map(|_| Instance::start(cfg.clone())).collect();
+    thread::sleep(Duration::from_millis(300));
+    bad.set_status(Some(500));
+    let rt = actix::System::new();
+    let send = |i: usize, n: usize| {
+        let rs = rt.block_on(futures::future::join_all(submit_many(&inst[i].d, n)));
+        assert_eq!(rs.len(), n);
+    };
+    // A trips alone: below quorum, B still reaches the node (and trips).
+    send(0, 12);
+    thread::sleep(Duration::from_millis(250));
+    let after_a = bad.hits();
+    send(1, 12);
+    assert!(bad.hits() >= after_a + 3, "one report is not a quorum");
+    // Two reports: shared; C stays off the node from its next refresh.
+    thread::sleep(Duration::from_millis(250));
+    let after_b = bad.hits();
+    send(2, 20);
+    assert_eq!(bad.hits(), after_b, "the quorum's trip holds for C");
+}
