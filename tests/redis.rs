@@ -507,3 +507,43 @@ fn a_trip_is_shared_only_once_the_quorum_reports_it() {
     send(2, 20);
     assert_eq!(bad.hits(), after_b, "the quorum's trip holds for C");
 }
+
+/// `on_down: allow`: while redis-server is paused the shared limit is not
+/// applied (tasks go at once, past the 5/s limit), and nothing is stuck.
+#[test]
+fn on_down_allow_admits_while_redis_is_paused() {
+    support::init_logs();
+    let Some(srv) = RedisServer::start() else {
+        return;
+    };
+    let backend = Backend::start();
+    let redis = format!(
+        r#"{{"url":"{}","prefix":"allow","timeout":"50ms","on_down":"allow","mode":"exact"}}"#,
+        srv.url()
+    );
+    let cfg = config(
+        &redis,
+        &[&backend],
+        r#""rate_limit":{"service":{"rate":5,"burst":1},"shared":true}"#,
+    );
+    let a = Instance::start(cfg);
+    let rt = actix::System::new();
+    thread::sleep(Duration::from_millis(300));
+    srv.pause();
+    let t = Instant::now();
+    let rs: Vec<TaskResult> = rt.block_on(async {
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            futures::future::join_all(submit_many(&a.d, 20)),
+        )
+        .await
+        .expect("no task stuck")
+    });
+    assert!(rs.iter().all(|r| r.is_success()), "every task admitted");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "20 tasks past a 5/s limit in {:?}",
+        t.elapsed()
+    );
+    srv.resume();
+}
