@@ -59,6 +59,9 @@ struct Inner {
     /// The Redis connection shared limits and breakers go through.
     #[cfg(feature = "redis")]
     shared: Option<crate::redis::SharedLimits>,
+    /// The durable task streams consumed ([`Dispatcher::consume`]).
+    #[cfg(feature = "redis")]
+    streams: crate::redis::stream::Streams,
 }
 
 /// Handle to a running engine. Cheap to clone.
@@ -126,6 +129,8 @@ impl DispatcherBuilder {
             metrics: crate::metrics::Families::default(),
             #[cfg(feature = "redis")]
             shared,
+            #[cfg(feature = "redis")]
+            streams: Default::default(),
         });
         let d = Dispatcher { inner };
         for svc in self.config.services {
@@ -393,6 +398,8 @@ impl Dispatcher {
                 mode: h.cfg.mode,
                 queue,
                 nodes,
+                #[cfg(feature = "redis")]
+                stream: self.inner.streams.stats(&h.cfg.name),
             });
         }
         Stats {
@@ -461,6 +468,72 @@ impl Dispatcher {
             unfinished,
             stats,
         }
+    }
+}
+
+// === durable task stream (feature redis) ===
+
+#[cfg(feature = "redis")]
+impl Dispatcher {
+    /// Consumes the durable task streams of the services (every one, or
+    /// `cfg.services`) through the config's `redis` section, with
+    /// at-least-once calls to backends and exactly one recorded result per
+    /// task (see [`crate::redis::stream`]). Runs on the calling arbiter
+    /// until [`Dispatcher::shutdown`], which leaves unfinished entries
+    /// pending for other instances to claim.
+    pub async fn consume(
+        &self,
+        cfg: crate::redis::stream::StreamConfig,
+    ) -> Result<(), crate::redis::stream::StreamError> {
+        use crate::redis::stream::{start, StreamError};
+        let redis = self
+            .inner
+            .shared
+            .as_ref()
+            .map(|s| s.config().clone())
+            .ok_or(StreamError::NoRedis)?;
+        let names = if cfg.services.is_empty() {
+            self.service_names()
+        } else {
+            cfg.services.clone()
+        };
+        for n in names {
+            let h = self
+                .handle(&n)
+                .ok_or_else(|| StreamError::UnknownService(n.clone()))?;
+            start(self.clone(), &self.inner.streams, &redis, &h.cfg, &cfg).await?;
+        }
+        Ok(())
+    }
+
+    /// Adds a task line to its service's durable stream (`XADD`, field
+    /// `task`); returns the entry id. Any instance consuming the stream
+    /// runs it.
+    pub async fn enqueue_durable(
+        &self,
+        task: &crate::codec::TaskLine,
+    ) -> Result<String, crate::redis::stream::StreamError> {
+        use crate::redis::stream::StreamError;
+        let redis = self
+            .inner
+            .shared
+            .as_ref()
+            .map(|s| s.config().clone())
+            .ok_or(StreamError::NoRedis)?;
+        let h = self
+            .handle(&task.service)
+            .ok_or_else(|| StreamError::UnknownService(task.service.clone()))?;
+        self.inner.streams.enqueue(&redis, &h.cfg.name, task).await
+    }
+
+    /// Submits and, when the queue is full, waits for room.
+    pub(crate) fn submit_waiting(&self, task: Task) -> Submission {
+        self.submit_inner(task, true)
+    }
+
+    /// Whether shutdown has begun.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
     }
 }
 

@@ -53,6 +53,11 @@ pub struct ServiceStats {
     pub queue: QueueStats,
     /// The nodes, in pool order.
     pub nodes: Vec<NodeStats>,
+    /// The durable task stream, when this instance consumes it
+    /// ([`crate::Dispatcher::consume`]).
+    #[cfg(feature = "redis")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<crate::redis::stream::StreamStats>,
 }
 
 impl ServiceStats {

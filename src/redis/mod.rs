@@ -33,6 +33,7 @@
 //! Redis is back; the connection manager reconnects by itself.
 
 mod share;
+pub mod stream;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};

@@ -1,0 +1,443 @@
+//! The durable task stream on a real redis-server (feature `redis`):
+//! instances are `actix-dispatch-worker` processes, one is `kill -9`ed.
+//!
+//! The backend is an actix-web server on loopback that counts calls per
+//! `Idempotency-Key` (the stream entry id), so the test sees exactly which
+//! tasks reached a backend twice.
+
+#![cfg(feature = "redis")]
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)]
+
+#[path = "support/redis.rs"]
+mod redis_server;
+
+use std::collections::{HashMap, HashSet};
+use std::io::Read;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use redis_server::RedisServer;
+
+const WORKER: &str = env!("CARGO_BIN_EXE_actix-dispatch-worker");
+
+type Calls = Arc<Mutex<HashMap<String, u32>>>;
+
+/// A backend counting calls per idempotency key; `/fail` answers 500.
+struct KeyedBackend {
+    port: u16,
+    calls: Calls,
+    handle: actix_web::dev::ServerHandle,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl KeyedBackend {
+    fn start() -> KeyedBackend {
+        let calls: Calls = Arc::default();
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let c = calls.clone();
+        let thread = thread::spawn(move || {
+            actix_web::rt::System::new().block_on(async move {
+                let server = HttpServer::new(move || {
+                    let c = c.clone();
+                    App::new().default_service(web::to(move |req: HttpRequest| {
+                        let c = c.clone();
+                        async move {
+                            let key = req
+                                .headers()
+                                .get("idempotency-key")
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or("none")
+                                .to_owned();
+                            *c.lock().unwrap().entry(key).or_insert(0) += 1;
+                            if req.path() == "/fail" {
+                                HttpResponse::InternalServerError().body("down")
+                            } else {
+                                HttpResponse::Ok().body("ok")
+                            }
+                        }
+                    }))
+                })
+                .workers(1)
+                .listen(listener)
+                .expect("listen")
+                .run();
+                tx.send(server.handle()).expect("send");
+                let _ = server.await;
+            });
+        });
+        let handle = rx.recv_timeout(Duration::from_secs(5)).expect("backend up");
+        KeyedBackend {
+            port,
+            calls,
+            handle,
+            thread: Some(thread),
+        }
+    }
+
+    fn calls(&self) -> HashMap<String, u32> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+impl Drop for KeyedBackend {
+    fn drop(&mut self) {
+        let h = self.handle.clone();
+        actix_web::rt::System::new().block_on(h.stop(false));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A worker process; killed (`kill -9`) on drop unless stopped.
+struct Worker(Option<Child>);
+
+impl Worker {
+    fn spawn(cfg: &std::path::Path, name: &str, extra: &[&str]) -> Worker {
+        let child = Command::new(WORKER)
+            .arg("--config")
+            .arg(cfg)
+            .args(["--consumer", name, "--grace", "2s"])
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn worker");
+        Worker(Some(child))
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Closes stdin (graceful stop) and returns the stats line.
+    fn stop(&mut self) -> serde_json::Value {
+        let mut c = self.0.take().expect("running");
+        drop(c.stdin.take());
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(15) {
+            if c.try_wait().expect("wait").is_some() {
+                let mut out = String::new();
+                c.stdout
+                    .take()
+                    .expect("stdout")
+                    .read_to_string(&mut out)
+                    .expect("read");
+                return serde_json::from_str(out.trim()).unwrap_or(serde_json::Value::Null);
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        panic!("worker did not stop within 15 s");
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn write_config(
+    dir: &std::path::Path,
+    redis: &str,
+    port: u16,
+    capacity: usize,
+) -> std::path::PathBuf {
+    write_config_with(dir, redis, port, capacity, "")
+}
+
+/// The config with `extra` (`,"key":value`) added to the service.
+fn write_config_with(
+    dir: &std::path::Path,
+    redis: &str,
+    port: u16,
+    capacity: usize,
+    extra: &str,
+) -> std::path::PathBuf {
+    let json = format!(
+        r#"{{"redis":{{"url":"{redis}","prefix":"t","timeout":"1s"}},
+            "services":[{{"name":"svc","mode":"round_robin","timeout":"1s",
+              "endpoints":[{{"address":"http://127.0.0.1:{port}/","max_concurrent":64}}],
+              "retry":{{"max_retries":0}},
+              "queue":{{"capacity":{capacity}}}{extra}}}]}}"#
+    );
+    let p = dir.join("cfg.json");
+    std::fs::write(&p, json).expect("write config");
+    p
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("ad-stream-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+fn con(url: &str) -> redis::Connection {
+    redis::Client::open(url)
+        .expect("client")
+        .get_connection()
+        .expect("connect")
+}
+
+fn add_tasks(c: &mut redis::Connection, path: &str, n: usize) {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let mut pipe = redis::pipe();
+        for i in chunk {
+            let line = format!(r#"{{"id":{i},"service":"svc","path":"{path}"}}"#);
+            pipe.cmd("XADD")
+                .arg("t:{svc}:tasks")
+                .arg("*")
+                .arg("task")
+                .arg(line)
+                .ignore();
+        }
+        pipe.exec(c).expect("xadd");
+    }
+}
+
+fn xlen(c: &mut redis::Connection, key: &str) -> usize {
+    redis::cmd("XLEN").arg(key).query(c).expect("xlen")
+}
+
+/// `(entry, task id)` of every result.
+fn results(c: &mut redis::Connection) -> Vec<(String, String)> {
+    let v: Vec<(String, HashMap<String, String>)> = {
+        let raw: redis::Value = redis::cmd("XRANGE")
+            .arg("t:{svc}:results")
+            .arg("-")
+            .arg("+")
+            .query(c)
+            .expect("xrange");
+        redis::from_redis_value(raw).expect("entries")
+    };
+    v.into_iter()
+        .map(|(_, f)| (f["entry"].clone(), f["id"].clone()))
+        .collect()
+}
+
+fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f() {
+            return;
+        }
+        thread::sleep(Duration::from_millis(25));
+    }
+    panic!("{what}: not within {limit:?}");
+}
+
+#[test]
+fn ten_thousand_tasks_three_instances_one_killed_every_result_once() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let backend = KeyedBackend::start();
+    let dir = temp_dir("kill");
+    let cfg = write_config(&dir, &server.url(), backend.port, 200);
+    let mut c = con(&server.url());
+    const N: usize = 10_000;
+    add_tasks(&mut c, "/ok", N);
+    let started = Instant::now();
+    let fast = ["--claim-after", "1s", "--claim-every", "100ms"];
+    let mut w1 = Worker::spawn(&cfg, "w1", &fast);
+    let mut w2 = Worker::spawn(&cfg, "w2", &fast);
+    let mut w3 = Worker::spawn(&cfg, "w3", &fast);
+
+    wait_until("a quarter of the results", Duration::from_secs(60), || {
+        xlen(&mut c, "t:{svc}:results") >= N / 4
+    });
+    w2.kill9();
+    // The killed instance's unfinished entries, as the group sees them.
+    let pending: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+        .arg("t:{svc}:tasks")
+        .arg("dispatch")
+        .arg("-")
+        .arg("+")
+        .arg(N)
+        .arg("w2")
+        .query(&mut c)
+        .expect("xpending");
+    let orphans: HashSet<String> = pending.into_iter().map(|p| p.0).collect();
+    let killed_at = xlen(&mut c, "t:{svc}:results");
+    // The others claim them after claim_after; then the killed one comes
+    // back under its name and takes part again.
+    wait_until("the orphans claimed", Duration::from_secs(30), || {
+        let p: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+            .arg("t:{svc}:tasks")
+            .arg("dispatch")
+            .arg("-")
+            .arg("+")
+            .arg(N)
+            .arg("w2")
+            .query(&mut c)
+            .expect("xpending");
+        p.is_empty()
+    });
+    let mut w2 = Worker::spawn(&cfg, "w2", &fast);
+
+    wait_until("every result", Duration::from_secs(120), || {
+        xlen(&mut c, "t:{svc}:results") >= N
+    });
+    let took = started.elapsed();
+    // Let late duplicates (if any) land before counting.
+    thread::sleep(Duration::from_millis(300));
+    let s2 = w2.stop();
+    let s1 = w1.stop();
+    let s3 = w3.stop();
+
+    let res = results(&mut c);
+    let mut ids: HashMap<String, u32> = HashMap::new();
+    for (_, id) in &res {
+        *ids.entry(id.clone()).or_default() += 1;
+    }
+    assert_eq!(res.len(), N, "one result per task");
+    assert_eq!(ids.len(), N, "every task id present");
+    assert!(ids.values().all(|n| *n == 1), "no id twice");
+    for i in 0..N {
+        assert!(ids.contains_key(&i.to_string()), "task {i} missing");
+    }
+    assert_eq!(
+        xlen(&mut c, "t:{svc}:tasks"),
+        0,
+        "every entry acked and deleted"
+    );
+    assert_eq!(xlen(&mut c, "t:{svc}:dead"), 0);
+
+    let calls = backend.calls();
+    let repeated: Vec<(&String, &u32)> = calls.iter().filter(|(_, n)| **n > 1).collect();
+    let extra: u32 = repeated.iter().map(|(_, n)| **n - 1).sum();
+    for (key, _) in &repeated {
+        assert!(
+            orphans.contains(*key),
+            "entry {key} was called twice but was not the killed instance's"
+        );
+    }
+    assert_eq!(calls.len(), N, "every task reached the backend");
+    let stream =
+        |s: &serde_json::Value, k: &str| s["services"][0]["stream"][k].as_u64().unwrap_or(0);
+    let claimed = stream(&s1, "claimed") + stream(&s3, "claimed") + stream(&s2, "claimed");
+    assert!(
+        stream(&s2, "read") > 0 || N == killed_at,
+        "the restarted instance took part"
+    );
+    eprintln!(
+        "stream: {N} tasks in {took:?}; killed w2 at {killed_at} results with {} pending; \
+         {} tasks called twice ({extra} extra calls), {claimed} claimed; \
+         results by w1/w2(restarted)/w3: {}/{}/{}",
+        orphans.len(),
+        repeated.len(),
+        stream(&s1, "recorded"),
+        stream(&s2, "recorded"),
+        stream(&s3, "recorded"),
+    );
+    assert!(
+        claimed as usize >= orphans.len(),
+        "the orphans were claimed"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_restarted_instance_resumes_its_own_pending_entries() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let backend = KeyedBackend::start();
+    let dir = temp_dir("resume");
+    // A backend that is down at first: the worker reads the entries, its
+    // attempts fail to connect, and it is killed with them pending.
+    let dead_port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let cfg_down = write_config(&dir, &server.url(), dead_port, 50);
+    let mut c = con(&server.url());
+    add_tasks(&mut c, "/ok", 50);
+    // claim_after is long: only the instance's own re-read can resume them.
+    let slow = ["--claim-after", "60s", "--max-deliveries", "9"];
+    let mut w = Worker::spawn(&cfg_down, "w1", &slow);
+    wait_until("entries pending at w1", Duration::from_secs(10), || {
+        let v: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+            .arg("t:{svc}:tasks")
+            .arg("dispatch")
+            .arg("-")
+            .arg("+")
+            .arg(100)
+            .arg("w1")
+            .query(&mut c)
+            .unwrap_or_default();
+        v.len() == 50
+    });
+    w.kill9();
+    let cfg = write_config(&dir, &server.url(), backend.port, 50);
+    let mut w = Worker::spawn(&cfg, "w1", &slow);
+    wait_until("results after the restart", Duration::from_secs(20), || {
+        xlen(&mut c, "t:{svc}:results") == 50
+    });
+    let stats = w.stop();
+    assert_eq!(stats["services"][0]["stream"]["recorded"], 50);
+    assert_eq!(results(&mut c).len(), 50);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_backend_that_always_fails_sends_its_tasks_to_the_dead_letters() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let backend = KeyedBackend::start();
+    let dir = temp_dir("dead");
+    // Without the breaker every delivery reaches the backend (an open
+    // breaker would fail a delivery without a call).
+    let no_breaker = r#","breaker":{"enabled":false}"#;
+    let cfg = write_config_with(&dir, &server.url(), backend.port, 100, no_breaker);
+    let mut c = con(&server.url());
+    const N: usize = 20;
+    add_tasks(&mut c, "/fail", N);
+    let args = [
+        "--claim-after",
+        "300ms",
+        "--claim-every",
+        "100ms",
+        "--max-deliveries",
+        "3",
+    ];
+    let mut w1 = Worker::spawn(&cfg, "w1", &args);
+    let mut w2 = Worker::spawn(&cfg, "w2", &args);
+    wait_until("every task dead-lettered", Duration::from_secs(20), || {
+        xlen(&mut c, "t:{svc}:dead") >= N
+    });
+    thread::sleep(Duration::from_millis(200));
+    let _ = (w1.stop(), w2.stop());
+    assert_eq!(xlen(&mut c, "t:{svc}:dead"), N);
+    assert_eq!(xlen(&mut c, "t:{svc}:results"), 0);
+    assert_eq!(xlen(&mut c, "t:{svc}:tasks"), 0);
+    let raw: redis::Value = redis::cmd("XRANGE")
+        .arg("t:{svc}:dead")
+        .arg("-")
+        .arg("+")
+        .query(&mut c)
+        .expect("xrange");
+    let dead: Vec<(String, HashMap<String, String>)> = redis::from_redis_value(raw).expect("dead");
+    for (_, f) in &dead {
+        assert_eq!(f["deliveries"], "3", "{f:?}");
+        assert!(f["error"].contains("500"), "{f:?}");
+        assert!(f["task"].contains(r#""path":"/fail""#), "{f:?}");
+    }
+    // No retries inside the engine: one call per delivery.
+    let calls = backend.calls();
+    assert_eq!(calls.len(), N);
+    assert!(calls.values().all(|n| *n == 3), "{calls:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
