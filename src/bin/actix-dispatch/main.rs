@@ -13,6 +13,8 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "redis")]
+mod enqueue;
 mod progress;
 mod run;
 mod summary;
@@ -38,6 +40,10 @@ struct Cli {
 enum Command {
     /// Reads JSONL tasks, writes one JSONL result per task to stdout.
     Run(RunArgs),
+    /// Adds JSONL tasks to the durable task streams in Redis (feature
+    /// `redis`); prints the entry ids.
+    #[cfg(feature = "redis")]
+    Enqueue(enqueue::EnqueueArgs),
 }
 
 /// Options of `actix-dispatch run`.
@@ -89,5 +95,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => run::main(args),
+        #[cfg(feature = "redis")]
+        Command::Enqueue(args) => enqueue::main(args),
     }
 }
