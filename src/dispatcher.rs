@@ -501,7 +501,16 @@ impl Dispatcher {
             let h = self
                 .handle(&n)
                 .ok_or_else(|| StreamError::UnknownService(n.clone()))?;
-            start(self.clone(), &self.inner.streams, &redis, &h.cfg, &cfg).await?;
+            let prom = self.inner.metrics.stream(&h.cfg.name);
+            start(
+                self.clone(),
+                &self.inner.streams,
+                &redis,
+                &h.cfg,
+                &cfg,
+                prom,
+            )
+            .await?;
         }
         Ok(())
     }

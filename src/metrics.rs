@@ -93,6 +93,29 @@ const CLASSES: [&str; 15] = [
     "tls",
 ];
 
+/// `event` labels of `dispatch_stream_events_total`, in [`StreamEvent`] order.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+const STREAM_EVENTS: [&str; 6] = [
+    "read",
+    "claimed",
+    "recorded",
+    "duplicate",
+    "failed",
+    "dead_lettered",
+];
+
+/// What happened to durable stream entries (feature `redis`).
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) enum StreamEvent {
+    Read,
+    Claimed,
+    Recorded,
+    Duplicate,
+    Failed,
+    DeadLettered,
+}
+
 /// Breaker states, in [`state_index`] order.
 const STATES: [&str; 3] = ["closed", "open", "half_open"];
 
@@ -181,6 +204,8 @@ fn state_index(s: &BreakerState) -> usize {
 
 #[cfg(not(feature = "metrics"))]
 pub(crate) use disabled::Families;
+#[cfg(all(not(feature = "metrics"), feature = "redis"))]
+pub(crate) use disabled::PromStream;
 #[cfg(not(feature = "metrics"))]
 use disabled::{PromNode, PromService};
 
@@ -253,6 +278,8 @@ impl std::ops::Deref for NodeMetrics {
 pub use enabled::serve;
 #[cfg(feature = "metrics")]
 pub(crate) use enabled::Families;
+#[cfg(all(feature = "metrics", feature = "redis"))]
+pub(crate) use enabled::PromStream;
 #[cfg(feature = "metrics")]
 pub use enabled::{encode, CONTENT_TYPE};
 #[cfg(feature = "metrics")]
@@ -332,6 +359,8 @@ mod enabled {
         breaker_transitions: Family<Labels, Counter>,
         endpoints: Family<Labels, Gauge>,
         rate_limited: Family<Labels, Counter>,
+        stream_entries: Family<Labels, Gauge>,
+        stream_events: Family<Labels, Counter>,
     }
 
     impl Default for Families {
@@ -350,6 +379,8 @@ mod enabled {
                 breaker_transitions: Family::default(),
                 endpoints: Family::default(),
                 rate_limited: Family::default(),
+                stream_entries: Family::default(),
+                stream_events: Family::default(),
             }
         }
     }
@@ -427,6 +458,37 @@ mod enabled {
                 "Dispatches or tasks refused for want of a token, by scope",
                 self.rate_limited.clone(),
             );
+            r.register(
+                "stream_entries",
+                "Entries of a service's durable stream: lag (not yet read by the group) and pending (read, not acknowledged)",
+                self.stream_entries.clone(),
+            );
+            r.register(
+                "stream_events",
+                "Durable stream entries of this instance by event (read, claimed, recorded, duplicate, failed, dead_lettered)",
+                self.stream_events.clone(),
+            );
+        }
+
+        /// The durable stream series of `service` (feature `redis`).
+        #[cfg(feature = "redis")]
+        pub(crate) fn stream(&self, service: &str) -> PromStream {
+            let s = svc(service);
+            let gauge = |state| {
+                self.stream_entries
+                    .get_or_create(&with(s.clone(), "state", state))
+                    .clone()
+            };
+            let (lag, pending) = (gauge("lag"), gauge("pending"));
+            let events = STREAM_EVENTS
+                .iter()
+                .map(|e| {
+                    self.stream_events
+                        .get_or_create(&with(s.clone(), "event", e))
+                        .clone()
+                })
+                .collect();
+            PromStream(Some(Arc::new((lag, pending, events))))
         }
 
         /// Resolves (and creates at zero) every series of service `service`.
@@ -471,6 +533,28 @@ mod enabled {
             ServiceMetrics {
                 prom: PromService(Some(Arc::new(inner))),
                 latencies: Default::default(),
+            }
+        }
+    }
+
+    /// One service's durable stream series.
+    #[derive(Clone, Default)]
+    pub(crate) struct PromStream(Option<Arc<(Gauge, Gauge, Vec<Counter>)>>);
+
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    impl PromStream {
+        /// The lag and pending counts read from `XINFO GROUPS`.
+        pub(crate) fn entries(&self, lag: u64, pending: u64) {
+            if let Some(m) = &self.0 {
+                m.0.set(i64::try_from(lag).unwrap_or(i64::MAX));
+                m.1.set(i64::try_from(pending).unwrap_or(i64::MAX));
+            }
+        }
+
+        /// `n` entries had `event` (an index of [`STREAM_EVENTS`]).
+        pub(crate) fn event(&self, event: StreamEvent, n: u64) {
+            if let Some(m) = &self.0 {
+                m.2[event as usize].inc_by(n);
             }
         }
     }
@@ -709,6 +793,10 @@ mod disabled {
         pub(crate) fn service(&self, _service: &str) -> ServiceMetrics {
             ServiceMetrics::default()
         }
+        #[cfg(feature = "redis")]
+        pub(crate) fn stream(&self, _service: &str) -> PromStream {
+            PromStream
+        }
     }
 
     #[derive(Clone, Default)]
@@ -735,6 +823,17 @@ mod disabled {
         pub(crate) fn node(&self, _address: &str) -> PromNode {
             PromNode
         }
+    }
+
+    #[derive(Clone, Default)]
+    pub(crate) struct PromStream;
+
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    impl PromStream {
+        #[inline(always)]
+        pub(crate) fn entries(&self, _lag: u64, _pending: u64) {}
+        #[inline(always)]
+        pub(crate) fn event(&self, _event: StreamEvent, _n: u64) {}
     }
 
     #[derive(Clone, Default)]

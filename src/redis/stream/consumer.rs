@@ -1,0 +1,427 @@
+//! The consumer of one service's stream: a reader by credit, a claimer,
+//! and the recording of each delivery's end.
+
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{Script, Value};
+use tokio::sync::Notify;
+
+use super::reply::{delivery_count, entries, field, pairs, read_reply, text};
+use super::{connect, key, ops_timeout, Counters, StreamConfig, StreamError, Streams};
+use super::{RECORD_LUA, TASK_FIELD};
+use crate::codec::{ResultLine, TaskLine, WireId};
+use crate::config::{RedisConfig, ServiceConfig};
+use crate::metrics::{PromStream, StreamEvent};
+use crate::outcome::{Outcome, Rejection, TaskResult};
+use crate::Dispatcher;
+
+struct Consumer {
+    d: Dispatcher,
+    service: String,
+    group: String,
+    name: String,
+    tasks: String,
+    prefix: String,
+    claim_after: Duration,
+    claim_every: Duration,
+    max_deliveries: u64,
+    header: Option<String>,
+    block: Duration,
+    done_ttl: Duration,
+    capacity: u64,
+    ops: MultiplexedConnection,
+    record: Script,
+    counters: Arc<Counters>,
+    prom: PromStream,
+    room: Notify,
+}
+
+/// Starts consuming `svc`'s stream on the current arbiter.
+pub(crate) async fn start(
+    d: Dispatcher,
+    streams: &Streams,
+    redis: &RedisConfig,
+    svc: &ServiceConfig,
+    cfg: &StreamConfig,
+    prom: PromStream,
+) -> Result<(), StreamError> {
+    let claim_after = cfg
+        .claim_after
+        .unwrap_or_else(|| StreamConfig::default_claim_after(svc));
+    let block = cfg
+        .block
+        .clamp(Duration::from_millis(10), Duration::from_secs(60));
+    let ops = connect(redis, ops_timeout(redis)).await?;
+    let mut reader = connect(redis, block + ops_timeout(redis)).await?;
+    let c = Consumer {
+        d,
+        service: svc.name.clone(),
+        group: cfg.group.clone(),
+        name: cfg.consumer.clone(),
+        tasks: key(&redis.prefix, &svc.name, "tasks"),
+        prefix: redis.prefix.clone(),
+        claim_after,
+        claim_every: cfg
+            .claim_every
+            .unwrap_or(claim_after / 4)
+            .clamp(Duration::from_millis(100), Duration::from_secs(10)),
+        max_deliveries: u64::from(cfg.max_deliveries.max(1)),
+        header: cfg.idempotency_header.clone().filter(|h| !h.is_empty()),
+        block,
+        done_ttl: cfg.done_ttl.max(Duration::from_secs(1)),
+        capacity: cfg
+            .max_in_flight
+            .unwrap_or(svc.queue.capacity)
+            .clamp(1, 1_000_000) as u64,
+        ops,
+        record: Script::new(RECORD_LUA),
+        counters: streams.counters(&svc.name),
+        prom,
+        room: Notify::new(),
+    };
+    let created: redis::RedisResult<()> = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&c.tasks)
+        .arg(&c.group)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query_async(&mut reader)
+        .await;
+    if let Err(e) = created {
+        if e.code() != Some("BUSYGROUP") {
+            return Err(e.into());
+        }
+    }
+    log::info!(
+        "service {}: consuming {} as {} in group {} (claim_after {:?})",
+        c.service,
+        c.tasks,
+        c.name,
+        c.group,
+        c.claim_after
+    );
+    let c = Rc::new(c);
+    actix::spawn(c.clone().read_loop(reader));
+    actix::spawn(c.claim_loop());
+    Ok(())
+}
+
+impl Consumer {
+    fn free(&self) -> u64 {
+        self.capacity
+            .saturating_sub(self.counters.in_flight.load(Ordering::Relaxed))
+    }
+
+    /// Reads by credit until the dispatcher shuts down: first this
+    /// consumer's own pending entries, then new ones.
+    async fn read_loop(self: Rc<Self>, mut con: MultiplexedConnection) {
+        let mut own: Option<String> = Some("0".into());
+        let mut failing = false;
+        while !self.d.is_closed() {
+            let free = self.free();
+            if free == 0 {
+                let _ = tokio::time::timeout(self.block, self.room.notified()).await;
+                continue;
+            }
+            let mut cmd = redis::cmd("XREADGROUP");
+            cmd.arg("GROUP").arg(&self.group).arg(&self.name);
+            cmd.arg("COUNT").arg(free);
+            if own.is_none() {
+                cmd.arg("BLOCK").arg(self.block.as_millis() as u64);
+            }
+            cmd.arg("STREAMS")
+                .arg(&self.tasks)
+                .arg(own.as_deref().unwrap_or(">"));
+            let v: Value = match cmd.query_async(&mut con).await {
+                Ok(v) => v,
+                Err(e) => {
+                    if !failing {
+                        log::warn!("service {}: stream read: {e}; retrying", self.service);
+                    }
+                    failing = true;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            };
+            if failing {
+                log::info!("service {}: stream reads answer again", self.service);
+                failing = false;
+            }
+            let entries = read_reply(&v);
+            self.counters
+                .read
+                .fetch_add(entries.len() as u64, Ordering::Relaxed);
+            self.prom.event(StreamEvent::Read, entries.len() as u64);
+            if own.is_some() {
+                own = entries.last().map(|e| e.0.clone());
+                // Re-read own entries have been delivered before: their
+                // counts decide, as for claimed ones.
+                self.deliver_counted(&mut con, entries).await;
+            } else {
+                for (id, fields) in entries {
+                    self.deliver(id, fields, 1);
+                }
+            }
+        }
+        log::info!(
+            "service {}: stream reader stopped; unfinished entries stay pending",
+            self.service
+        );
+    }
+
+    /// Claims idle entries and refreshes the stats until shutdown.
+    async fn claim_loop(self: Rc<Self>) {
+        let mut con = self.ops.clone();
+        let mut cursor = "0-0".to_string();
+        while !self.d.is_closed() {
+            tokio::time::sleep(self.claim_every).await;
+            if self.d.is_closed() {
+                break;
+            }
+            self.refresh(&mut con).await;
+            let free = self.free();
+            if free == 0 {
+                continue;
+            }
+            let r: redis::RedisResult<Value> = redis::cmd("XAUTOCLAIM")
+                .arg(&self.tasks)
+                .arg(&self.group)
+                .arg(&self.name)
+                .arg(self.claim_after.as_millis() as u64)
+                .arg(&cursor)
+                .arg("COUNT")
+                .arg(free)
+                .query_async(&mut con)
+                .await;
+            let Ok(Value::Array(parts)) = r else {
+                continue;
+            };
+            cursor = parts.first().and_then(text).unwrap_or_else(|| "0-0".into());
+            let claimed = parts.get(1).map(entries).unwrap_or_default();
+            if claimed.is_empty() {
+                continue;
+            }
+            self.counters
+                .claimed
+                .fetch_add(claimed.len() as u64, Ordering::Relaxed);
+            self.prom.event(StreamEvent::Claimed, claimed.len() as u64);
+            log::debug!(
+                "service {}: claimed {} idle entries",
+                self.service,
+                claimed.len()
+            );
+            self.deliver_counted(&mut con, claimed).await;
+        }
+    }
+
+    /// Delivers entries read before, by their delivery count (`XPENDING`):
+    /// those delivered more than `max_deliveries` times go to the dead
+    /// letters with their last error.
+    async fn deliver_counted(
+        self: &Rc<Self>,
+        con: &mut MultiplexedConnection,
+        batch: Vec<(String, Vec<(String, String)>)>,
+    ) {
+        if batch.is_empty() {
+            return;
+        }
+        let mut pipe = redis::pipe();
+        for (id, _) in &batch {
+            pipe.cmd("XPENDING")
+                .arg(&self.tasks)
+                .arg(&self.group)
+                .arg(id)
+                .arg(id)
+                .arg(1);
+        }
+        let counts: Vec<Value> = pipe.query_async(con).await.unwrap_or_default();
+        for (i, (id, fields)) in batch.into_iter().enumerate() {
+            let n = counts.get(i).and_then(delivery_count).unwrap_or(1);
+            if n > self.max_deliveries {
+                let c = self.clone();
+                actix::spawn(async move {
+                    let err = c.last_error(&id).await;
+                    let raw = field(&fields, TASK_FIELD).unwrap_or_default();
+                    c.dead_letter(&id, &raw, &err, n).await;
+                });
+            } else {
+                self.deliver(id, fields, n);
+            }
+        }
+    }
+
+    /// Reads `XINFO GROUPS` into the lag and pending counters.
+    async fn refresh(&self, con: &mut MultiplexedConnection) {
+        let r: redis::RedisResult<Value> = redis::cmd("XINFO")
+            .arg("GROUPS")
+            .arg(&self.tasks)
+            .query_async(con)
+            .await;
+        let Ok(Value::Array(groups)) = r else { return };
+        for g in groups {
+            let kv = pairs(&g);
+            let get = |k: &str| kv.iter().find(|(n, _)| n == k).map(|(_, v)| v);
+            if get("name").and_then(text).as_deref() != Some(self.group.as_str()) {
+                continue;
+            }
+            let num = |k: &str| get(k).and_then(|v| text(v)?.parse().ok()).unwrap_or(0);
+            let (lag, pending) = (num("lag"), num("pending"));
+            self.counters.lag.store(lag, Ordering::Relaxed);
+            self.counters.pending.store(pending, Ordering::Relaxed);
+            self.prom.entries(lag, pending);
+        }
+    }
+
+    /// Submits one entry's task; its end is recorded by [`Self::finish`].
+    fn deliver(self: &Rc<Self>, id: String, fields: Vec<(String, String)>, n: u64) {
+        self.counters.in_flight.fetch_add(1, Ordering::Relaxed);
+        let raw = field(&fields, TASK_FIELD);
+        let parsed = match &raw {
+            None => Err(format!("the entry has no `{TASK_FIELD}` field")),
+            Some(raw) => TaskLine::parse(raw).and_then(|l| Ok((l.to_task()?, l))),
+        };
+        let c = self.clone();
+        let raw = raw.unwrap_or_default();
+        match parsed {
+            Err(e) => actix::spawn(async move {
+                log::warn!("service {}: entry {id}: not a task: {e}", c.service);
+                c.dead_letter(&id, &raw, &format!("invalid task: {e}"), n)
+                    .await;
+                c.done_with_one();
+            }),
+            Ok((mut task, line)) => {
+                if let Some(h) = &self.header {
+                    if !line.headers.keys().any(|k| k.eq_ignore_ascii_case(h)) {
+                        task = task.header(h.clone(), id.clone());
+                    }
+                }
+                let sub = self.d.submit_waiting(task);
+                actix::spawn(async move {
+                    let r = sub.await;
+                    c.finish(&id, &raw, line.id, r, n).await;
+                    c.done_with_one();
+                })
+            }
+        };
+    }
+
+    fn done_with_one(&self) {
+        self.counters.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.room.notify_one();
+    }
+
+    /// Records a done task, leaves a failed delivery pending (or sends it
+    /// to the dead letters on its last delivery).
+    async fn finish(&self, id: &str, raw: &str, wire: Option<WireId>, r: TaskResult, n: u64) {
+        if matches!(&r.outcome, Outcome::Rejected(Rejection::ShuttingDown)) {
+            // Left pending: another instance claims it.
+            return;
+        }
+        let done = r.is_success()
+            || matches!(&r.outcome, Outcome::Failure(f)
+                if f.response.as_ref().is_some_and(|resp| resp.status < 500));
+        if done {
+            let wire = wire.unwrap_or_else(|| WireId::Text(id.to_owned()));
+            let task_id = match &wire {
+                WireId::Number(n) => n.to_string(),
+                WireId::Text(t) => t.clone(),
+            };
+            let line = ResultLine::from_result(&r, Some(wire), None);
+            let json = serde_json::to_string(&line).expect("a result line serialises");
+            let fields = [("entry", id), ("id", task_id.as_str()), ("result", &json)];
+            let (counter, event) = match self.run_record("results", id, &fields).await {
+                Some(true) => (&self.counters.recorded, StreamEvent::Recorded),
+                Some(false) => (&self.counters.duplicates, StreamEvent::Duplicate),
+                None => return,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            self.prom.event(event, 1);
+            return;
+        }
+        let error = ResultLine::from_result(&r, None, None)
+            .error
+            .unwrap_or_else(|| "failed".into());
+        self.counters.failed.fetch_add(1, Ordering::Relaxed);
+        self.prom.event(StreamEvent::Failed, 1);
+        if n >= self.max_deliveries {
+            self.dead_letter(id, raw, &error, n).await;
+            return;
+        }
+        let mut con = self.ops.clone();
+        let set: redis::RedisResult<()> = redis::cmd("SET")
+            .arg(key(&self.prefix, &self.service, &format!("error:{id}")))
+            .arg(&error)
+            .arg("PX")
+            .arg(self.done_ttl.as_millis() as u64)
+            .query_async(&mut con)
+            .await;
+        if let Err(e) = set {
+            log::debug!(
+                "service {}: entry {id}: keeping its error: {e}",
+                self.service
+            );
+        }
+    }
+
+    async fn last_error(&self, id: &str) -> String {
+        let mut con = self.ops.clone();
+        let e: Option<String> = redis::cmd("GET")
+            .arg(key(&self.prefix, &self.service, &format!("error:{id}")))
+            .query_async(&mut con)
+            .await
+            .ok()
+            .flatten();
+        e.unwrap_or_else(|| "no error recorded (the instance that had it stopped)".into())
+    }
+
+    async fn dead_letter(&self, id: &str, raw: &str, error: &str, n: u64) {
+        let n = n.to_string();
+        let fields = [
+            ("entry", id),
+            ("task", raw),
+            ("error", error),
+            ("deliveries", n.as_str()),
+            ("consumer", self.name.as_str()),
+        ];
+        if self.run_record("dead", id, &fields).await == Some(true) {
+            self.counters.dead.fetch_add(1, Ordering::Relaxed);
+            self.prom.event(StreamEvent::DeadLettered, 1);
+            log::warn!(
+                "service {}: entry {id} dead-lettered after {n} deliveries: {error}",
+                self.service
+            );
+        }
+    }
+
+    /// Runs `record.lua`; `None` when Redis did not answer (the entry stays
+    /// pending and is claimed again: still one result).
+    async fn run_record(&self, target: &str, id: &str, fields: &[(&str, &str)]) -> Option<bool> {
+        let k = |rest: &str| key(&self.prefix, &self.service, rest);
+        let mut inv = self.record.prepare_invoke();
+        inv.key(&self.tasks)
+            .key(k(target))
+            .key(k(&format!("done:{id}")))
+            .key(k(&format!("error:{id}")));
+        inv.arg(&self.group)
+            .arg(id)
+            .arg(self.done_ttl.as_millis() as u64);
+        for (f, v) in fields {
+            inv.arg(*f).arg(*v);
+        }
+        let mut con = self.ops.clone();
+        match inv.invoke_async::<i64>(&mut con).await {
+            Ok(n) => Some(n == 1),
+            Err(e) => {
+                log::warn!(
+                    "service {}: entry {id}: recording failed ({e}); it stays pending",
+                    self.service
+                );
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,342 @@
+//! A durable task stream shared by several instances: Redis Streams with a
+//! consumer group (feature `redis`).
+//!
+//! Tasks live in one stream per service, `{prefix}:{svc}:tasks` (the key is
+//! hash-tagged by service like the shared limits' keys, so a Redis Cluster
+//! keeps a service's keys on one slot). Each entry has one field, `task`,
+//! whose value is a task line of the JSONL codec ([`crate::codec::TaskLine`]):
+//! a file for `actix-dispatch run`, a stream entry and `XADD` from any client
+//! carry the same JSON.
+//!
+//! ```text
+//! XADD ad:{api}:tasks * task '{"id":7,"service":"api","path":"/items/7"}'
+//! ```
+//!
+//! [`crate::Dispatcher::consume`] starts, per service, a reader and a
+//! claimer on the calling arbiter:
+//!
+//! * **Reading by credit.** `XREADGROUP GROUP g <consumer> COUNT n BLOCK b`
+//!   on a connection of its own (a blocked read never delays a result),
+//!   where `n` is the credit left: the queue's capacity (or
+//!   [`StreamConfig::max_in_flight`]) minus the entries read and not yet
+//!   finished. The engine's queue never holds more than it can; the rest
+//!   waits in Redis. At start the consumer first reads its own pending
+//!   entries (`XREADGROUP .. 0`), so a restarted instance with the same
+//!   consumer name resumes what it had.
+//! * **One result per task.** A finished task goes through `record.lua`:
+//!   `SET {prefix}:{svc}:done:<entry> NX PX done_ttl`, and only if that
+//!   marker is new, `XADD {prefix}:{svc}:results * entry <entry> id <task id>
+//!   result <ResultLine JSON>`; then `XACK` and `XDEL` of the entry, in the
+//!   same script. A task delivered twice (its first instance was slow or
+//!   died after calling the backend) may call the backend twice but never
+//!   records a second result.
+//! * **Done or not.** A task is done when it succeeded or a backend gave a
+//!   final answer below 500 (a 4xx failure is recorded as such). Anything
+//!   else (5xx, connect errors, timeouts, open breakers, rate limits) is a
+//!   failed delivery: the entry stays pending with its last error in
+//!   `{prefix}:{svc}:error:<entry>`, and is delivered again by a claim.
+//! * **Claims and dead letters.** Every `claim_every`, `XAUTOCLAIM` takes up
+//!   to the free credit of entries idle longer than `claim_after` (an
+//!   instance that died, or a failed delivery). Their delivery count comes
+//!   from `XPENDING`; an entry delivered more than `max_deliveries` times,
+//!   or failing on its `max_deliveries`-th delivery, goes to
+//!   `{prefix}:{svc}:dead` (fields `entry`, `task`, `error`, `deliveries`,
+//!   `consumer`) through the same script, and is acknowledged.
+//! * **Idempotency.** Each request carries `Idempotency-Key: <entry id>`
+//!   (name configurable, or off), so a backend can recognise a task re-run
+//!   after an instance died.
+//! * **Shutdown.** Unfinished entries are *not* acknowledged: they stay
+//!   pending in the group, and another instance claims them once they are
+//!   idle for `claim_after`. None is lost; a task whose backend call had
+//!   already gone out may be called again (at-least-once).
+//!
+//! `claim_after` must be longer than any delivery can take, or a live
+//! instance's task is claimed and run a second time (still one result). The
+//! default per service is `2 × (timeout × (max_retries + 1) + backoff_max ×
+//! max_retries) + 1 s`; a task line's own, longer `timeout` or `deadline`
+//! needs a longer `claim_after`.
+
+mod consumer;
+mod reply;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::AsyncConnectionConfig;
+use serde::Serialize;
+
+use crate::codec::TaskLine;
+use crate::config::{RedisConfig, ServiceConfig};
+
+pub(crate) use consumer::start;
+
+/// The script that records a result or a dead letter (see its header).
+pub const RECORD_LUA: &str = include_str!("../record.lua");
+
+/// The field of a task entry that holds the task line.
+pub const TASK_FIELD: &str = "task";
+
+/// Options of [`Dispatcher::consume`](crate::Dispatcher::consume).
+#[derive(Debug, Clone)]
+pub struct StreamConfig {
+    /// This instance's consumer name in the group (default
+    /// `<pid>-<random>`). Give a stable name to resume the same pending
+    /// entries after a restart.
+    pub consumer: String,
+    /// The consumer group (default `dispatch`), created at the stream's
+    /// start (`0`) if missing, so entries added before any instance started
+    /// are read.
+    pub group: String,
+    /// Services to consume (default: every configured service).
+    pub services: Vec<String>,
+    /// Idle time after which a pending entry is claimed (default: computed
+    /// per service, see the module docs).
+    pub claim_after: Option<Duration>,
+    /// How often to claim and refresh the stream's stats (default
+    /// `claim_after / 4`, within 100 ms..=10 s).
+    pub claim_every: Option<Duration>,
+    /// Deliveries before an entry goes to the dead-letter stream (default 5).
+    pub max_deliveries: u32,
+    /// The header carrying the entry id to backends (default
+    /// `Idempotency-Key`; `None`: not sent).
+    pub idempotency_header: Option<String>,
+    /// Longest block of one read (default 1 s; also how soon a shutdown
+    /// stops the reader).
+    pub block: Duration,
+    /// Life of a done-marker (default 24 h): longer than a task can stay in
+    /// flight at any instance.
+    pub done_ttl: Duration,
+    /// Entries in flight per service at most (default: the queue's capacity).
+    pub max_in_flight: Option<usize>,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        StreamConfig {
+            consumer: format!("{}-{:08x}", std::process::id(), rand::random::<u32>()),
+            group: "dispatch".into(),
+            services: Vec::new(),
+            claim_after: None,
+            claim_every: None,
+            max_deliveries: 5,
+            idempotency_header: Some("Idempotency-Key".into()),
+            block: Duration::from_secs(1),
+            done_ttl: Duration::from_secs(24 * 3600),
+            max_in_flight: None,
+        }
+    }
+}
+
+impl StreamConfig {
+    /// The default `claim_after` of `svc`: twice the longest a delivery's
+    /// attempts and backoffs take, plus a second for the queue.
+    pub fn default_claim_after(svc: &ServiceConfig) -> Duration {
+        let r = &svc.retry;
+        let work = svc.timeout.saturating_mul(r.max_retries.saturating_add(1))
+            + r.backoff_max.saturating_mul(r.max_retries);
+        work.saturating_mul(2) + Duration::from_secs(1)
+    }
+}
+
+/// Why the stream could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StreamError {
+    /// The config has no top-level `redis` section.
+    #[error("a durable stream needs the top-level `redis` section")]
+    NoRedis,
+    /// No such service.
+    #[error("unknown service {0:?}")]
+    UnknownService(String),
+    /// Redis refused or did not answer.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+/// One service's stream, as `stats()` shows it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StreamStats {
+    /// Entries of the stream not yet delivered to the group (`XINFO GROUPS`
+    /// lag), as last read.
+    pub lag: u64,
+    /// Entries delivered and not acknowledged, all consumers (`XINFO
+    /// GROUPS` pending), as last read.
+    pub pending: u64,
+    /// Entries this instance has read and not finished.
+    pub in_flight: u64,
+    /// Entries read (new or own pending).
+    pub read: u64,
+    /// Entries claimed from idle consumers.
+    pub claimed: u64,
+    /// Results recorded by this instance.
+    pub recorded: u64,
+    /// Finished a second time; the result was already recorded.
+    pub duplicates: u64,
+    /// Deliveries that failed and were left pending for a later claim.
+    pub failed_deliveries: u64,
+    /// Entries this instance sent to the dead-letter stream.
+    pub dead_lettered: u64,
+}
+
+/// The counters behind [`StreamStats`].
+#[derive(Default)]
+pub(crate) struct Counters {
+    lag: AtomicU64,
+    pending: AtomicU64,
+    in_flight: AtomicU64,
+    read: AtomicU64,
+    claimed: AtomicU64,
+    recorded: AtomicU64,
+    duplicates: AtomicU64,
+    failed: AtomicU64,
+    dead: AtomicU64,
+}
+
+impl Counters {
+    fn snapshot(&self) -> StreamStats {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        StreamStats {
+            lag: g(&self.lag),
+            pending: g(&self.pending),
+            in_flight: g(&self.in_flight),
+            read: g(&self.read),
+            claimed: g(&self.claimed),
+            recorded: g(&self.recorded),
+            duplicates: g(&self.duplicates),
+            failed_deliveries: g(&self.failed),
+            dead_lettered: g(&self.dead),
+        }
+    }
+}
+
+/// A dispatcher's streams: counters per service, the producer connection.
+#[derive(Default)]
+pub(crate) struct Streams {
+    counters: Mutex<HashMap<String, Arc<Counters>>>,
+    producer: tokio::sync::OnceCell<MultiplexedConnection>,
+}
+
+impl Streams {
+    fn counters(&self, service: &str) -> Arc<Counters> {
+        let mut m = self.counters.lock().expect("lock");
+        m.entry(service.to_owned()).or_default().clone()
+    }
+
+    /// The stats of `service`'s stream, if it is consumed.
+    pub(crate) fn stats(&self, service: &str) -> Option<StreamStats> {
+        let m = self.counters.lock().expect("lock");
+        m.get(service).map(|c| c.snapshot())
+    }
+
+    /// Adds `line` to its service's stream (`service` is the configured
+    /// name); returns the entry id.
+    pub(crate) async fn enqueue(
+        &self,
+        redis: &RedisConfig,
+        service: &str,
+        line: &TaskLine,
+    ) -> Result<String, StreamError> {
+        let con = self
+            .producer
+            .get_or_try_init(|| connect(redis, ops_timeout(redis)))
+            .await?;
+        Ok(enqueue(&mut con.clone(), &redis.prefix, service, line).await?)
+    }
+}
+
+/// The key `prefix:{service}:rest`.
+pub fn key(prefix: &str, service: &str, rest: &str) -> String {
+    format!("{prefix}:{{{service}}}:{rest}")
+}
+
+/// `XADD`s `line` (as JSON, field `task`) to `service`'s stream under
+/// `prefix`; returns the entry id. The CLI's `enqueue` uses this.
+pub async fn enqueue<C: redis::aio::ConnectionLike>(
+    con: &mut C,
+    prefix: &str,
+    service: &str,
+    line: &TaskLine,
+) -> redis::RedisResult<String> {
+    let json = serde_json::to_string(line).expect("a task line serialises");
+    redis::cmd("XADD")
+        .arg(key(prefix, service, "tasks"))
+        .arg("*")
+        .arg(TASK_FIELD)
+        .arg(json)
+        .query_async(con)
+        .await
+}
+
+fn ops_timeout(redis: &RedisConfig) -> Duration {
+    redis.timeout.max(Duration::from_secs(5))
+}
+
+async fn connect(
+    redis: &RedisConfig,
+    timeout: Duration,
+) -> redis::RedisResult<MultiplexedConnection> {
+    let client = redis::Client::open(redis.url.as_str())?;
+    let cfg = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(redis.timeout.max(Duration::from_secs(1))))
+        .set_response_timeout(Some(timeout));
+    client
+        .get_multiplexed_async_connection_with_config(&cfg)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reply::{delivery_count, field, read_reply};
+    use super::*;
+    use redis::Value;
+
+    fn b(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn keys_are_hash_tagged_per_service() {
+        assert_eq!(key("ad", "api", "tasks"), "ad:{api}:tasks");
+        assert_eq!(key("ad", "api", "done:1-0"), "ad:{api}:done:1-0");
+    }
+
+    #[test]
+    fn replies_parse() {
+        let read = Value::Array(vec![Value::Array(vec![
+            b("ad:{api}:tasks"),
+            Value::Array(vec![
+                Value::Array(vec![b("1-0"), Value::Array(vec![b("task"), b("{}")])]),
+                Value::Array(vec![b("2-0"), Value::Nil]),
+            ]),
+        ])]);
+        let e = read_reply(&read);
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].0, "1-0");
+        assert_eq!(field(&e[0].1, "task").as_deref(), Some("{}"));
+        let pending = Value::Array(vec![Value::Array(vec![
+            b("1-0"),
+            b("c1"),
+            Value::Int(1200),
+            Value::Int(3),
+        ])]);
+        assert_eq!(delivery_count(&pending), Some(3));
+        assert!(read_reply(&Value::Nil).is_empty());
+    }
+
+    #[test]
+    fn the_default_claim_after_outlasts_every_attempt() {
+        let c = crate::Config::from_json(
+            r#"{"services":[{"name":"a","timeout":"2s","endpoints":[{"address":"http://h/"}],
+                "retry":{"max_retries":2,"backoff_max":"1s"}}]}"#,
+        )
+        .unwrap();
+        // 2 × (2 s × 3 + 1 s × 2) + 1 s
+        assert_eq!(
+            StreamConfig::default_claim_after(&c.services[0]),
+            Duration::from_secs(17)
+        );
+    }
+}
