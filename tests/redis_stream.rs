@@ -457,3 +457,109 @@ fn a_backend_that_always_fails_sends_its_tasks_to_the_dead_letters() {
     assert!(calls.values().all(|n| *n == 3), "{calls:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn enqueue_durable_consume_and_stats_in_process() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let backend = KeyedBackend::start();
+    let dir = temp_dir("inproc");
+    let cfg_path = write_config(&dir, &server.url(), backend.port, 100);
+    let cfg = actix_dispatch::Config::from_file(&cfg_path).expect("config");
+    let stats = actix::System::new().block_on(async move {
+        let d = actix_dispatch::Dispatcher::start(cfg).expect("start");
+        for i in 0..20 {
+            // The service named in another case reaches `svc`'s stream.
+            let line = format!(r#"{{"id":"t{i}","service":"SVC","path":"/ok"}}"#);
+            let line = actix_dispatch::codec::TaskLine::parse(&line).expect("line");
+            d.enqueue_durable(&line).await.expect("enqueue");
+        }
+        let sc = actix_dispatch::redis::stream::StreamConfig {
+            consumer: "in-process".into(),
+            claim_every: Some(Duration::from_millis(100)),
+            ..Default::default()
+        };
+        d.consume(sc).await.expect("consume");
+        let start = tokio::time::Instant::now();
+        let mut last = None;
+        while start.elapsed() < Duration::from_secs(10) {
+            let s = d.stats().await;
+            let st = s.service("svc").and_then(|s| s.stream.clone());
+            if st
+                .as_ref()
+                .is_some_and(|st| st.recorded == 20 && st.pending == 0 && st.lag == 0)
+            {
+                last = st;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        d.shutdown(Duration::from_secs(1)).await;
+        last
+    });
+    let st = stats.expect("20 recorded, nothing pending or lagging, within 10 s");
+    assert_eq!(
+        (st.read, st.claimed, st.dead_lettered, st.duplicates),
+        (20, 0, 0, 0)
+    );
+    let mut c = con(&server.url());
+    let mut ids: Vec<String> = results(&mut c).into_iter().map(|(_, id)| id).collect();
+    ids.sort();
+    let mut want: Vec<String> = (0..20).map(|i| format!("t{i}")).collect();
+    want.sort();
+    assert_eq!(ids, want);
+    // Every call carried its entry id as the idempotency key.
+    let entries: HashSet<String> = results(&mut c).into_iter().map(|(e, _)| e).collect();
+    let keys: HashSet<String> = backend.calls().into_keys().collect();
+    assert_eq!(keys, entries);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[cfg(feature = "cli")]
+#[test]
+fn the_cli_enqueue_adds_task_lines_and_reports_bad_ones() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let dir = temp_dir("cli");
+    let cfg = write_config(&dir, &server.url(), 9, 10);
+    let tasks = dir.join("tasks.jsonl");
+    std::fs::write(
+        &tasks,
+        "{\"id\":1,\"service\":\"svc\",\"path\":\"/a\"}\nnot json\n\
+         {\"id\":2,\"service\":\"svc\",\"path\":\"/b\"}\n{\"service\":\"nope\",\"path\":\"/\"}\n",
+    )
+    .expect("tasks");
+    let out = Command::new(env!("CARGO_BIN_EXE_actix-dispatch"))
+        .arg("enqueue")
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--tasks")
+        .arg(&tasks)
+        .output()
+        .expect("run enqueue");
+    assert_eq!(out.status.code(), Some(1), "some lines were not tasks");
+    let ids = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(ids.lines().count(), 2, "{ids}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("line 2") && err.contains("unknown service"),
+        "{err}"
+    );
+    let mut c = con(&server.url());
+    let raw: redis::Value = redis::cmd("XRANGE")
+        .arg("t:{svc}:tasks")
+        .arg("-")
+        .arg("+")
+        .query(&mut c)
+        .expect("xrange");
+    let entries: Vec<(String, HashMap<String, String>)> =
+        redis::from_redis_value(raw).expect("entries");
+    assert_eq!(entries.len(), 2);
+    assert_eq!(
+        entries[0].1["task"],
+        r#"{"id":1,"service":"svc","path":"/a"}"#
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
