@@ -255,7 +255,9 @@ fn ten_thousand_tasks_three_instances_one_killed_every_result_once() {
     const N: usize = 10_000;
     add_tasks(&mut c, "/ok", N);
     let started = Instant::now();
-    let fast = ["--claim-after", "1s", "--claim-every", "100ms"];
+    // claim_after far above a task's time here (milliseconds), so that only
+    // the killed instance's entries are claimed, even on a busy machine.
+    let fast = ["--claim-after", "2s", "--claim-every", "100ms"];
     let mut w1 = Worker::spawn(&cfg, "w1", &fast);
     let mut w2 = Worker::spawn(&cfg, "w2", &fast);
     let mut w3 = Worker::spawn(&cfg, "w3", &fast);

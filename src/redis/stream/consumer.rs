@@ -9,6 +9,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{Script, Value};
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use super::reply::{delivery_count, entries, field, pairs, read_reply, text};
 use super::{connect, key, ops_timeout, Counters, StreamConfig, StreamError, Streams};
@@ -106,7 +107,7 @@ pub(crate) async fn start(
     );
     let c = Rc::new(c);
     actix::spawn(c.clone().read_loop(reader));
-    actix::spawn(c.claim_loop());
+    actix::spawn(c.stats_loop());
     Ok(())
 }
 
@@ -116,22 +117,35 @@ impl Consumer {
             .saturating_sub(self.counters.in_flight.load(Ordering::Relaxed))
     }
 
-    /// Reads by credit until the dispatcher shuts down: first this
-    /// consumer's own pending entries, then new ones.
+    /// Reads and claims by credit until the dispatcher shuts down: first
+    /// this consumer's own pending entries, then new ones, with a claim
+    /// every `claim_every`. One loop does both, one call at a time, so the
+    /// entries held never exceed the credit.
     async fn read_loop(self: Rc<Self>, mut con: MultiplexedConnection) {
         let mut own: Option<String> = Some("0".into());
         let mut failing = false;
+        let mut cursor = "0-0".to_string();
+        let mut next_claim = Instant::now() + self.claim_every;
         while !self.d.is_closed() {
+            let now = Instant::now();
+            let until_claim = next_claim.saturating_duration_since(now);
             let free = self.free();
             if free == 0 {
-                let _ = tokio::time::timeout(self.block, self.room.notified()).await;
+                let wait = self.block.min(until_claim).max(Duration::from_millis(1));
+                let _ = tokio::time::timeout(wait, self.room.notified()).await;
+                continue;
+            }
+            if until_claim.is_zero() {
+                next_claim = now + self.claim_every;
+                self.claim(&mut con, free, &mut cursor).await;
                 continue;
             }
             let mut cmd = redis::cmd("XREADGROUP");
             cmd.arg("GROUP").arg(&self.group).arg(&self.name);
             cmd.arg("COUNT").arg(free);
             if own.is_none() {
-                cmd.arg("BLOCK").arg(self.block.as_millis() as u64);
+                let block = self.block.min(until_claim).max(Duration::from_millis(1));
+                cmd.arg("BLOCK").arg(block.as_millis() as u64);
             }
             cmd.arg("STREAMS")
                 .arg(&self.tasks)
@@ -173,49 +187,57 @@ impl Consumer {
         );
     }
 
-    /// Claims idle entries and refreshes the stats until shutdown.
-    async fn claim_loop(self: Rc<Self>) {
+    /// Refreshes the stream's stats every `claim_every` until shutdown.
+    async fn stats_loop(self: Rc<Self>) {
         let mut con = self.ops.clone();
-        let mut cursor = "0-0".to_string();
         while !self.d.is_closed() {
-            tokio::time::sleep(self.claim_every).await;
-            if self.d.is_closed() {
-                break;
-            }
             self.refresh(&mut con).await;
-            let free = self.free();
-            if free == 0 {
-                continue;
-            }
-            let r: redis::RedisResult<Value> = redis::cmd("XAUTOCLAIM")
-                .arg(&self.tasks)
-                .arg(&self.group)
-                .arg(&self.name)
-                .arg(self.claim_after.as_millis() as u64)
-                .arg(&cursor)
-                .arg("COUNT")
-                .arg(free)
-                .query_async(&mut con)
-                .await;
-            let Ok(Value::Array(parts)) = r else {
-                continue;
-            };
-            cursor = parts.first().and_then(text).unwrap_or_else(|| "0-0".into());
-            let claimed = parts.get(1).map(entries).unwrap_or_default();
-            if claimed.is_empty() {
-                continue;
-            }
-            self.counters
-                .claimed
-                .fetch_add(claimed.len() as u64, Ordering::Relaxed);
-            self.prom.event(StreamEvent::Claimed, claimed.len() as u64);
-            log::debug!(
-                "service {}: claimed {} idle entries",
-                self.service,
-                claimed.len()
-            );
-            self.deliver_counted(&mut con, claimed).await;
+            tokio::time::sleep(self.claim_every).await;
         }
+    }
+
+    /// Claims up to `free` entries idle longer than `claim_after`
+    /// (`XAUTOCLAIM`, resuming at `cursor`) and delivers them.
+    async fn claim(
+        self: &Rc<Self>,
+        con: &mut MultiplexedConnection,
+        free: u64,
+        cursor: &mut String,
+    ) {
+        let r: redis::RedisResult<Value> = redis::cmd("XAUTOCLAIM")
+            .arg(&self.tasks)
+            .arg(&self.group)
+            .arg(&self.name)
+            .arg(self.claim_after.as_millis() as u64)
+            .arg(cursor.as_str())
+            .arg("COUNT")
+            .arg(free)
+            .query_async(con)
+            .await;
+        let parts = match r {
+            Ok(Value::Array(parts)) => parts,
+            Ok(_) => return,
+            Err(e) => {
+                log::debug!("service {}: claim: {e}", self.service);
+                return;
+            }
+        };
+        *cursor = parts.first().and_then(text).unwrap_or_else(|| "0-0".into());
+        let claimed = parts.get(1).map(entries).unwrap_or_default();
+        if claimed.is_empty() {
+            return;
+        }
+        self.counters
+            .claimed
+            .fetch_add(claimed.len() as u64, Ordering::Relaxed);
+        self.prom.event(StreamEvent::Claimed, claimed.len() as u64);
+        log::info!(
+            "service {}: claimed {} entries idle for over {:?}",
+            self.service,
+            claimed.len(),
+            self.claim_after
+        );
+        self.deliver_counted(con, claimed).await;
     }
 
     /// Delivers entries read before, by their delivery count (`XPENDING`):

@@ -12,8 +12,10 @@
 //! XADD ad:{api}:tasks * task '{"id":7,"service":"api","path":"/items/7"}'
 //! ```
 //!
-//! [`crate::Dispatcher::consume`] starts, per service, a reader and a
-//! claimer on the calling arbiter:
+//! [`crate::Dispatcher::consume`] starts, per service, one loop on the
+//! calling arbiter that reads and, every `claim_every`, claims, one call at
+//! a time (so the two never take the same credit twice), and a loop that
+//! refreshes the stats:
 //!
 //! * **Reading by credit.** `XREADGROUP GROUP g <consumer> COUNT n BLOCK b`
 //!   on a connection of its own (a blocked read never delays a result),
