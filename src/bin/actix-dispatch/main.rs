@@ -10,6 +10,11 @@
 //! and a summary go to stderr. Exit code: 0 when every task succeeded, 1
 //! when some did not (or a line was not a task), 2 for usage and config
 //! errors, 130 after an interrupt.
+//!
+//! With the `redis` feature, `actix-dispatch enqueue --config cfg.json
+//! --tasks tasks.jsonl` adds the same task lines to the durable task
+//! streams instead (`actix_dispatch::redis::stream`), for instances running
+//! `Dispatcher::consume` (or `actix-dispatch-worker`) to run.
 
 #![forbid(unsafe_code)]
 
