@@ -50,9 +50,14 @@ pub(crate) async fn start(
     cfg: &StreamConfig,
     prom: PromStream,
 ) -> Result<(), StreamError> {
+    // Bounded where it enters: 100 ms ..= 7 days.
     let claim_after = cfg
         .claim_after
-        .unwrap_or_else(|| StreamConfig::default_claim_after(svc));
+        .unwrap_or_else(|| StreamConfig::default_claim_after(svc))
+        .clamp(
+            Duration::from_millis(100),
+            Duration::from_secs(7 * 24 * 3600),
+        );
     let block = cfg
         .block
         .clamp(Duration::from_millis(10), Duration::from_secs(60));
