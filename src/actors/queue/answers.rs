@@ -1,0 +1,259 @@
+//! Answers: an attempt's report, and the one place a task is answered
+//! (`finish`). When a task's last attempt out ends without a success the
+//! retry policy ([`crate::algo::policy`]) decides.
+
+use super::*;
+
+impl QueueActor {
+    /// The current round's task for an answer, or `None` if the answer is
+    /// stale (the task is answered already, or it names an earlier round).
+    pub(super) fn current(&mut self, seq: Seq) -> Option<&mut Pending> {
+        self.tasks
+            .get_mut(&seq.task)
+            .filter(|p| p.state == State::InFlight && p.round == seq.round && p.outstanding > 0)
+    }
+
+    pub(super) fn on_attempt(&mut self, msg: AttemptDone, ctx: &mut Context<Self>) {
+        let no = msg.seq.task;
+        let Some(p) = self.current(msg.seq) else {
+            return; // answered already, or a late answer of an earlier round
+        };
+        p.outstanding -= 1;
+        if let Some(race) = p.race.as_mut().filter(|r| r.round == msg.seq.round) {
+            if msg.hedge {
+                race.hedge_done = true;
+            } else {
+                race.first_done = true;
+            }
+        }
+        let r = msg.report;
+        p.attempts.push(Attempt {
+            node: msg.address.clone(),
+            outcome: r.outcome,
+            latency: r.latency,
+            hedge: msg.hedge,
+            protocol: r.reply.as_ref().and_then(|rep| rep.protocol),
+        });
+        let mut stream = r.stream;
+        let response = r.reply.map(|rep| Response {
+            status: rep.status,
+            headers: rep.headers,
+            body: rep.body,
+            node: msg.address.clone(),
+            stream: stream.take(),
+        });
+        if r.outcome.is_success() {
+            if matches!(
+                self.cfg.hedge,
+                Some(crate::config::HedgeAfter::Percentile(_))
+            ) {
+                self.latencies.record(r.latency);
+            }
+            let outcome = match response {
+                Some(response) => Outcome::Success(response),
+                // A transport that reports a status without a reply: answer
+                // with what is known rather than panic.
+                None => Outcome::Failure(Failure {
+                    reason: FailReason::NotRetryable,
+                    last: Some(r.outcome),
+                    response: None,
+                }),
+            };
+            return self.finish(no, outcome, ctx);
+        }
+        if r.outcome != AttemptOutcome::Error(ErrorKind::Cancelled) {
+            p.round_failed = true;
+            p.last = Some(Box::new(LastFailure {
+                outcome: r.outcome,
+                response,
+                retry_after: r.retry_after,
+            }));
+            if !p.avoid.contains(&msg.node) {
+                p.avoid.push(msg.node);
+            }
+        }
+        if p.outstanding == 0 {
+            self.round_ended(no, ctx);
+        }
+    }
+
+    /// Task `no`'s last outstanding attempt ended without a success (by an
+    /// answer, a bounce, the watchdog or a cancel): the policy decides.
+    pub(super) fn round_ended(&mut self, no: TaskNo, ctx: &mut Context<Self>) {
+        let now = self.now();
+        let Some(p) = self.tasks.get_mut(&no) else {
+            return;
+        };
+        let last = p.last.as_deref().filter(|_| p.round_failed);
+        let Some(last) = last else {
+            // No attempt of this round failed (it bounced): back to the front.
+            p.state = State::Ready;
+            self.in_flight -= 1;
+            self.queued += 1;
+            self.ready.push_front(no);
+            if let Gate::Reject(r) = self.gate.clone() {
+                self.reject(no, r, ctx);
+            }
+            return;
+        };
+        let ended = Ended {
+            last: last.outcome,
+            retry_after: last.retry_after,
+            retries: p.retries,
+            idempotent: p.job.idempotent,
+            deadline: p.job.deadline,
+        };
+        match self.policy.decide(&ended, now, &mut self.rng) {
+            Decision::Fail(reason) => {
+                if reason == FailReason::BudgetExhausted {
+                    self.metrics.budget_exhausted();
+                }
+                if reason == FailReason::BudgetExhausted && !self.budget_exhausted {
+                    self.budget_exhausted = true;
+                    log::warn!(
+                        "service {}: retry budget exhausted; failing tasks instead of retrying",
+                        self.service
+                    );
+                }
+                self.fail(no, reason, ctx)
+            }
+            Decision::Retry { after } => {
+                if self.budget_exhausted {
+                    self.budget_exhausted = false;
+                    log::info!("service {}: retry budget available again", self.service);
+                }
+                p.retries += 1;
+                // A retry starts a new round from scratch: the failure that
+                // caused it is kept for the answer if the retry fails too.
+                log::debug!(
+                    "service {}: task {} retry {} in {:?} after {}",
+                    self.service,
+                    p.job.id,
+                    p.retries,
+                    after,
+                    ended.last
+                );
+                self.counters.retried += 1;
+                self.metrics.retried();
+                p.state = State::Backoff;
+                p.hedged = false;
+                self.in_flight -= 1;
+                self.queued += 1;
+                self.push_timer(time::add(now, after), no, Timer::Due, ctx);
+            }
+        }
+    }
+
+    pub(super) fn fail(&mut self, no: TaskNo, reason: FailReason, ctx: &mut Context<Self>) {
+        let last = self.tasks.get_mut(&no).and_then(|p| p.last.take());
+        let (last, response) = match last {
+            Some(l) => (Some(l.outcome), l.response),
+            None => (None, None),
+        };
+        self.finish(
+            no,
+            Outcome::Failure(Failure {
+                reason,
+                last,
+                response,
+            }),
+            ctx,
+        );
+    }
+
+    pub(super) fn finish_deadline(&mut self, no: TaskNo, ctx: &mut Context<Self>) {
+        let tried = self.tasks.get(&no).is_some_and(|p| !p.attempts.is_empty());
+        if tried {
+            self.fail(no, FailReason::DeadlineExceeded, ctx);
+        } else {
+            self.reject(no, Rejection::DeadlinePassed, ctx);
+        }
+    }
+
+    /// Answers task `no` and forgets it. The only place results are sent.
+    pub(super) fn finish(&mut self, no: TaskNo, outcome: Outcome, ctx: &mut Context<Self>) {
+        let now = self.now();
+        let Some(mut p) = self.tasks.remove(&no) else {
+            return;
+        };
+        match p.state {
+            State::Waiting => {
+                self.counters.submitted += 1;
+                self.parked -= 1;
+            }
+            State::Ready | State::Backoff => self.queued -= 1,
+            State::InFlight => self.in_flight -= 1,
+        }
+        match &outcome {
+            Outcome::Success(_) => self.counters.succeeded += 1,
+            Outcome::Failure(_) => self.counters.failed += 1,
+            Outcome::Rejected(_) | Outcome::Fallback { .. } => self.counters.rejected += 1,
+        }
+        let outstanding = p.state == State::InFlight && p.outstanding > 0;
+        if outstanding {
+            list_cancelled_twin(&mut p, now);
+        }
+        let total = now.saturating_duration_since(p.job.submitted);
+        self.metrics.task_finished(&outcome, total);
+        let result = TaskResult {
+            id: p.job.id,
+            service: self.service.clone(),
+            outcome,
+            attempts: std::mem::take(&mut p.attempts),
+            total,
+        };
+        if let Some(reply) = p.reply.take() {
+            let _ = reply.send(result);
+        }
+        if outstanding && self.cfg.hedge.is_some() {
+            // A hedged twin is still out: tell its node it lost.
+            let seq = Seq {
+                task: no,
+                round: p.round,
+            };
+            self.tell_balancer(crate::actors::hedge::CancelTask { seq }, ctx);
+        }
+        self.check_drained();
+    }
+
+    pub(in crate::actors) fn check_drained(&mut self) {
+        if self.tasks.is_empty() {
+            for d in self.drains.drain(..) {
+                let _ = d.send(());
+            }
+        }
+    }
+}
+
+pub(super) struct LastFailure {
+    pub(super) outcome: AttemptOutcome,
+    pub(super) response: Option<Response>,
+    pub(super) retry_after: Option<Duration>,
+}
+
+/// What became of a routed task: an attempt ended, or it bounced.
+impl Handler<Answer> for QueueActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Answer, ctx: &mut Self::Context) {
+        self.guarded(ctx, |act, ctx| {
+            match msg {
+                Answer::Done(done) => {
+                    act.tick(Some(done.at));
+                    act.credit = act.credit.saturating_add(done.credit);
+                    act.on_attempt(done, ctx);
+                }
+                Answer::Bounce(b) => {
+                    act.tick(None);
+                    act.credit = act.credit.saturating_add(b.credit);
+                    act.on_bounce(b, ctx);
+                }
+                Answer::Placed(p) => {
+                    act.tick(None);
+                    act.on_placed(p);
+                }
+            }
+            act.pump(ctx);
+        });
+    }
+}

@@ -1,0 +1,210 @@
+//! Handing over: ready tasks go to the balancer while there is credit; a
+//! hedge is sent when its timer fires; a bounce puts a task back.
+
+use super::*;
+
+impl QueueActor {
+    /// Sends ready tasks to the balancer while there is credit.
+    pub(super) fn pump(&mut self, ctx: &mut Context<Self>) {
+        if self.parked > 0 {
+            self.admit_waiting();
+        }
+        let now = self.now();
+        while self.credit > 0 && self.gate == Gate::Open {
+            let Some(no) = self.ready.pop_front() else {
+                break;
+            };
+            let Some(p) = self.tasks.get_mut(&no) else {
+                continue;
+            };
+            if p.state != State::Ready {
+                continue;
+            }
+            if p.job.deadline.is_some_and(|d| d <= now) {
+                self.finish_deadline(no, ctx);
+                continue;
+            }
+            let hedge_after = hedge_delay(&self.cfg, &self.latencies, &p.job);
+            p.state = State::InFlight;
+            p.outstanding = 1;
+            p.round = p.round.wrapping_add(1);
+            p.round_failed = false;
+            p.sent_at = now;
+            let round = p.round;
+            if round == 1 {
+                // The budget counts requests when they are first sent, not
+                // when queued, so a deep queue neither floods nor starves it.
+                self.policy.sent(now);
+            }
+            let route = Route {
+                seq: Seq { task: no, round },
+                job: p.job.clone(),
+                avoid: p.avoid.clone(),
+                hedge: false,
+                at: now,
+            };
+            let timeout = p.job.task.attempt_timeout().unwrap_or(self.cfg.timeout);
+            // Generous: an attempt's own timeout starts at its node, after
+            // any mailbox wait; the watchdog is only for attempts lost with
+            // their node.
+            let grace = time::sum(timeout, timeout.max(Duration::from_secs(5)));
+            p.watchdog_at = time::add(now, grace);
+            self.queued -= 1;
+            self.in_flight += 1;
+            self.credit -= 1;
+            if !self.tell_balancer(route, ctx) {
+                return;
+            }
+            if let Some(d) = hedge_after {
+                self.push_timer(time::add(now, d), no, Timer::Hedge(round), ctx);
+            }
+        }
+        if self.parked > 0 {
+            self.admit_waiting();
+        }
+        self.ready
+            .retain_if_bloated(self.queued, |no| is_state(&self.tasks, no, State::Ready));
+    }
+
+    pub(super) fn send_hedge(&mut self, no: TaskNo, now: Instant, ctx: &mut Context<Self>) {
+        let Some(p) = self.tasks.get_mut(&no) else {
+            return;
+        };
+        if p.hedged || p.outstanding != 1 {
+            return;
+        }
+        if !self.policy.pay_hedge(now) {
+            return;
+        }
+        p.hedged = true;
+        p.outstanding += 1;
+        p.race = Some(Box::new(Race {
+            round: p.round,
+            first: None,
+            hedge: None,
+            hedge_sent: now,
+            first_done: false,
+            hedge_done: false,
+        }));
+        self.counters.hedged += 1;
+        self.metrics.hedged();
+        let route = Route {
+            seq: Seq {
+                task: no,
+                round: p.round,
+            },
+            job: p.job.clone(),
+            avoid: p.avoid.clone(),
+            hedge: true,
+            at: now,
+        };
+        self.tell_balancer(route, ctx);
+    }
+
+    /// A hedge was placed: remember where both attempts of the round went.
+    pub(super) fn on_placed(&mut self, msg: Placed) {
+        let Some(p) = self.current(msg.seq) else {
+            return;
+        };
+        if let Some(race) = p.race.as_mut().filter(|r| r.round == msg.seq.round) {
+            race.first = Some(msg.first);
+            race.hedge = Some(msg.hedge);
+        }
+    }
+
+    /// The balancer could not place an attempt: if it was the round's last
+    /// one out, the task goes back to the front (or, if the other attempt of
+    /// a hedged round failed meanwhile, the policy decides).
+    pub(super) fn on_bounce(&mut self, msg: Bounce, ctx: &mut Context<Self>) {
+        let Some(p) = self.current(msg.seq) else {
+            return;
+        };
+        p.outstanding -= 1;
+        if let Some(race) = p.race.as_mut().filter(|r| r.round == msg.seq.round) {
+            if msg.hedge {
+                race.hedge = None;
+                race.hedge_done = true;
+            }
+        }
+        if p.outstanding == 0 {
+            self.round_ended(msg.seq.task, ctx);
+        }
+    }
+
+    /// Reject every ready task (the gate closed).
+    pub(super) fn reject_ready(&mut self, reason: Rejection, ctx: &mut Context<Self>) {
+        while let Some(no) = self.ready.pop_front() {
+            if is_state(&self.tasks, &no, State::Ready) {
+                self.reject(no, reason.clone(), ctx);
+            }
+        }
+    }
+}
+
+/// The two attempts of a hedged round.
+pub(super) struct Race {
+    pub(super) round: u32,
+    pub(super) first: Option<Arc<str>>,
+    pub(super) hedge: Option<Arc<str>>,
+    pub(super) hedge_sent: Instant,
+    pub(super) first_done: bool,
+    pub(super) hedge_done: bool,
+}
+
+/// When to hedge `job`, if the service hedges and the task is idempotent.
+pub(super) fn hedge_delay(
+    cfg: &ServiceConfig,
+    latencies: &crate::actors::hedge::LatencyWindow,
+    job: &Job,
+) -> Option<Duration> {
+    if !job.idempotent {
+        return None;
+    }
+    match cfg.hedge? {
+        crate::config::HedgeAfter::Delay(d) => Some(d),
+        crate::config::HedgeAfter::Percentile(p) => latencies.percentile(p),
+    }
+}
+
+/// Lists the attempt still out when a hedged task is answered, as
+/// `Cancelled`: the backend saw it, so the result shows it.
+pub(super) fn list_cancelled_twin(p: &mut Pending, now: Instant) {
+    let Some(race) = p.race.as_deref().filter(|r| r.round == p.round) else {
+        return;
+    };
+    let (node, hedge, sent) = if !race.hedge_done {
+        (race.hedge.clone(), true, race.hedge_sent)
+    } else if !race.first_done {
+        (race.first.clone(), false, p.sent_at)
+    } else {
+        return;
+    };
+    if let Some(node) = node {
+        p.attempts.push(Attempt {
+            node,
+            outcome: AttemptOutcome::Error(ErrorKind::Cancelled),
+            latency: now.saturating_duration_since(sent),
+            hedge,
+            protocol: None,
+        });
+    }
+}
+
+/// Lazy deletion for the ready list: finished tasks leave their numbers
+/// behind; drop them in bulk once they outnumber the live ones.
+pub(super) trait RetainIfBloated {
+    fn retain_if_bloated(&mut self, live: usize, keep: impl FnMut(&TaskNo) -> bool);
+}
+
+impl RetainIfBloated for VecDeque<TaskNo> {
+    fn retain_if_bloated(&mut self, live: usize, keep: impl FnMut(&TaskNo) -> bool) {
+        if self.len() > live.saturating_mul(2).saturating_add(1024) {
+            self.retain(keep);
+            self.shrink_to(self.len().saturating_mul(2));
+        }
+    }
+}
+
+pub(super) fn is_state(tasks: &HashMap<TaskNo, Pending>, no: &TaskNo, state: State) -> bool {
+    tasks.get(no).is_some_and(|p| p.state == state)
+}

@@ -1,0 +1,223 @@
+//! Intake: a new task enters the map (ready, or parked in the bounded wait
+//! list), or is answered at once (closed, past its deadline, gate shut,
+//! queue and wait list full).
+
+use super::*;
+
+impl QueueActor {
+    pub(super) fn submit(&mut self, msg: Submit, ctx: &mut Context<Self>) {
+        let now = self.now();
+        if self.closed {
+            return self.reject_new(msg, Rejection::ShuttingDown, now);
+        }
+        if msg.job.deadline.is_some_and(|d| d <= now) {
+            return self.reject_new(msg, Rejection::DeadlinePassed, now);
+        }
+        if let Gate::Reject(r) = &self.gate {
+            let r = r.clone();
+            return self.reject_new(msg, r, now);
+        }
+        let room = self.queued < self.cfg.queue.capacity && self.parked == 0;
+        if !room {
+            let wait = msg.wait || self.cfg.queue.on_full == OnFull::Wait;
+            // The wait list is bounded too (`queue.max_waiting`).
+            if wait && self.parked < self.cfg.queue.max_waiting {
+                let no = self.enter(msg, State::Waiting, ctx);
+                self.waiting.push_back(no);
+                self.parked += 1;
+                return;
+            }
+            if !self.full {
+                self.full = true;
+                log::warn!(
+                    "service {}: queue full ({} tasks{}); rejecting new tasks",
+                    self.service,
+                    self.cfg.queue.capacity,
+                    if wait { ", and the wait list too" } else { "" }
+                );
+            }
+            return self.reject_new(msg, Rejection::QueueFull, now);
+        }
+        let no = self.enter(msg, State::Ready, ctx);
+        self.admit(no);
+        self.pump(ctx);
+    }
+
+    /// Puts a new task in the map (and its deadline in the timers).
+    pub(super) fn enter(&mut self, msg: Submit, state: State, ctx: &mut Context<Self>) -> TaskNo {
+        let no = self.next_no;
+        self.next_no += 1;
+        if let Some(d) = msg.job.deadline {
+            self.push_timer(d, no, Timer::Deadline, ctx);
+        }
+        let now = self.now();
+        self.tasks.insert(
+            no,
+            Pending {
+                job: msg.job,
+                reply: Some(msg.reply),
+                attempts: Vec::new(),
+                retries: 0,
+                avoid: Vec::new(),
+                state,
+                outstanding: 0,
+                round: 0,
+                hedged: false,
+                round_failed: false,
+                sent_at: now,
+                watchdog_at: now,
+                last: None,
+                race: None,
+            },
+        );
+        no
+    }
+
+    /// Task `no` (just entered, or leaving the wait list) joins the queue.
+    pub(super) fn admit(&mut self, no: TaskNo) {
+        if let Some(p) = self.tasks.get_mut(&no) {
+            if p.state == State::Waiting {
+                self.parked -= 1;
+            }
+            p.state = State::Ready;
+            self.counters.submitted += 1;
+            self.ready.push_back(no);
+            self.queued += 1;
+            self.counters.peak_queued = self.counters.peak_queued.max(self.queued);
+        }
+    }
+
+    /// Answers a task that never entered the queue.
+    pub(super) fn reject_new(&mut self, msg: Submit, reason: Rejection, now: Instant) {
+        self.counters.submitted += 1;
+        self.counters.rejected += 1;
+        let outcome = self.rejection_outcome(reason);
+        let total = now.saturating_duration_since(msg.job.submitted);
+        self.metrics.task_finished(&outcome, total);
+        let result = TaskResult {
+            id: msg.job.id,
+            service: self.service.clone(),
+            outcome,
+            attempts: Vec::new(),
+            total,
+        };
+        let _ = msg.reply.send(result);
+    }
+
+    /// Answers task `no` with a rejection (or the fallback).
+    pub(super) fn reject(&mut self, no: TaskNo, reason: Rejection, ctx: &mut Context<Self>) {
+        let outcome = self.rejection_outcome(reason);
+        self.finish(no, outcome, ctx);
+    }
+
+    /// A rejection, or the fallback response when one is configured for it.
+    /// Counts fallbacks; the rejection itself is counted where it is sent.
+    pub(super) fn rejection_outcome(&mut self, reason: Rejection) -> Outcome {
+        match (&self.cfg.fallback, &reason) {
+            (Some(f), Rejection::CircuitOpen { .. } | Rejection::RateLimited { .. }) => {
+                self.counters.fallbacks += 1;
+                Outcome::Fallback {
+                    response: Response {
+                        status: f.status,
+                        headers: fallback_headers(f),
+                        body: f.body.clone().into(),
+                        node: Arc::from("fallback"),
+                        stream: None,
+                    },
+                    reason,
+                }
+            }
+            _ => Outcome::Rejected(reason),
+        }
+    }
+
+    /// Lets parked tasks in, in order, while there is room.
+    pub(super) fn admit_waiting(&mut self) {
+        while self.queued < self.cfg.queue.capacity {
+            let Some(no) = self.waiting.pop_front() else {
+                break;
+            };
+            if self
+                .tasks
+                .get(&no)
+                .is_some_and(|p| p.state == State::Waiting)
+            {
+                self.admit(no);
+            }
+        }
+        if self.parked == 0 {
+            self.waiting.clear();
+        }
+        if self.full && self.queued < self.cfg.queue.capacity && self.parked == 0 {
+            self.full = false;
+            log::info!("service {}: queue has room again", self.service);
+        }
+    }
+}
+
+/// The configured fallback headers (checked at config load).
+pub(super) fn fallback_headers(f: &crate::config::FallbackConfig) -> awc::http::header::HeaderMap {
+    use awc::http::header::{HeaderName, HeaderValue};
+    let mut map = awc::http::header::HeaderMap::new();
+    for (k, v) in &f.headers {
+        if let (Ok(k), Ok(v)) = (
+            HeaderName::from_bytes(k.as_bytes()),
+            HeaderValue::from_str(v),
+        ) {
+            map.append(k, v);
+        }
+    }
+    map
+}
+
+/// A task sent straight to the queue's address.
+impl Handler<Task> for QueueActor {
+    type Result = ResponseFuture<TaskResult>;
+
+    fn handle(&mut self, task: Task, ctx: &mut Self::Context) -> Self::Result {
+        self.tick(None);
+        let now = self.now();
+        let id = self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        let service = self.service.clone();
+        let checked = if task.service().eq_ignore_ascii_case(&self.service) {
+            task.prepare(id, now)
+        } else {
+            let why = format!(
+                "task names service {:?} but was sent to the queue of service {:?}",
+                task.service(),
+                self.service
+            );
+            Err((task.given_id().unwrap_or(id), why))
+        };
+        match checked {
+            Ok(job) => {
+                let msg = Submit {
+                    job: Arc::new(job),
+                    reply: tx,
+                    wait: false,
+                };
+                self.guarded(ctx, |act, ctx| act.submit(msg, ctx));
+                Box::pin(crate::dispatcher::Submission::waiting(rx, id, service, now))
+            }
+            Err((id, reason)) => {
+                self.counters.submitted += 1;
+                self.counters.rejected += 1;
+                let result =
+                    crate::dispatcher::rejected(id, service, Rejection::InvalidTask(reason), now);
+                self.metrics.task_finished(&result.outcome, result.total);
+                Box::pin(crate::dispatcher::Submission::ready(result))
+            }
+        }
+    }
+}
+
+/// A new task from the dispatcher.
+impl Handler<Submit> for QueueActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Submit, ctx: &mut Self::Context) {
+        self.tick(Some(msg.job.submitted));
+        self.guarded(ctx, |act, ctx| act.submit(msg, ctx));
+    }
+}

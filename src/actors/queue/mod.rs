@@ -1,0 +1,440 @@
+//! `QueueActor`: the continuous task stream of one service, and the one place
+//! where a task is answered.
+//!
+//! Read it as: **take** (`intake`: the map, the bounded wait list), **hand
+//! over against credit** (`dispatch`: `pump`, hedges, bounces), **ask the
+//! policy** when an attempt ends ([`crate::algo::policy`]), **answer**
+//! (`answers`: `finish`, the only place a result is sent); `timing` holds
+//! the one timer and the watchdog, [`super::shutdown`] the drain and the
+//! report. This file holds the state, the panic guard and the messages that
+//! touch several parts.
+//!
+//! - Every task lives in one map from its arrival until `finish` removes it,
+//!   whatever its state: waiting for room, ready, backing off, in flight.
+//!   Answering removes it, so "exactly one result per task" holds under
+//!   faults, late answers (ignored: they name an earlier round) and shutdown
+//!   (see [`super::shutdown`]: everything left is answered and reported).
+//! - Everything that waits on time (retry backoffs, deadlines, hedges) is in
+//!   one [`TimerStore`] served by a single actix timer; entries of finished
+//!   tasks are dropped in bulk, so memory follows what is live.
+//! - The wait list (`on_full: wait`, and `feed`) is bounded
+//!   (`queue.max_waiting`); past it a task is refused `QueueFull`. Its tasks
+//!   keep their deadlines and are in the shutdown report.
+//! - A once-a-second watchdog sweep answers attempts whose node never
+//!   reported back (the node's thread died with them) as `Lost`.
+//! - A panic inside a handler is caught: it is logged at `error`, every task
+//!   the queue holds is answered `Internal`, and the queue starts afresh
+//!   (its counters kept), so a bug never leaves callers waiting. A dead
+//!   balancer is found the same way, and the dispatcher rebuilds the
+//!   pipeline.
+
+use std::collections::{HashMap, VecDeque};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+mod answers;
+mod dispatch;
+mod intake;
+mod timing;
+
+use self::answers::LastFailure;
+use self::dispatch::{list_cancelled_twin, Race};
+use self::timing::Timer;
+use super::balancer::BalancerActor;
+use super::messages::*;
+use super::timers::TimerStore;
+use crate::algo::policy::{Decision, Ended, RetryPolicy};
+use crate::algo::time;
+use crate::config::{OnFull, ServiceConfig};
+use crate::outcome::{
+    Attempt, AttemptOutcome, ErrorKind, FailReason, Failure, Outcome, Rejection, Response,
+    TaskResult,
+};
+use crate::stats::QueueStats;
+use crate::task::{Job, Task};
+use crate::transport::TransportFactory;
+
+/// A task's number in its queue.
+pub(super) type TaskNo = u64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum State {
+    /// Parked until the queue has room (not yet counted as submitted).
+    Waiting,
+    Ready,
+    Backoff,
+    InFlight,
+}
+
+pub(super) struct Pending {
+    pub job: Arc<Job>,
+    reply: Option<oneshot::Sender<TaskResult>>,
+    pub attempts: Vec<Attempt>,
+    retries: u32,
+    avoid: Vec<NodeId>,
+    pub state: State,
+    /// Attempts out right now (2 while hedged).
+    outstanding: u8,
+    /// Bumped at each dispatch; answers of other rounds are stale.
+    round: u32,
+    hedged: bool,
+    /// Whether an attempt of this round failed (else the round bounced).
+    round_failed: bool,
+    /// When this round was sent out.
+    sent_at: Instant,
+    /// When the attempt out should have reported, at the latest.
+    watchdog_at: Instant,
+    /// The last failed attempt of this task (boxed: most tasks never fail one).
+    last: Option<Box<LastFailure>>,
+    /// Where a hedged round's attempts went, and which have reported.
+    race: Option<Box<Race>>,
+}
+
+#[derive(Debug, Default, Clone)]
+pub(super) struct Counters {
+    pub submitted: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub rejected: u64,
+    pub retried: u64,
+    pub fallbacks: u64,
+    pub hedged: u64,
+    pub peak_queued: usize,
+}
+
+/// The queue of one service. Also answers [`Task`] messages sent straight to it.
+pub struct QueueActor {
+    pub(super) service: Arc<str>,
+    pub(super) cfg: Arc<ServiceConfig>,
+    balancer: Option<Addr<BalancerActor>>,
+    ids: Arc<std::sync::atomic::AtomicU64>,
+    pub(super) tasks: HashMap<TaskNo, Pending>,
+    ready: VecDeque<TaskNo>,
+    /// Tasks parked for room, in arrival order (entries of tasks answered
+    /// while parked are skipped when reached).
+    pub(super) waiting: VecDeque<TaskNo>,
+    /// Tasks parked right now (bounded by the capacity).
+    parked: usize,
+    pub(super) queued: usize,
+    pub(super) in_flight: usize,
+    timers: TimerStore<TaskNo, Timer>,
+    timer: Option<(Instant, SpawnHandle)>,
+    credit: usize,
+    gate: Gate,
+    pub(super) closed: bool,
+    policy: RetryPolicy,
+    budget_exhausted: bool,
+    rng: SmallRng,
+    next_no: TaskNo,
+    pub(super) counters: Counters,
+    /// Prometheus series, bumped where `counters` are (no-op without `metrics`).
+    metrics: crate::metrics::ServiceMetrics,
+    pub(super) drains: Vec<oneshot::Sender<()>>,
+    full: bool,
+    /// The pipeline is dead (its balancer stopped): everything is refused.
+    dead: bool,
+    latencies: super::hedge::LatencyWindow,
+    /// The time of the message being handled, read at most once per message
+    /// (clock reads are a measurable share of a task's cost).
+    clock: Option<Instant>,
+}
+
+impl QueueActor {
+    /// Starts the queue, its balancer and the balancer's nodes.
+    pub(crate) fn start(
+        cfg: Arc<ServiceConfig>,
+        factory: TransportFactory,
+        ids: Arc<std::sync::atomic::AtomicU64>,
+        arbiters: Vec<actix::dev::ArbiterHandle>,
+        metrics: crate::metrics::ServiceMetrics,
+    ) -> (Addr<QueueActor>, Addr<BalancerActor>) {
+        let mut balancer_addr = None;
+        let queue = QueueActor::create(|ctx| {
+            let me = ctx.address();
+            let bcfg = cfg.clone();
+            let bmetrics = metrics.clone();
+            let b = BalancerActor::create(move |bctx| {
+                BalancerActor::new(bcfg, me, factory, arbiters, bmetrics, bctx)
+            });
+            balancer_addr = Some(b.clone());
+            let mut q = QueueActor::new(cfg, b, ids);
+            q.metrics = metrics;
+            q
+        });
+        (queue, balancer_addr.expect("balancer started"))
+    }
+
+    fn new(
+        cfg: Arc<ServiceConfig>,
+        balancer: Addr<BalancerActor>,
+        ids: Arc<std::sync::atomic::AtomicU64>,
+    ) -> Self {
+        let now = Instant::now();
+        let rng = match cfg.balancer.seed {
+            Some(s) => SmallRng::seed_from_u64(s ^ 0x9e37_79b9_7f4a_7c15),
+            None => SmallRng::from_os_rng(),
+        };
+        let r = &cfg.retry;
+        Self {
+            service: cfg.name.as_str().into(),
+            balancer: Some(balancer),
+            ids,
+            tasks: HashMap::new(),
+            ready: VecDeque::new(),
+            waiting: VecDeque::new(),
+            parked: 0,
+            queued: 0,
+            in_flight: 0,
+            timers: TimerStore::default(),
+            timer: None,
+            credit: 0,
+            gate: Gate::Open,
+            closed: false,
+            policy: RetryPolicy::new(
+                r.max_retries,
+                r.backoff_base,
+                r.backoff_max,
+                r.max_retry_after,
+                r.budget.clone(),
+                now,
+            ),
+            budget_exhausted: false,
+            rng,
+            next_no: 0,
+            counters: Counters::default(),
+            metrics: Default::default(),
+            drains: Vec::new(),
+            full: false,
+            dead: false,
+            latencies: super::hedge::LatencyWindow::new(1024),
+            clock: None,
+            cfg,
+        }
+    }
+
+    /// Starts handling a message that happened at `at` (or now, if unknown).
+    fn tick(&mut self, at: Option<Instant>) {
+        self.clock = at;
+    }
+
+    /// The current message's time.
+    fn now(&mut self) -> Instant {
+        *self.clock.get_or_insert_with(Instant::now)
+    }
+
+    /// Runs a handler's body; a panic inside it is answered, not left silent.
+    fn guarded(&mut self, ctx: &mut Context<Self>, f: impl FnOnce(&mut Self, &mut Context<Self>)) {
+        if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| f(self, ctx))) {
+            let what = panic_message(&p);
+            self.recover(&format!("the queue panicked: {what}"), ctx);
+        }
+        self.metrics.queue_depth(self.queued);
+    }
+
+    /// After a panic (or a dead balancer): answers every task `Internal`,
+    /// logs it at `error`, and starts afresh with the counters kept.
+    fn recover(&mut self, why: &str, ctx: &mut Context<Self>) {
+        let n = self.tasks.len();
+        log::error!(
+            "service {}: {why}; answering its {n} task(s) `internal error` and going on",
+            self.service
+        );
+        let mut nos: Vec<TaskNo> = self.tasks.keys().copied().collect();
+        nos.sort_unstable();
+        for no in nos {
+            // Each answer on its own guard: one bad task cannot stop the rest.
+            let reason = Rejection::Internal(why.to_owned());
+            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                self.finish(no, Outcome::Rejected(reason), ctx)
+            }));
+        }
+        self.tasks.clear();
+        self.ready.clear();
+        self.waiting.clear();
+        self.parked = 0;
+        self.timers = TimerStore::default();
+        if let Some((_, h)) = self.timer.take() {
+            ctx.cancel_future(h);
+        }
+        self.queued = 0;
+        self.in_flight = 0;
+        self.check_drained();
+    }
+
+    /// Sends `msg` to the balancer; false (and the pipeline is declared
+    /// dead) if the balancer has stopped.
+    fn tell_balancer<M>(&mut self, msg: M, ctx: &mut Context<Self>) -> bool
+    where
+        M: Message + Send + 'static,
+        M::Result: Send,
+        BalancerActor: Handler<M>,
+    {
+        match &self.balancer {
+            Some(b) if b.connected() => {
+                b.do_send(msg);
+                true
+            }
+            _ => {
+                self.declare_dead("the service's balancer stopped", ctx);
+                false
+            }
+        }
+    }
+
+    /// The pipeline is dead: every task held and every later one is
+    /// answered `Internal` (the dispatcher rebuilds the pipeline).
+    pub(super) fn declare_dead(&mut self, why: &'static str, ctx: &mut Context<Self>) {
+        if !self.dead {
+            self.dead = true;
+            self.gate = Gate::Reject(Rejection::Internal(why.into()));
+            self.recover(why, ctx);
+        }
+    }
+
+    // === dispatch ===
+
+    // === timers ===
+
+    fn stats(&mut self) -> QueueStats {
+        let now = self.now();
+        QueueStats {
+            queued: self.queued as u64,
+            in_flight: self.in_flight as u64,
+            waiting: self.parked as u64,
+            submitted: self.counters.submitted,
+            succeeded: self.counters.succeeded,
+            failed: self.counters.failed,
+            rejected: self.counters.rejected,
+            retried: self.counters.retried,
+            fallbacks: self.counters.fallbacks,
+            hedged: self.counters.hedged,
+            peak_queued: self.counters.peak_queued as u64,
+            capacity: self.cfg.queue.capacity as u64,
+            retry_budget_left: u64::from(self.policy.budget_left(now)),
+            gate: match &self.gate {
+                Gate::Open => None,
+                Gate::Reject(r) => Some(r.to_string()),
+            },
+        }
+    }
+}
+
+fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
+}
+
+impl Actor for QueueActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.run_interval(Duration::from_secs(1), |act, ctx| {
+            act.tick(None);
+            act.guarded(ctx, |act, ctx| act.sweep_lost(ctx));
+        });
+    }
+}
+
+/// The balancer can take more tasks.
+impl Handler<Credit> for QueueActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Credit, ctx: &mut Self::Context) {
+        self.tick(None);
+        self.credit = self.credit.saturating_add(msg.0);
+        self.guarded(ctx, |act, ctx| act.pump(ctx));
+    }
+}
+
+/// The balancer opened or closed the gate.
+impl Handler<SetGate> for QueueActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetGate, ctx: &mut Self::Context) {
+        self.tick(None);
+        if self.dead {
+            return;
+        }
+        self.gate = msg.0;
+        self.guarded(ctx, |act, ctx| match act.gate.clone() {
+            Gate::Open => act.pump(ctx),
+            Gate::Reject(r) => {
+                act.reject_ready(r.clone(), ctx);
+                while let Some(no) = act.waiting.pop_front() {
+                    act.reject(no, r.clone(), ctx);
+                }
+                act.check_drained();
+            }
+        });
+    }
+}
+
+/// Reports the queue's counters.
+impl Handler<GetQueueStats> for QueueActor {
+    type Result = MessageResult<GetQueueStats>;
+
+    fn handle(&mut self, _msg: GetQueueStats, _ctx: &mut Self::Context) -> Self::Result {
+        self.tick(None);
+        MessageResult(self.stats())
+    }
+}
+
+/// Stops the queue and its balancer.
+impl Handler<Stop> for QueueActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Stop, ctx: &mut Self::Context) {
+        if let Some(b) = self.balancer.take() {
+            b.do_send(Stop);
+        }
+        ctx.stop();
+    }
+}
+
+impl QueueActor {
+    pub(super) fn guard(
+        &mut self,
+        ctx: &mut Context<Self>,
+        f: impl FnOnce(&mut Self, &mut Context<Self>),
+    ) {
+        self.tick(None);
+        self.guarded(ctx, f);
+    }
+
+    /// Answers every task left `ShuttingDown` and returns them, in arrival
+    /// order (waiting ones included).
+    pub(super) fn abort_all(
+        &mut self,
+        ctx: &mut Context<Self>,
+    ) -> Vec<crate::dispatcher::Unfinished> {
+        self.closed = true;
+        let mut nos: Vec<TaskNo> = self.tasks.keys().copied().collect();
+        nos.sort_unstable();
+        let mut left = Vec::with_capacity(nos.len());
+        for no in nos {
+            if let Some(p) = self.tasks.get(&no) {
+                left.push(crate::dispatcher::Unfinished {
+                    id: p.job.id,
+                    service: self.service.to_string(),
+                    task: p.job.task.clone(),
+                    attempts: p.attempts.clone(),
+                    was_in_flight: p.state == State::InFlight,
+                });
+            }
+            self.reject(no, Rejection::ShuttingDown, ctx);
+        }
+        self.waiting.clear();
+        self.parked = 0;
+        self.check_drained();
+        left
+    }
+}
