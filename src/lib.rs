@@ -83,8 +83,7 @@ pub use awc::http::Method;
 pub use config::EndpointConfig;
 pub use config::{Config, ConfigError, Mode, ServiceConfig};
 pub use dispatcher::{
-    Dispatcher, DispatcherBuilder, ReloadReport, ShutdownReport, StartError, Submission,
-    Unfinished,
+    Dispatcher, DispatcherBuilder, ReloadReport, ShutdownReport, StartError, Submission, Unfinished,
 };
 pub use outcome::{
     Attempt, AttemptOutcome, BodyStream, ErrorKind, FailReason, Failure, Outcome, Protocol,

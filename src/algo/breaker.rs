@@ -441,7 +441,6 @@ impl Breaker {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
