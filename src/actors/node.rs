@@ -441,20 +441,7 @@ impl Handler<Dispatch> for NodeActor {
             let started = Instant::now();
             let deadline = attempt_deadline(started, timeout, task_deadline);
             let attempt = run_attempt(&*transport, req, started, deadline);
-            let result = match cancel {
-                None => attempt.await,
-                Some(rx) => {
-                    futures::pin_mut!(attempt);
-                    match futures::future::select(attempt, rx).await {
-                        futures::future::Either::Left((r, _)) => r,
-                        futures::future::Either::Right((Ok(()), _)) => Err(TransportError::new(
-                            ErrorKind::Cancelled,
-                            "a hedged twin answered first",
-                        )),
-                        futures::future::Either::Right((Err(_), a)) => a.await,
-                    }
-                }
-            };
+            let result = cancellable(attempt, cancel).await;
             let end = Instant::now();
             let latency = end.saturating_duration_since(started);
             shared
@@ -474,6 +461,26 @@ fn attempt_deadline(sent: Instant, timeout: Duration, task_deadline: Option<Inst
     match task_deadline {
         Some(d) => end.min(d.max(time::add(sent, Duration::from_millis(1)))),
         None => end,
+    }
+}
+
+/// Runs an attempt (or its head) unless a hedged twin answers first: a
+/// cancel ends it as `Cancelled`; a cancel switch dropped unused lets it run.
+pub(super) async fn cancellable<T>(
+    attempt: impl std::future::Future<Output = Result<T, TransportError>>,
+    cancel: Option<oneshot::Receiver<()>>,
+) -> Result<T, TransportError> {
+    let Some(rx) = cancel else {
+        return attempt.await;
+    };
+    futures::pin_mut!(attempt);
+    match futures::future::select(attempt, rx).await {
+        futures::future::Either::Left((r, _)) => r,
+        futures::future::Either::Right((Ok(()), _)) => Err(TransportError::new(
+            ErrorKind::Cancelled,
+            "a hedged twin answered first",
+        )),
+        futures::future::Either::Right((Err(_), a)) => a.await,
     }
 }
 

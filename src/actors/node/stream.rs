@@ -75,21 +75,7 @@ pub(super) async fn attempt(
 ) {
     let started = Instant::now();
     let max_body = req.max_body;
-    let head = run_head(&*transport, req, deadline);
-    let head = match cancel {
-        None => head.await,
-        Some(rx) => {
-            futures::pin_mut!(head);
-            match futures::future::select(head, rx).await {
-                futures::future::Either::Left((r, _)) => r,
-                futures::future::Either::Right((Ok(()), _)) => Err(TransportError::new(
-                    ErrorKind::Cancelled,
-                    "a hedged twin answered first",
-                )),
-                futures::future::Either::Right((Err(_), h)) => h.await,
-            }
-        }
-    };
+    let head = super::cancellable(run_head(&*transport, req, deadline), cancel).await;
     let at_head = Instant::now();
     let latency = at_head.saturating_duration_since(started);
     let reply = match head {
