@@ -228,6 +228,40 @@ impl NodeCore {
         Ok(permit)
     }
 
+    /// Counts one attempt that says something about the node's health:
+    /// totals, latency, error rate, peak-EWMA cost and the breaker.
+    fn record_health(
+        &mut self,
+        outcome: &AttemptOutcome,
+        permit: Option<Permit>,
+        latency: Duration,
+        now: Instant,
+    ) {
+        let failed = outcome.is_node_failure();
+        self.total += 1;
+        self.last_latency = latency;
+        self.latency.observe(latency.as_secs_f64());
+        self.error_rate.observe(if failed { 1.0 } else { 0.0 });
+        if failed {
+            self.errors += 1;
+            self.rtt
+                .observe_failure(latency, self.cfg.balancer.failure_penalty, now);
+        } else {
+            self.rtt.observe(latency, now);
+        }
+        if let (Some(b), Some(p)) = (&mut self.breaker, permit) {
+            let call = if failed {
+                CallOutcome::Failure
+            } else {
+                CallOutcome::Success
+            };
+            if let Some(t) = b.record(p, call, latency, now) {
+                log_transition(&self.service, &self.address, &t);
+                self.metrics.transition(&t.from, &t.to);
+            }
+        }
+    }
+
     /// Accounts one finished attempt (ended at `now`) and reports it.
     fn finish(
         &mut self,
@@ -256,29 +290,7 @@ impl NodeCore {
         if outcome == AttemptOutcome::Error(ErrorKind::NotSent) {
             self.total += 1;
         } else if outcome != AttemptOutcome::Error(ErrorKind::Cancelled) {
-            let failed = outcome.is_node_failure();
-            self.total += 1;
-            self.last_latency = latency;
-            self.latency.observe(latency.as_secs_f64());
-            self.error_rate.observe(if failed { 1.0 } else { 0.0 });
-            if failed {
-                self.errors += 1;
-                self.rtt
-                    .observe_failure(latency, self.cfg.balancer.failure_penalty, now);
-            } else {
-                self.rtt.observe(latency, now);
-            }
-            if let (Some(b), Some(p)) = (&mut self.breaker, permit) {
-                let call = if failed {
-                    CallOutcome::Failure
-                } else {
-                    CallOutcome::Success
-                };
-                if let Some(t) = b.record(p, call, latency, now) {
-                    log_transition(&self.service, &self.address, &t);
-                    self.metrics.transition(&t.from, &t.to);
-                }
-            }
+            self.record_health(&outcome, permit, latency, now);
         }
         if let Err(e) = &result {
             log::debug!(

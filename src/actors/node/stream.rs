@@ -34,7 +34,7 @@ use tokio::time::Instant;
 
 use super::{panicked, NodeCore};
 use crate::actors::messages::{AttemptReport, Completed, Seq, StreamEnded};
-use crate::algo::breaker::{CallOutcome, Permit};
+use crate::algo::breaker::Permit;
 use crate::outcome::{AttemptOutcome, BodyStream, ErrorKind, Frame, StreamError};
 use crate::transport::{HttpReply, HttpRequest, StreamedReply, Transport, TransportError};
 
@@ -269,34 +269,14 @@ impl NodeCore {
         self.in_flight = self.in_flight.saturating_sub(1);
         self.metrics.in_flight(self.in_flight);
         self.metrics.attempt(&outcome, latency);
-        let failed = outcome.is_node_failure();
-        self.total += 1;
-        self.last_latency = latency;
-        self.latency.observe(latency.as_secs_f64());
-        self.error_rate.observe(if failed { 1.0 } else { 0.0 });
-        if failed {
-            self.errors += 1;
-            self.rtt
-                .observe_failure(latency, self.cfg.balancer.failure_penalty, now);
+        if outcome.is_node_failure() {
             log::debug!(
                 "service {}: node {}: streamed body ended by {outcome}",
                 self.service,
                 self.address
             );
-        } else {
-            self.rtt.observe(latency, now);
         }
-        if let (Some(b), Some(p)) = (&mut self.breaker, permit) {
-            let call = if failed {
-                CallOutcome::Failure
-            } else {
-                CallOutcome::Success
-            };
-            if let Some(t) = b.record(p, call, latency, now) {
-                super::log_transition(&self.service, &self.address, &t);
-                self.metrics.transition(&t.from, &t.to);
-            }
-        }
+        self.record_health(&outcome, permit, latency, now);
         self.stream_ended.do_send(StreamEnded {
             node: self.id,
             load: self.report(now),
