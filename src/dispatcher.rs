@@ -735,7 +735,7 @@ pub struct Submission(SubmissionState);
 enum SubmissionState {
     Ready(Box<TaskResult>),
     Waiting {
-        rx: oneshot::Receiver<TaskResult>,
+        rx: oneshot::Receiver<Box<TaskResult>>,
         id: TaskId,
         service: Arc<str>,
         since: Instant,
@@ -749,7 +749,7 @@ impl Submission {
     }
 
     pub(crate) fn waiting(
-        rx: oneshot::Receiver<TaskResult>,
+        rx: oneshot::Receiver<Box<TaskResult>>,
         id: TaskId,
         service: Arc<str>,
         since: Instant,
@@ -787,7 +787,7 @@ impl std::future::Future for Submission {
                 since,
             } => match std::pin::Pin::new(rx).poll(cx) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(Ok(r)) => r,
+                Poll::Ready(Ok(r)) => *r,
                 Poll::Ready(Err(_)) => {
                     // The queue went away without answering: only a dead
                     // pipeline does that (shutdown answers every task).

@@ -62,11 +62,19 @@ pub struct Task {
     path: String,
     headers: Vec<(String, String)>,
     body: Bytes,
+    stream: bool,
+    /// What most tasks leave unset, boxed together: a task queued in the
+    /// engine is a few words smaller for it (see README, `memory`).
+    extra: Option<Box<Extra>>,
+}
+
+/// The rarely-set parts of a [`Task`].
+#[derive(Debug, Clone, Default)]
+struct Extra {
     timeout: Option<Duration>,
     deadline: Option<Deadline>,
     idempotent: Option<bool>,
     affinity: Option<String>,
-    stream: bool,
     build_error: Option<String>,
 }
 
@@ -84,12 +92,8 @@ impl Task {
             path: path.into(),
             headers: Vec::new(),
             body: Bytes::new(),
-            timeout: None,
-            deadline: None,
-            idempotent: None,
-            affinity: None,
             stream: false,
-            build_error: None,
+            extra: None,
         }
     }
 
@@ -108,7 +112,7 @@ impl Task {
             Task::new(service, Method::POST, path).header("content-type", "application/json");
         match serde_json::to_vec(value) {
             Ok(b) => t.body = b.into(),
-            Err(e) => t.build_error = Some(format!("body is not serializable as JSON: {e}")),
+            Err(e) => t.extra_mut().build_error = Some(format!("body is not serializable as JSON: {e}")),
         }
         t
     }
@@ -127,26 +131,26 @@ impl Task {
 
     /// Per-attempt timeout (default: the service's `timeout`).
     pub fn timeout(mut self, timeout: Duration) -> Task {
-        self.timeout = Some(timeout);
+        self.extra_mut().timeout = Some(timeout);
         self
     }
 
     /// Absolute deadline bounding all attempts together.
     pub fn deadline(mut self, at: Instant) -> Task {
-        self.deadline = Some(Deadline::At(at));
+        self.extra_mut().deadline = Some(Deadline::At(at));
         self
     }
 
     /// Deadline relative to the moment the task is submitted.
     pub fn deadline_in(mut self, within: Duration) -> Task {
-        self.deadline = Some(Deadline::After(within));
+        self.extra_mut().deadline = Some(Deadline::After(within));
         self
     }
 
     /// Marks the task safe (or not) to retry after a timeout or reset. By
     /// default GET, HEAD, PUT, DELETE, OPTIONS and TRACE are idempotent.
     pub fn idempotent(mut self, yes: bool) -> Task {
-        self.idempotent = Some(yes);
+        self.extra_mut().idempotent = Some(yes);
         self
     }
 
@@ -158,7 +162,7 @@ impl Task {
 
     /// Affinity key for `consistent_hash` services.
     pub fn affinity(mut self, key: impl Into<String>) -> Task {
-        self.affinity = Some(key.into());
+        self.extra_mut().affinity = Some(key.into());
         self
     }
 
@@ -202,7 +206,7 @@ impl Task {
 
     /// Whether retries after ambiguous errors are allowed.
     pub fn is_idempotent(&self) -> bool {
-        self.idempotent.unwrap_or(matches!(
+        self.extra().and_then(|x| x.idempotent).unwrap_or(matches!(
             self.method,
             Method::GET
                 | Method::HEAD
@@ -220,14 +224,18 @@ impl Task {
                 id: self.id.unwrap_or(id),
                 idempotent: self.is_idempotent(),
                 affinity: self
-                    .affinity
-                    .as_deref()
+                    .extra()
+                    .and_then(|x| x.affinity.as_deref())
                     .map(crate::algo::strategy::hash_key),
                 path_start,
                 headers,
                 deadline,
                 submitted: now,
-                task: self,
+                // The queue holds the service's name once; no copy per task.
+                task: Task {
+                    service: String::new(),
+                    ..self
+                },
             }),
             Err(reason) => Err((self.id.unwrap_or(id), reason)),
         }
@@ -238,7 +246,8 @@ impl Task {
         &self,
         now: Instant,
     ) -> Result<(usize, Vec<(HeaderName, HeaderValue)>, Option<Instant>), String> {
-        if let Some(e) = &self.build_error {
+        let extra = self.extra();
+        if let Some(e) = extra.and_then(|x| x.build_error.as_ref()) {
             return Err(e.clone());
         }
         if self.service.is_empty() {
@@ -258,13 +267,13 @@ impl Task {
                 .map_err(|_| format!("header {k:?} has a value that is not valid in HTTP"))?;
             headers.push((name, value));
         }
-        if let Some(t) = self.timeout {
+        if let Some(t) = extra.and_then(|x| x.timeout) {
             if t.is_zero() {
                 return Err("timeout must be greater than zero".into());
             }
             time::bounded("timeout", t)?;
         }
-        let deadline = match self.deadline {
+        let deadline = match extra.and_then(|x| x.deadline) {
             None => None,
             Some(Deadline::After(d)) => Some(time::add(now, time::bounded("deadline_in", d)?)),
             Some(Deadline::At(t)) => {
@@ -277,7 +286,22 @@ impl Task {
 
     /// The per-attempt timeout set on the task, if any.
     pub(crate) fn attempt_timeout(&self) -> Option<Duration> {
-        self.timeout
+        self.extra().and_then(|x| x.timeout)
+    }
+
+    fn extra(&self) -> Option<&Extra> {
+        self.extra.as_deref()
+    }
+
+    fn extra_mut(&mut self) -> &mut Extra {
+        self.extra.get_or_insert_with(Default::default)
+    }
+
+    /// The task as submitted to `service` (the engine keeps a task without
+    /// its service name, which the queue already holds).
+    pub(crate) fn with_service(mut self, service: &str) -> Task {
+        self.service = service.to_owned();
+        self
     }
 
     pub(crate) fn body_bytes(&self) -> &Bytes {

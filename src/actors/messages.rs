@@ -73,12 +73,17 @@ pub struct LoadReport {
     pub restarts: u32,
 }
 
+/// Where a task's one result goes. The result travels boxed: the channel
+/// lives as long as the task is queued, and a boxed slot keeps it at a few
+/// words instead of a whole `TaskResult` (about 250 bytes) per queued task.
+pub(crate) type ReplyTx = oneshot::Sender<Box<TaskResult>>;
+
 /// A new task for the queue (from `Dispatcher::submit` or `Handler<Task>`).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Submit {
     pub job: Arc<Job>,
-    pub reply: oneshot::Sender<TaskResult>,
+    pub reply: ReplyTx,
     /// Wait for room instead of rejecting when full.
     pub wait: bool,
 }

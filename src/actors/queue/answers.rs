@@ -63,13 +63,20 @@ impl QueueActor {
         }
         if r.outcome != AttemptOutcome::Error(ErrorKind::Cancelled) {
             p.round_failed = true;
-            p.last = Some(Box::new(LastFailure {
-                outcome: r.outcome,
-                response,
-                retry_after: r.retry_after,
-            }));
-            if !p.avoid.contains(&msg.node) {
-                p.avoid.push(msg.node);
+            let last = p.last.get_or_insert_with(|| {
+                Box::new(LastFailure {
+                    outcome: r.outcome,
+                    response: None,
+                    retry_after: None,
+                    avoid: Vec::new(),
+                    retries: 0,
+                })
+            });
+            last.outcome = r.outcome;
+            last.response = response;
+            last.retry_after = r.retry_after;
+            if !last.avoid.contains(&msg.node) {
+                last.avoid.push(msg.node);
             }
         }
         if p.outstanding == 0 {
@@ -99,7 +106,7 @@ impl QueueActor {
         let ended = Ended {
             last: last.outcome,
             retry_after: last.retry_after,
-            retries: p.retries,
+            retries: last.retries,
             idempotent: p.job.idempotent,
             deadline: p.job.deadline,
         };
@@ -122,14 +129,17 @@ impl QueueActor {
                     self.budget_exhausted = false;
                     log::info!("service {}: retry budget available again", self.service);
                 }
-                p.retries += 1;
+                let retries = ended.retries.saturating_add(1);
+                if let Some(last) = p.last.as_mut() {
+                    last.retries = retries;
+                }
                 // A retry starts a new round from scratch: the failure that
                 // caused it is kept for the answer if the retry fails too.
                 log::debug!(
                     "service {}: task {} retry {} in {:?} after {}",
                     self.service,
                     p.job.id,
-                    p.retries,
+                    retries,
                     after,
                     ended.last
                 );
@@ -203,7 +213,7 @@ impl QueueActor {
             total,
         };
         if let Some(reply) = p.reply.take() {
-            let _ = reply.send(result);
+            let _ = reply.send(Box::new(result));
         }
         if outstanding && self.cfg.hedge.is_some() {
             // A hedged twin is still out: tell its node it lost.
@@ -229,6 +239,17 @@ pub(super) struct LastFailure {
     pub(super) outcome: AttemptOutcome,
     pub(super) response: Option<Response>,
     pub(super) retry_after: Option<Duration>,
+    /// Nodes that failed this task: avoided by its retries where possible.
+    pub(super) avoid: Vec<NodeId>,
+    /// Retries so far.
+    pub(super) retries: u32,
+}
+
+impl Pending {
+    /// The nodes that failed this task so far.
+    pub(super) fn avoid(&self) -> Vec<NodeId> {
+        self.last.as_ref().map_or_else(Vec::new, |l| l.avoid.clone())
+    }
 }
 
 /// What became of a routed task: an attempt ended, or it bounced.

@@ -39,7 +39,7 @@ impl QueueActor {
             let route = Route {
                 seq: Seq { task: no, round },
                 job: p.job.clone(),
-                avoid: p.avoid.clone(),
+                avoid: p.avoid(),
                 hedge: false,
                 at: now,
             };
@@ -94,7 +94,7 @@ impl QueueActor {
                 round: p.round,
             },
             job: p.job.clone(),
-            avoid: p.avoid.clone(),
+            avoid: p.avoid(),
             hedge: true,
             at: now,
         };

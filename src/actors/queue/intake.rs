@@ -57,8 +57,6 @@ impl QueueActor {
                 job: msg.job,
                 reply: Some(msg.reply),
                 attempts: Vec::new(),
-                retries: 0,
-                avoid: Vec::new(),
                 state,
                 outstanding: 0,
                 round: 0,
@@ -101,7 +99,7 @@ impl QueueActor {
             attempts: Vec::new(),
             total,
         };
-        let _ = msg.reply.send(result);
+        let _ = msg.reply.send(Box::new(result));
     }
 
     /// Answers task `no` with a rejection (or the fallback).

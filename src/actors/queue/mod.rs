@@ -75,10 +75,8 @@ pub(super) enum State {
 
 pub(super) struct Pending {
     pub job: Arc<Job>,
-    reply: Option<oneshot::Sender<TaskResult>>,
+    reply: Option<ReplyTx>,
     pub attempts: Vec<Attempt>,
-    retries: u32,
-    avoid: Vec<NodeId>,
     pub state: State,
     /// Attempts out right now (2 while hedged).
     outstanding: u8,
@@ -91,7 +89,9 @@ pub(super) struct Pending {
     sent_at: Instant,
     /// When the attempt out should have reported, at the latest.
     watchdog_at: Instant,
-    /// The last failed attempt of this task (boxed: most tasks never fail one).
+    /// The last failed attempt of this task, the nodes that failed it and
+    /// its retries so far (boxed together: most tasks never fail one, and a
+    /// queued task's entry stays small).
     last: Option<Box<LastFailure>>,
     /// Where a hedged round's attempts went, and which have reported.
     race: Option<Box<Race>>,
@@ -425,7 +425,7 @@ impl QueueActor {
                 left.push(crate::dispatcher::Unfinished {
                     id: p.job.id,
                     service: self.service.to_string(),
-                    task: p.job.task.clone(),
+                    task: p.job.task.clone().with_service(&self.service),
                     attempts: p.attempts.clone(),
                     was_in_flight: p.state == State::InFlight,
                 });
