@@ -30,6 +30,8 @@ pub(crate) struct ServiceHandle {
     pub name: Arc<str>,
     pub cfg: Arc<ServiceConfig>,
     pub queue: Addr<QueueActor>,
+    /// Where `submit` puts tasks for the queue (one message per burst).
+    pub inbox: crate::actors::queue::InboxSender,
     pub balancer: Addr<BalancerActor>,
     /// Set once a rebuild of this (dead) pipeline is under way.
     pub rebuilding: AtomicBool,
@@ -207,7 +209,7 @@ impl Dispatcher {
             .iter()
             .map(|a| a.handle())
             .collect();
-        let (queue, balancer) = QueueActor::start(
+        let (queue, balancer, inbox) = QueueActor::start(
             cfg.clone(),
             self.inner.factory.clone(),
             self.inner.ids.clone(),
@@ -243,6 +245,7 @@ impl Dispatcher {
                 name: name.as_str().into(),
                 cfg,
                 queue,
+                inbox,
                 balancer,
                 rebuilding: AtomicBool::new(false),
             }),
@@ -339,7 +342,7 @@ impl Dispatcher {
             return Submission::ready(rejected(id, h.name.clone(), why, now));
         }
         let (tx, rx) = oneshot::channel();
-        h.queue.do_send(Submit {
+        h.inbox.send(Submit {
             job: Arc::new(job),
             reply: tx,
             wait: wait || h.cfg.queue.on_full == OnFull::Wait,

@@ -1,10 +1,16 @@
 //! The messages between the pipeline's actors, one type each.
 //!
 //! ```text
-//!  submit ─► QueueActor ──Route──► BalancerActor ──Dispatch──► NodeActor ──► backend
-//!               ▲  ▲ ◄──Credit/Gate──┘  ▲ ◄──────Completed──────┘
-//!               │  └──Answer (+credit)──┘ ──GetLoad (every refresh)──► NodeActor
+//!  submit ─inbox+Intake─► QueueActor ──Route──► BalancerActor ──Dispatch──► NodeActor ──► backend
+//!                            ▲  ▲ ◄──Credit/Gate──┘  ▲ ◄──────Completed──────┘
+//!                            │  └──Answer (+credit)──┘ ──GetLoad (every refresh)──► NodeActor
 //! ```
+//!
+//! `Dispatcher::submit` does not send one message per task: it pushes a
+//! [`Submit`] onto the queue's inbox, and only the first submit of a burst
+//! sends `Intake`; the queue takes the whole
+//! inbox in that turn (see `queue/inbox.rs`). A `Task` sent straight to the
+//! queue's address is handled at once, as any message.
 //!
 //! Between pipeline actors everything is one-way (`do_send`): replies travel
 //! as messages, so no actor ever awaits another and no cycle can deadlock.
@@ -78,7 +84,7 @@ pub struct LoadReport {
 /// words instead of a whole `TaskResult` (about 250 bytes) per queued task.
 pub(crate) type ReplyTx = oneshot::Sender<Box<TaskResult>>;
 
-/// A new task for the queue (from `Dispatcher::submit` or `Handler<Task>`).
+/// A new task for the queue (from `Dispatcher::submit`, through the inbox).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Submit {

@@ -1,7 +1,8 @@
 //! `QueueActor`: the continuous task stream of one service, and the one place
 //! where a task is answered.
 //!
-//! Read it as: **take** (`intake`: the map, the bounded wait list), **hand
+//! Read it as: **take** (`inbox`: submits arrive a burst per message;
+//! `intake`: the map, the bounded wait list), **hand
 //! over against credit** (`dispatch`: `pump`, hedges, bounces), **ask the
 //! policy** when an attempt ends ([`crate::algo::policy`]), **answer**
 //! (`answers`: `finish`, the only place a result is sent); `timing` holds
@@ -41,8 +42,11 @@ use tokio::time::Instant;
 
 mod answers;
 mod dispatch;
+mod inbox;
 mod intake;
 mod timing;
+
+pub(crate) use self::inbox::{Inbox, InboxSender};
 
 use self::answers::LastFailure;
 use self::dispatch::{list_cancelled_twin, Race};
@@ -115,6 +119,10 @@ pub struct QueueActor {
     pub(super) cfg: Arc<ServiceConfig>,
     balancer: Option<Addr<BalancerActor>>,
     ids: Arc<std::sync::atomic::AtomicU64>,
+    /// Submits from the dispatcher, taken a burst at a time (`inbox`).
+    inbox: Arc<Inbox>,
+    /// The inbox's previous list, kept for reuse while it is small.
+    intake_spare: Vec<Submit>,
     pub(super) tasks: HashMap<TaskNo, Pending>,
     ready: VecDeque<TaskNo>,
     /// Tasks parked for room, in arrival order (entries of tasks answered
@@ -154,8 +162,10 @@ impl QueueActor {
         ids: Arc<std::sync::atomic::AtomicU64>,
         arbiters: Vec<actix::dev::ArbiterHandle>,
         metrics: crate::metrics::ServiceMetrics,
-    ) -> (Addr<QueueActor>, Addr<BalancerActor>) {
+    ) -> (Addr<QueueActor>, Addr<BalancerActor>, InboxSender) {
         let mut balancer_addr = None;
+        let inbox = Arc::new(Inbox::default());
+        let queue_inbox = inbox.clone();
         let queue = QueueActor::create(|ctx| {
             let me = ctx.address();
             let bcfg = cfg.clone();
@@ -166,9 +176,11 @@ impl QueueActor {
             balancer_addr = Some(b.clone());
             let mut q = QueueActor::new(cfg, b, ids);
             q.metrics = metrics;
+            q.inbox = queue_inbox;
             q
         });
-        (queue, balancer_addr.expect("balancer started"))
+        let sender = InboxSender::new(&inbox, queue.clone());
+        (queue, balancer_addr.expect("balancer started"), sender)
     }
 
     fn new(
@@ -186,6 +198,8 @@ impl QueueActor {
             service: cfg.name.as_str().into(),
             balancer: Some(balancer),
             ids,
+            inbox: Arc::default(),
+            intake_spare: Vec::new(),
             tasks: HashMap::new(),
             ready: VecDeque::new(),
             waiting: VecDeque::new(),
