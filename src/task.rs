@@ -56,14 +56,13 @@ enum Deadline {
 /// One HTTP request to schedule on a service's pool.
 #[derive(Debug, Clone)]
 pub struct Task {
-    id: Option<TaskId>,
     service: String,
     method: Method,
     path: String,
     headers: Vec<(String, String)>,
     body: Bytes,
     stream: bool,
-    /// What most tasks leave unset, boxed together: a task queued in the
+    /// What most tasks leave unset (their id too), boxed together: a task queued in the
     /// engine is a few words smaller for it (see README, `memory`).
     extra: Option<Box<Extra>>,
 }
@@ -71,6 +70,7 @@ pub struct Task {
 /// The rarely-set parts of a [`Task`].
 #[derive(Debug, Clone, Default)]
 struct Extra {
+    id: Option<TaskId>,
     timeout: Option<Duration>,
     deadline: Option<Deadline>,
     idempotent: Option<bool>,
@@ -86,7 +86,6 @@ impl Task {
     /// A request with any method.
     pub fn new(service: impl Into<String>, method: Method, path: impl Into<String>) -> Task {
         Task {
-            id: None,
             service: service.into(),
             method,
             path: path.into(),
@@ -156,7 +155,7 @@ impl Task {
 
     /// Sets the task's id (default: a fresh sequential id).
     pub fn id(mut self, id: TaskId) -> Task {
-        self.id = Some(id);
+        self.extra_mut().id = Some(id);
         self
     }
 
@@ -201,7 +200,7 @@ impl Task {
 
     /// The id given with [`Task::id`], if any.
     pub fn given_id(&self) -> Option<TaskId> {
-        self.id
+        self.extra().and_then(|x| x.id)
     }
 
     /// Whether retries after ambiguous errors are allowed.
@@ -221,7 +220,7 @@ impl Task {
     pub(crate) fn prepare(self, id: TaskId, now: Instant) -> Result<Job, (TaskId, String)> {
         match self.check(now) {
             Ok((path_start, headers, deadline)) => Ok(Job {
-                id: self.id.unwrap_or(id),
+                id: self.given_id().unwrap_or(id),
                 idempotent: self.is_idempotent(),
                 affinity: self
                     .extra()
@@ -237,7 +236,7 @@ impl Task {
                     ..self
                 },
             }),
-            Err(reason) => Err((self.id.unwrap_or(id), reason)),
+            Err(reason) => Err((self.given_id().unwrap_or(id), reason)),
         }
     }
 

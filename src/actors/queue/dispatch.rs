@@ -43,12 +43,6 @@ impl QueueActor {
                 hedge: false,
                 at: now,
             };
-            let timeout = p.job.task.attempt_timeout().unwrap_or(self.cfg.timeout);
-            // Generous: an attempt's own timeout starts at its node, after
-            // any mailbox wait; the watchdog is only for attempts lost with
-            // their node.
-            let grace = time::sum(timeout, timeout.max(Duration::from_secs(5)));
-            p.watchdog_at = time::add(now, grace);
             self.queued -= 1;
             self.in_flight += 1;
             self.credit -= 1;
@@ -149,6 +143,16 @@ pub(super) struct Race {
     pub(super) hedge_sent: Instant,
     pub(super) first_done: bool,
     pub(super) hedge_done: bool,
+}
+
+/// When an attempt of `p` sent at `p.sent_at` should have reported, at the
+/// latest. Generous: an attempt's own timeout starts at its node, after any
+/// mailbox wait; the watchdog is only for attempts lost with their node.
+/// (Computed at each once-a-second sweep rather than kept per task.)
+pub(super) fn watchdog_at(p: &Pending, cfg: &ServiceConfig) -> Instant {
+    let timeout = p.job.task.attempt_timeout().unwrap_or(cfg.timeout);
+    let grace = time::sum(timeout, timeout.max(Duration::from_secs(5)));
+    time::add(p.sent_at, grace)
 }
 
 /// When to hedge `job`, if the service hedges and the task is idempotent.

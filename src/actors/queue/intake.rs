@@ -63,7 +63,6 @@ impl QueueActor {
                 hedged: false,
                 round_failed: false,
                 sent_at: now,
-                watchdog_at: now,
                 last: None,
                 race: None,
             },

@@ -91,8 +91,6 @@ pub(super) struct Pending {
     round_failed: bool,
     /// When this round was sent out.
     sent_at: Instant,
-    /// When the attempt out should have reported, at the latest.
-    watchdog_at: Instant,
     /// The last failed attempt of this task, the nodes that failed it and
     /// its retries so far (boxed together: most tasks never fail one, and a
     /// queued task's entry stays small).

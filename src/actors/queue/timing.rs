@@ -83,7 +83,9 @@ impl QueueActor {
         let lost: Vec<(Seq, u8)> = self
             .tasks
             .iter()
-            .filter(|(_, p)| p.state == State::InFlight && p.watchdog_at <= now)
+            .filter(|(_, p)| {
+                p.state == State::InFlight && super::dispatch::watchdog_at(p, &self.cfg) <= now
+            })
             .map(|(no, p)| {
                 let seq = Seq {
                     task: *no,
