@@ -111,7 +111,9 @@ impl Task {
             Task::new(service, Method::POST, path).header("content-type", "application/json");
         match serde_json::to_vec(value) {
             Ok(b) => t.body = b.into(),
-            Err(e) => t.extra_mut().build_error = Some(format!("body is not serializable as JSON: {e}")),
+            Err(e) => {
+                t.extra_mut().build_error = Some(format!("body is not serializable as JSON: {e}"))
+            }
         }
         t
     }

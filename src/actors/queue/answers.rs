@@ -248,7 +248,9 @@ pub(super) struct LastFailure {
 impl Pending {
     /// The nodes that failed this task so far.
     pub(super) fn avoid(&self) -> Vec<NodeId> {
-        self.last.as_ref().map_or_else(Vec::new, |l| l.avoid.clone())
+        self.last
+            .as_ref()
+            .map_or_else(Vec::new, |l| l.avoid.clone())
     }
 }
 
