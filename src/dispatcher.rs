@@ -77,9 +77,18 @@ pub struct DispatcherBuilder {
     config: Config,
     factory: Option<TransportFactory>,
     node_threads: usize,
+    metrics: bool,
 }
 
 impl DispatcherBuilder {
+    /// Turns the Prometheus series off (feature `metrics`): every update is
+    /// a no-op. For benchmarks that measure what metrics cost, in one run.
+    #[doc(hidden)]
+    pub fn without_metrics(mut self) -> Self {
+        self.metrics = false;
+        self
+    }
+
     /// Uses `factory` to make each node's transport (default: awc).
     pub fn transport(mut self, factory: TransportFactory) -> Self {
         self.factory = Some(factory);
@@ -128,7 +137,11 @@ impl DispatcherBuilder {
                     .collect(),
             ),
             home: actix::Arbiter::current(),
-            metrics: crate::metrics::Families::default(),
+            metrics: if self.metrics {
+                crate::metrics::Families::default()
+            } else {
+                crate::metrics::Families::disabled()
+            },
             #[cfg(feature = "redis")]
             shared,
             #[cfg(feature = "redis")]
@@ -196,6 +209,7 @@ impl Dispatcher {
             config,
             factory: None,
             node_threads: 0,
+            metrics: true,
         }
     }
 

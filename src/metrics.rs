@@ -361,11 +361,14 @@ mod enabled {
         rate_limited: Family<Labels, Counter>,
         stream_entries: Family<Labels, Gauge>,
         stream_events: Family<Labels, Counter>,
+        /// Off: every handle is a no-op (benchmarks compare both in one run).
+        enabled: bool,
     }
 
     impl Default for Families {
         fn default() -> Self {
             Self {
+                enabled: true,
                 tasks: Family::default(),
                 task_duration: Family::new_with_constructor(task_histogram),
                 queue_depth: Family::default(),
@@ -473,6 +476,9 @@ mod enabled {
         /// The durable stream series of `service` (feature `redis`).
         #[cfg(feature = "redis")]
         pub(crate) fn stream(&self, service: &str) -> PromStream {
+            if !self.enabled {
+                return PromStream(None);
+            }
             let s = svc(service);
             let gauge = |state| {
                 self.stream_entries
@@ -492,7 +498,18 @@ mod enabled {
         }
 
         /// Resolves (and creates at zero) every series of service `service`.
+        /// Families whose handles are all no-ops.
+        pub(crate) fn disabled() -> Self {
+            Self {
+                enabled: false,
+                ..Self::default()
+            }
+        }
+
         pub(crate) fn service(&self, service: &str) -> ServiceMetrics {
+            if !self.enabled {
+                return ServiceMetrics::default();
+            }
             let s = svc(service);
             let inner = ServiceInner {
                 families: self.clone(),
@@ -790,6 +807,9 @@ mod disabled {
     }
 
     impl Families {
+        pub(crate) fn disabled() -> Self {
+            Self::default()
+        }
         pub(crate) fn service(&self, _service: &str) -> ServiceMetrics {
             ServiceMetrics::default()
         }

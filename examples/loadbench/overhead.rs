@@ -63,6 +63,16 @@ pub async fn engine_tasks(d: &Dispatcher, n: usize, window: usize, max: Duration
 
 /// Starts an engine over `nodes` fake endpoints with the in-process transport.
 pub fn start_engine(mode: &str, nodes: usize, max_concurrent: u32) -> Result<Dispatcher, String> {
+    start_engine_with(mode, nodes, max_concurrent, true)
+}
+
+/// [`start_engine`], with the Prometheus series on or off (feature `metrics`).
+pub fn start_engine_with(
+    mode: &str,
+    nodes: usize,
+    max_concurrent: u32,
+    metrics: bool,
+) -> Result<Dispatcher, String> {
     let urls = common::fake_urls(nodes);
     let cfg = common::engine_config(
         mode,
@@ -73,10 +83,13 @@ pub fn start_engine(mode: &str, nodes: usize, max_concurrent: u32) -> Result<Dis
         // only add noise to whichever run it lands in.
         json!({"queue": {"capacity": 200_000}, "balancer": {"refresh_interval": "60s"}}),
     )?;
-    Dispatcher::builder(cfg)
-        .transport(common::immediate_factory())
-        .start()
-        .map_err(|e| e.to_string())
+    let builder = Dispatcher::builder(cfg).transport(common::immediate_factory());
+    let builder = if metrics {
+        builder
+    } else {
+        builder.without_metrics()
+    };
+    builder.start().map_err(|e| e.to_string())
 }
 
 /// Median of a field over runs.
@@ -115,11 +128,19 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
                "max_secs_per_run": max.as_secs_f64()}),
     );
 
-    let modes = ["round_robin", "p2c"];
+    // With the `metrics` feature compiled in, p2c runs a second time with
+    // its Prometheus series off, so what metrics cost is measured in one run.
+    let mut modes = vec![("round_robin", "round_robin", true), ("p2c", "p2c", true)];
+    if cfg!(feature = "metrics") {
+        modes.push(("p2c_no_metrics", "p2c", false));
+    }
     let engines: Vec<(&str, Dispatcher)> = modes
         .iter()
-        .map(|m| start_engine(m, nodes, 1024).map(|d| (*m, d)))
+        .map(|(label, mode, metrics)| {
+            start_engine_with(mode, nodes, 1024, *metrics).map(|d| (*label, d))
+        })
         .collect::<Result<_, _>>()?;
+    let mut metrics_cost: Option<(f64, f64)> = None;
     let submit_future_bytes = {
         let fut = engines[0].1.submit(Task::get("bench", "/items/0"));
         std::mem::size_of_val(&fut)
@@ -208,6 +229,12 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
                     Some(per_rt < 5.0),
                 );
             }
+            if window == judged && *m == "p2c" {
+                metrics_cost = Some((us, metrics_cost.map_or(0.0, |c| c.1)));
+            }
+            if window == judged && *m == "p2c_no_metrics" {
+                metrics_cost = Some((metrics_cost.map_or(0.0, |c| c.0), us));
+            }
             if ok != total {
                 rep.note(format!(
                     "{m}, window {window}: only {ok} of {total} tasks succeeded"
@@ -215,6 +242,15 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
             }
         }
         results.insert(format!("window_{window}"), wres);
+    }
+    if let Some((on, off)) = metrics_cost.filter(|c| c.1 > 0.0) {
+        let ratio = on / off;
+        rep.target(
+            format!("p2c: µs per task, metrics on / off (window {judged})"),
+            "<= 1.05",
+            format!("{ratio:.3}"),
+            Some(ratio <= 1.05),
+        );
     }
     for (_, d) in &engines {
         d.shutdown(Duration::from_secs(2)).await;
