@@ -344,3 +344,23 @@ pub async fn bare_get(client: awc::Client, url: String) -> bool {
 pub fn pick<T: Copy>(explicit: Option<T>, smoke: bool, smoke_v: T, full_v: T) -> T {
     explicit.unwrap_or(if smoke { smoke_v } else { full_v })
 }
+
+/// Runs a probe (this benchmark's own binary with a hidden probe scenario,
+/// in a fresh process so its RSS is its own) and parses the one line it
+/// prints as `PROBE <json>`.
+pub fn run_probe(mut cmd: std::process::Command, name: &str) -> Result<Value, String> {
+    let out = cmd
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run {name}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{name} failed ({})", out.status));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("PROBE "))
+        .ok_or(format!("{name} printed no result"))?;
+    serde_json::from_str(line).map_err(|e| format!("{name} result: {e}"))
+}

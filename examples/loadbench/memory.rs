@@ -176,20 +176,7 @@ fn run_probe(cli: &Cli, queued_n: usize) -> Result<Value, String> {
     if cli.smoke {
         cmd.arg("--smoke");
     }
-    let out = cmd
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot run memory-probe: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("memory-probe failed ({})", out.status));
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .find_map(|l| l.strip_prefix("PROBE "))
-        .ok_or("memory-probe printed no result")?;
-    serde_json::from_str(line).map_err(|e| format!("memory-probe result: {e}"))
+    common::run_probe(cmd, "memory-probe")
 }
 
 pub async fn run(cli: &Cli) -> Result<Report, String> {

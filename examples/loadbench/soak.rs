@@ -227,20 +227,7 @@ fn run_probe(cli: &Cli, n: usize, window: usize) -> Result<Value, String> {
     if cli.smoke {
         cmd.arg("--smoke");
     }
-    let out = cmd
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot run soak-probe: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("soak-probe failed ({})", out.status));
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .find_map(|l| l.strip_prefix("PROBE "))
-        .ok_or("soak-probe printed no result")?;
-    serde_json::from_str(line).map_err(|e| format!("soak-probe result: {e}"))
+    common::run_probe(cmd, "soak-probe")
 }
 
 pub async fn run(cli: &Cli) -> Result<Report, String> {
