@@ -61,6 +61,14 @@ impl InboxSender {
     }
 }
 
+impl Inbox {
+    /// Takes every submit waiting here (at shutdown: they are answered and
+    /// reported with the rest).
+    pub(super) fn take_all(&self) -> Vec<Submit> {
+        std::mem::take(&mut *self.list.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
 /// Takes every submit of the inbox, in order.
 impl Handler<Intake> for QueueActor {
     type Result = ();

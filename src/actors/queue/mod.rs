@@ -429,6 +429,12 @@ impl QueueActor {
         ctx: &mut Context<Self>,
     ) -> Vec<crate::dispatcher::Unfinished> {
         self.closed = true;
+        // Submits still in the inbox were accepted by `submit`: they are
+        // answered and reported like the tasks already taken.
+        for msg in self.inbox.take_all() {
+            self.enter(msg, State::Waiting, ctx);
+            self.parked += 1;
+        }
         let mut nos: Vec<TaskNo> = self.tasks.keys().copied().collect();
         nos.sort_unstable();
         let mut left = Vec::with_capacity(nos.len());
