@@ -44,6 +44,8 @@ mod answers;
 mod dispatch;
 mod inbox;
 mod intake;
+#[cfg(test)]
+mod tests;
 mod timing;
 
 pub(crate) use self::inbox::{Inbox, InboxSender};
@@ -52,6 +54,7 @@ use self::answers::LastFailure;
 use self::dispatch::{list_cancelled_twin, Race};
 use self::timing::Timer;
 use super::balancer::BalancerActor;
+use super::hedge::CancelTask;
 use super::messages::*;
 use super::timers::TimerStore;
 use crate::algo::policy::{Decision, Ended, RetryPolicy};
@@ -115,7 +118,7 @@ pub(super) struct Counters {
 pub struct QueueActor {
     pub(super) service: Arc<str>,
     pub(super) cfg: Arc<ServiceConfig>,
-    balancer: Option<Addr<BalancerActor>>,
+    balancer: Option<BalancerPort>,
     ids: Arc<std::sync::atomic::AtomicU64>,
     /// Submits from the dispatcher, taken a burst at a time (`inbox`).
     inbox: Arc<Inbox>,
@@ -171,8 +174,8 @@ impl QueueActor {
             let b = BalancerActor::create(move |bctx| {
                 BalancerActor::new(bcfg, me, factory, arbiters, bmetrics, bctx)
             });
-            balancer_addr = Some(b.clone());
-            let mut q = QueueActor::new(cfg, b, ids);
+            let mut q = QueueActor::new(cfg, BalancerPort::of(&b), ids);
+            balancer_addr = Some(b);
             q.metrics = metrics;
             q.inbox = queue_inbox;
             q
@@ -181,9 +184,17 @@ impl QueueActor {
         (queue, balancer_addr.expect("balancer started"), sender)
     }
 
+    /// A queue answering to a stand-in balancer, for tests that deliver
+    /// the balancer's answers in an exact order.
+    #[cfg(test)]
+    pub(crate) fn with_port(cfg: Arc<ServiceConfig>, balancer: BalancerPort) -> Addr<QueueActor> {
+        let ids = Arc::default();
+        QueueActor::create(|_| QueueActor::new(cfg, balancer, ids))
+    }
+
     fn new(
         cfg: Arc<ServiceConfig>,
-        balancer: Addr<BalancerActor>,
+        balancer: BalancerPort,
         ids: Arc<std::sync::atomic::AtomicU64>,
     ) -> Self {
         let now = Instant::now();
@@ -282,15 +293,10 @@ impl QueueActor {
 
     /// Sends `msg` to the balancer; false (and the pipeline is declared
     /// dead) if the balancer has stopped.
-    fn tell_balancer<M>(&mut self, msg: M, ctx: &mut Context<Self>) -> bool
-    where
-        M: Message + Send + 'static,
-        M::Result: Send,
-        BalancerActor: Handler<M>,
-    {
-        match &self.balancer {
-            Some(b) if b.connected() => {
-                b.do_send(msg);
+    fn tell_balancer<M: ToBalancer>(&mut self, msg: M, ctx: &mut Context<Self>) -> bool {
+        match self.balancer.as_ref().map(M::to) {
+            Some(to) if to.connected() => {
+                to.do_send(msg);
                 true
             }
             _ => {
@@ -335,6 +341,49 @@ impl QueueActor {
                 Gate::Reject(r) => Some(r.to_string()),
             },
         }
+    }
+}
+
+/// Where the queue's messages to its balancer go (a stand-in, in tests;
+/// the balancer's [`QueuePort`](super::balancer::QueuePort) is the other way).
+pub(crate) struct BalancerPort {
+    pub route: Recipient<Route>,
+    pub cancel: Recipient<CancelTask>,
+    pub lost: Recipient<AttemptLost>,
+    pub stop: Recipient<Stop>,
+}
+
+impl BalancerPort {
+    pub fn of(balancer: &Addr<BalancerActor>) -> Self {
+        BalancerPort {
+            route: balancer.clone().recipient(),
+            cancel: balancer.clone().recipient(),
+            lost: balancer.clone().recipient(),
+            stop: balancer.clone().recipient(),
+        }
+    }
+}
+
+/// A message the queue sends its balancer, and the port's way for it.
+pub(crate) trait ToBalancer: Message<Result = ()> + Send + Sized + 'static {
+    fn to(port: &BalancerPort) -> &Recipient<Self>;
+}
+
+impl ToBalancer for Route {
+    fn to(port: &BalancerPort) -> &Recipient<Self> {
+        &port.route
+    }
+}
+
+impl ToBalancer for CancelTask {
+    fn to(port: &BalancerPort) -> &Recipient<Self> {
+        &port.cancel
+    }
+}
+
+impl ToBalancer for AttemptLost {
+    fn to(port: &BalancerPort) -> &Recipient<Self> {
+        &port.lost
     }
 }
 
@@ -406,7 +455,7 @@ impl Handler<Stop> for QueueActor {
 
     fn handle(&mut self, _msg: Stop, ctx: &mut Self::Context) {
         if let Some(b) = self.balancer.take() {
-            b.do_send(Stop);
+            b.stop.do_send(Stop);
         }
         ctx.stop();
     }

@@ -1,0 +1,212 @@
+//! The queue alone, under paused time: a stand-in balancer records the
+//! routes the queue sends, and the tests answer them in an exact order,
+//! which the whole pipeline cannot be made to produce on demand.
+
+use std::sync::Mutex;
+
+use super::*;
+use crate::config::Config;
+use crate::outcome::AttemptOutcome;
+
+/// What the queue told its balancer.
+#[derive(Default)]
+struct Seen {
+    routes: Vec<(Seq, bool)>,
+    cancels: Vec<Seq>,
+}
+
+struct FakeBalancer(Arc<Mutex<Seen>>);
+
+impl Actor for FakeBalancer {
+    type Context = Context<Self>;
+}
+
+impl Handler<Route> for FakeBalancer {
+    type Result = ();
+
+    fn handle(&mut self, msg: Route, _ctx: &mut Self::Context) {
+        self.0.lock().unwrap().routes.push((msg.seq, msg.hedge));
+    }
+}
+
+impl Handler<CancelTask> for FakeBalancer {
+    type Result = ();
+
+    fn handle(&mut self, msg: CancelTask, _ctx: &mut Self::Context) {
+        self.0.lock().unwrap().cancels.push(msg.seq);
+    }
+}
+
+impl Handler<AttemptLost> for FakeBalancer {
+    type Result = ();
+
+    fn handle(&mut self, _msg: AttemptLost, _ctx: &mut Self::Context) {}
+}
+
+impl Handler<Stop> for FakeBalancer {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Stop, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}
+
+/// A queue for the one service of `json`, answering to a fake balancer.
+fn start(json: &str) -> (Addr<QueueActor>, Arc<Mutex<Seen>>) {
+    let cfg = Arc::new(Config::from_json(json).unwrap().services.remove(0));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let b = FakeBalancer(seen.clone()).start();
+    let port = BalancerPort {
+        route: b.clone().recipient(),
+        cancel: b.clone().recipient(),
+        lost: b.clone().recipient(),
+        stop: b.recipient(),
+    };
+    (QueueActor::with_port(cfg, port), seen)
+}
+
+/// Submits one task; its result comes on the returned channel.
+fn submit(queue: &Addr<QueueActor>, task: Task, id: u64) -> oneshot::Receiver<Box<TaskResult>> {
+    let (reply, rx) = oneshot::channel();
+    let job = Arc::new(task.prepare(id, Instant::now()).unwrap());
+    queue.do_send(Submit {
+        job,
+        reply,
+        wait: false,
+    });
+    rx
+}
+
+/// An attempt of `seq` ended with `status` on node `node`.
+fn done(seq: Seq, node: u32, hedge: bool, status: u16) -> Answer {
+    Answer::Done(AttemptDone {
+        seq,
+        node: NodeId(node),
+        address: format!("http://127.0.0.1:9/{node}/").into(),
+        hedge,
+        report: AttemptReport {
+            outcome: AttemptOutcome::Status(status),
+            latency: Duration::from_millis(20),
+            reply: Some(crate::transport::HttpReply {
+                status,
+                headers: Default::default(),
+                body: Default::default(),
+                protocol: None,
+            }),
+            retry_after: None,
+            stream: None,
+        },
+        credit: 1,
+        at: Instant::now(),
+    })
+}
+
+/// Lets every ready actor run (paused time does not move).
+async fn settle() {
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Regression (issue 8, item 3): a hedged round whose first attempt failed
+/// and whose hedge then bounced (no node could take it) left the task in
+/// flight with nothing out, never answered. The failure must reach the
+/// policy whichever of the two ends the round: here the bounce does, so the
+/// task is retried, and the retry's success answers it.
+#[actix_rt::test]
+async fn a_failed_first_attempt_then_a_bounced_hedge_asks_the_policy() {
+    tokio::time::pause();
+    let (queue, seen) = start(
+        r#"{"services":[{"name":"svc","timeout":"60s",
+            "endpoints":[{"address":"http://127.0.0.1:9/"}],
+            "hedge":{"after":"20ms"},
+            "retry":{"max_retries":1,"backoff_base":"1ms","backoff_max":"1ms"}}]}"#,
+    );
+    queue.do_send(Credit(2));
+    let mut rx = submit(&queue, Task::get("svc", "/x"), 1);
+    settle().await;
+    let first = {
+        let s = seen.lock().unwrap();
+        assert_eq!(s.routes.len(), 1, "the first attempt goes out");
+        assert!(!s.routes[0].1);
+        s.routes[0].0
+    };
+    // The hedge timer fires: the hedge goes out in the same round.
+    tokio::time::sleep(Duration::from_millis(25)).await;
+    settle().await;
+    assert_eq!(seen.lock().unwrap().routes[1], (first, true));
+    // The exact interleaving: the first attempt's failure arrives, then the
+    // balancer's bounce of the hedge.
+    queue.do_send(done(first, 0, false, 503));
+    queue.do_send(Answer::Bounce(Bounce {
+        seq: first,
+        hedge: true,
+        credit: 1,
+    }));
+    settle().await;
+    assert!(rx.try_recv().is_err(), "max_retries 1: not answered yet");
+    // The round ended failed: the policy retries after its backoff.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    settle().await;
+    let retry = {
+        let s = seen.lock().unwrap();
+        assert_eq!(s.routes.len(), 3, "the task is retried: {:?}", s.routes);
+        s.routes[2]
+    };
+    assert_eq!(
+        retry,
+        (
+            Seq {
+                task: first.task,
+                round: 2
+            },
+            false
+        )
+    );
+    queue.do_send(done(retry.0, 0, false, 200));
+    settle().await;
+    let r = rx.try_recv().expect("answered once the retry succeeds");
+    assert!(r.is_success(), "{r:?}");
+    let statuses: Vec<_> = r.attempts.iter().map(|a| a.outcome).collect();
+    assert_eq!(
+        statuses,
+        vec![AttemptOutcome::Status(503), AttemptOutcome::Status(200)]
+    );
+    let stats = queue.send(GetQueueStats).await.unwrap();
+    assert_eq!((stats.in_flight, stats.queued), (0, 0));
+    assert_eq!(stats.retried, 1);
+}
+
+/// The same race with the other order: the hedge bounces first (the first
+/// attempt goes on alone), then the first attempt fails and ends the round.
+/// With no retries left, the task fails with that attempt's status.
+#[actix_rt::test]
+async fn a_bounced_hedge_then_a_failed_first_attempt_fails_the_task() {
+    tokio::time::pause();
+    let (queue, seen) = start(
+        r#"{"services":[{"name":"svc","timeout":"60s",
+            "endpoints":[{"address":"http://127.0.0.1:9/"}],
+            "hedge":{"after":"20ms"},"retry":{"max_retries":0}}]}"#,
+    );
+    queue.do_send(Credit(2));
+    let mut rx = submit(&queue, Task::get("svc", "/x"), 1);
+    tokio::time::sleep(Duration::from_millis(25)).await;
+    settle().await;
+    let first = seen.lock().unwrap().routes[0].0;
+    assert_eq!(seen.lock().unwrap().routes.len(), 2, "first and hedge");
+    queue.do_send(Answer::Bounce(Bounce {
+        seq: first,
+        hedge: true,
+        credit: 1,
+    }));
+    settle().await;
+    assert!(rx.try_recv().is_err(), "the first attempt is still out");
+    queue.do_send(done(first, 0, false, 503));
+    settle().await;
+    let r = rx.try_recv().expect("answered when the round ends");
+    match &r.outcome {
+        Outcome::Failure(f) => assert_eq!(f.last, Some(AttemptOutcome::Status(503))),
+        o => panic!("{o:?}"),
+    }
+    assert_eq!(seen.lock().unwrap().routes.len(), 2, "no retry");
+}
