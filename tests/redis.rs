@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use actix_dispatch::algo::limiter::TokenBucket;
 use actix_dispatch::config::BucketConfig;
-use actix_dispatch::redis::take_tokens;
+use actix_dispatch::redis::{take_many, take_tokens, Ask};
 use actix_dispatch::{Config, Dispatcher, Task, TaskResult};
 use redis_server::RedisServer;
 use support::Backend;
@@ -104,7 +104,9 @@ async fn gcra_script_is_exact_under_a_forced_now() {
     let keys = vec![("t:{a}:rl".to_string(), b)];
     let t = take_tokens(&mut con, &keys, 7, Some(base)).await.unwrap();
     assert_eq!(t.granted, 5);
-    assert_eq!(t.retry_in, Duration::from_millis(100));
+    // Due again when the wanted tokens are, at most half the burst (3):
+    // three intervals.
+    assert_eq!(t.retry_in, Duration::from_millis(300));
     let t = take_tokens(&mut con, &keys, 1, Some(base + 99_999))
         .await
         .unwrap();
@@ -186,6 +188,145 @@ async fn gcra_script_is_exact_under_a_forced_now() {
     assert_eq!(t.granted, 3, "the node bucket gave exactly 2 before");
 }
 
+/// Two buckets in one ask (a service's and a node's) under a forced
+/// `now`: a token is taken from both or from neither, arrival by arrival
+/// exactly as two local buckets checked together; asks sharing the
+/// service bucket take turns; `due` says when the wanted tokens are there.
+#[actix_rt::test]
+async fn gcra_script_takes_from_both_buckets_or_neither() {
+    let Some(srv) = RedisServer::start() else {
+        return;
+    };
+    let client = redis::Client::open(srv.url()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let base: u64 = 1_700_000_000_000_000;
+    let both = |want| Ask {
+        buckets: vec![0, 1],
+        want,
+    };
+    let one = |b, want| Ask {
+        buckets: vec![b],
+        want,
+    };
+
+    // The node's bucket is empty: nothing is taken from the service's.
+    let keys = vec![
+        (
+            "n:{e}:rl".to_string(),
+            BucketConfig {
+                rate: 100.0,
+                burst: 10,
+            },
+        ),
+        (
+            "n:{e}:rl:node".to_string(),
+            BucketConfig {
+                rate: 10.0,
+                burst: 1,
+            },
+        ),
+    ];
+    let (g, _) = take_many(&mut con, &keys, &[one(1, 1)], Some(base))
+        .await
+        .unwrap();
+    assert_eq!(g[0].granted, 1, "the node's one token");
+    let (g, _) = take_many(&mut con, &keys, &[both(3)], Some(base + 1_000))
+        .await
+        .unwrap();
+    assert_eq!(g[0].granted, 0, "node empty: neither bucket gives");
+    // Due when the node's next token is: 100 ms after the first, 99 ms on.
+    assert_eq!(g[0].due, Duration::from_millis(99));
+    let (g, _) = take_many(&mut con, &keys, &[one(0, 20)], Some(base + 1_000))
+        .await
+        .unwrap();
+    assert_eq!(g[0].granted, 10, "the service's bucket is still full");
+    // Now the service's is emptied: the node's next token stays.
+    let (g, _) = take_many(&mut con, &keys, &[one(0, 20)], Some(base + 100_000))
+        .await
+        .unwrap();
+    assert!(g[0].granted >= 1, "the service's refilled tokens taken");
+    let (g, _) = take_many(&mut con, &keys, &[both(1)], Some(base + 100_000))
+        .await
+        .unwrap();
+    assert_eq!(g[0].granted, 0, "service empty: neither bucket gives");
+    let (g, _) = take_many(&mut con, &keys, &[one(1, 1)], Some(base + 100_000))
+        .await
+        .unwrap();
+    assert_eq!(g[0].granted, 1, "the node's token was not taken");
+
+    // Two nodes' asks share the service's bucket (burst 4): turns, 2 each.
+    let keys = vec![
+        (
+            "n:{t}:rl".to_string(),
+            BucketConfig {
+                rate: 10.0,
+                burst: 4,
+            },
+        ),
+        (
+            "n:{t}:rl:a".to_string(),
+            BucketConfig {
+                rate: 100.0,
+                burst: 10,
+            },
+        ),
+        (
+            "n:{t}:rl:b".to_string(),
+            BucketConfig {
+                rate: 100.0,
+                burst: 10,
+            },
+        ),
+    ];
+    let asks = [
+        Ask {
+            buckets: vec![0, 1],
+            want: 5,
+        },
+        Ask {
+            buckets: vec![0, 2],
+            want: 5,
+        },
+    ];
+    let (g, _) = take_many(&mut con, &keys, &asks, Some(base)).await.unwrap();
+    assert_eq!((g[0].granted, g[1].granted), (2, 2));
+
+    // Arrival by arrival, the same answers as two local buckets checked
+    // together (service 50/s burst 3, node 20/s burst 2, every 7 ms).
+    let svc = BucketConfig {
+        rate: 50.0,
+        burst: 3,
+    };
+    let node = BucketConfig {
+        rate: 20.0,
+        burst: 2,
+    };
+    let keys = vec![
+        ("n:{s}:rl".to_string(), svc),
+        ("n:{s}:rl:node".to_string(), node),
+    ];
+    let t0 = tokio::time::Instant::now();
+    let mut ls = TokenBucket::new(50.0, 3, t0);
+    let mut ln = TokenBucket::new(20.0, 2, t0);
+    let mut admitted = 0;
+    for k in 0..300u64 {
+        let us = k * 7_000;
+        let at = t0 + Duration::from_micros(us);
+        let (g, _) = take_many(&mut con, &keys, &[both(1)], Some(base + us))
+            .await
+            .unwrap();
+        let here = ls.check(at).is_ok() && ln.check(at).is_ok();
+        if here {
+            ls.try_acquire(at).unwrap();
+            ln.try_acquire(at).unwrap();
+        }
+        assert_eq!(g[0].granted == 1, here, "arrival {k} at {us} µs");
+        admitted += g[0].granted;
+    }
+    // The node's bucket binds: burst + 20/s over 2.093 s.
+    assert!((2 + 40..=2 + 42).contains(&admitted), "{admitted}");
+}
+
 // === one limit over three instances ===
 
 /// Three instances, one shared service limit (50/s, burst 10), one
@@ -210,16 +351,28 @@ fn three_instances_share_one_limit(mode: &str) -> (u64, u64) {
     // Let every instance connect and heartbeat before the clock starts.
     thread::sleep(Duration::from_millis(300));
     assert_eq!(backend.hits(), 0);
+    let rt = actix::System::new();
+    let trips = |inst: &[Instance]| -> u64 {
+        inst.iter()
+            .map(|i| rt.block_on(i.d.stats()).shared.expect("shared").round_trips)
+            .sum()
+    };
+    let trips0 = trips(&instances);
     let t0 = Instant::now();
     let pending: Vec<_> = instances.iter().map(|i| submit_many(&i.d, 300)).collect();
     thread::sleep(Duration::from_secs(2).saturating_sub(t0.elapsed()));
     let hits = backend.hits();
     let elapsed = t0.elapsed();
+    let trips = trips(&instances) - trips0;
     // Every instance heartbeated (once a second): three are live.
-    let rt = actix::System::new();
     let shared = rt.block_on(instances[0].d.stats()).shared.expect("shared");
     assert_eq!(shared.live_instances, 3, "{shared:?}");
-    eprintln!("{mode}: redis {shared:?}");
+    // At saturation each instance asks once per batch (half a burst), not
+    // once per token: about one round trip per admitted task at most
+    // (heartbeats included).
+    let per_task = trips as f64 / hits.max(1) as f64;
+    eprintln!("{mode}: {trips} round trips, {per_task:.2} per admitted task");
+    assert!(per_task <= 1.5, "{per_task} round trips per admitted task");
     drop(instances);
     drop(pending);
     let lease = if mode == "lease" { 5 } else { 0 };
@@ -255,6 +408,120 @@ fn three_instances_share_one_limit_leased() {
 #[test]
 fn three_instances_share_one_limit_exact() {
     three_instances_share_one_limit("exact");
+}
+
+// === per-node limits over three instances ===
+
+/// Three instances share per-node limits (20/s, burst 5, the service's
+/// 1 000/s never binds) over two backends, for 2 s: each backend sees at
+/// most burst + rate·T (+ the lease bound `rate·lease` = 2 in lease mode)
+/// and at least 90 % of burst + rate·T. Returns the Redis round trips per
+/// admitted task.
+fn three_instances_share_node_limits(mode: &str) -> f64 {
+    support::init_logs();
+    let Some(srv) = RedisServer::start() else {
+        return 0.0;
+    };
+    let (a, b) = (Backend::start(), Backend::start());
+    let redis = format!(
+        r#"{{"url":"{}","prefix":"n{mode}","timeout":"200ms","mode":"{mode}","lease":"100ms"}}"#,
+        srv.url()
+    );
+    let cfg = config(
+        &redis,
+        &[&a, &b],
+        r#""rate_limit":{"per_node":{"rate":20,"burst":5},"service":{"rate":1000,"burst":100},"shared":true},
+           "queue":{"capacity":2000}"#,
+    );
+    let instances: Vec<Instance> = (0..3).map(|_| Instance::start(cfg.clone())).collect();
+    thread::sleep(Duration::from_millis(300));
+    let rt = actix::System::new();
+    let trips = |inst: &[Instance]| -> u64 {
+        inst.iter()
+            .map(|i| rt.block_on(i.d.stats()).shared.expect("shared").round_trips)
+            .sum()
+    };
+    let trips0 = trips(&instances);
+    let t0 = Instant::now();
+    let pending: Vec<_> = instances.iter().map(|i| submit_many(&i.d, 300)).collect();
+    thread::sleep(Duration::from_secs(2).saturating_sub(t0.elapsed()));
+    let hits = [a.hits(), b.hits()];
+    let elapsed = t0.elapsed();
+    let trips = trips(&instances) - trips0;
+    drop(instances);
+    drop(pending);
+    let lease = if mode == "lease" { 2 } else { 0 };
+    let bound = 5 + (20.0 * elapsed.as_secs_f64()).floor() as u64;
+    let total = hits[0] + hits[1];
+    let per_task = trips as f64 / total.max(1) as f64;
+    eprintln!(
+        "{mode}: per node {hits:?} in {elapsed:?}; bound {bound} + lease {lease}; \
+         {trips} round trips, {per_task:.2} per admitted task"
+    );
+    for h in hits {
+        assert!(h <= bound + lease, "{h} > {bound} + {lease}");
+        assert!(h * 10 >= 45 * 9, "{h} below 90 % of 45");
+    }
+    per_task
+}
+
+#[test]
+fn three_instances_share_node_limits_leased() {
+    let per_task = three_instances_share_node_limits("lease");
+    assert!(per_task <= 1.5, "{per_task} round trips per admitted task");
+}
+
+#[test]
+fn three_instances_share_node_limits_exact() {
+    let per_task = three_instances_share_node_limits("exact");
+    assert!(per_task <= 1.5, "{per_task} round trips per admitted task");
+}
+
+/// Shared node buckets with redis-server paused: the local fallback
+/// (node rate / live instances) serves, no task is lost or stuck, and the
+/// shared buckets are back after `kill -CONT`.
+#[test]
+fn a_paused_redis_loses_no_task_with_shared_node_limits() {
+    support::init_logs();
+    let Some(srv) = RedisServer::start() else {
+        return;
+    };
+    let (a, b) = (Backend::start(), Backend::start());
+    let redis = format!(
+        r#"{{"url":"{}","prefix":"nstop","timeout":"50ms","on_down":"local","mode":"exact"}}"#,
+        srv.url()
+    );
+    let cfg = config(
+        &redis,
+        &[&a, &b],
+        r#""rate_limit":{"per_node":{"rate":25,"burst":5},"shared":true}"#,
+    );
+    let inst = Instance::start(cfg);
+    thread::sleep(Duration::from_millis(300));
+    let rt = actix::System::new();
+    let all = submit_many(&inst.d, 150);
+    thread::sleep(Duration::from_millis(500));
+    srv.pause();
+    thread::sleep(Duration::from_millis(200));
+    let h1 = a.hits() + b.hits();
+    let down = rt.block_on(inst.d.stats()).shared.expect("shared stats");
+    assert!(down.down, "down is shown in stats");
+    thread::sleep(Duration::from_millis(700));
+    let h2 = a.hits() + b.hits();
+    // Two nodes at 25/s each: ~35 in 700 ms.
+    assert!(h2 - h1 >= 10, "local limits serve: {}", h2 - h1);
+    assert!(h2 - h1 <= 50, "local limits hold: {}", h2 - h1);
+    srv.resume();
+    let rs: Vec<TaskResult> = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(20), futures::future::join_all(all))
+            .await
+            .expect("no task stuck")
+    });
+    assert_eq!(rs.len(), 150);
+    assert!(rs.iter().all(|r| r.is_success()), "every task served");
+    assert_eq!(a.hits() + b.hits(), 150, "each task once");
+    let up = rt.block_on(inst.d.stats()).shared.expect("shared stats");
+    assert!(!up.down, "back after kill -CONT");
 }
 
 // === breakers ===

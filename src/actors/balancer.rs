@@ -406,6 +406,11 @@ impl BalancerActor {
     /// Picks a node for `route`, preferring nodes it has not failed on; a
     /// hedge never goes to a node already working on the task.
     fn pick(&mut self, route: &Route) -> Option<usize> {
+        // A route paid for on its node (shared node buckets) goes back there.
+        #[cfg(feature = "redis")]
+        if let Some(i) = self.shared_pinned(route) {
+            return Some(i);
+        }
         let working: &[NodeId] = match self.working.get(&route.seq) {
             Some(w) if route.hedge => w,
             _ => &[],
@@ -505,6 +510,11 @@ impl Handler<Route> for BalancerActor {
             // token is due instead of the task waiting for the next refresh.
             self.recompute_all(now);
             return self.settle(ctx, now);
+        };
+        // The node's shared bucket: a token in hand, or wait for one call.
+        #[cfg(feature = "redis")]
+        let Some(msg) = self.shared_place(i, msg, ctx) else {
+            return;
         };
         if let Some(b) = &mut self.service_bucket {
             let _ = b.try_acquire(now);

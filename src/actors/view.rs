@@ -95,6 +95,9 @@ pub(crate) struct NodeView {
     pub ramp_from: Option<Instant>,
     /// The shared breaker (feature `redis`).
     pub shared: SharedMirror,
+    /// The node's shared bucket (feature `redis`): caps its room.
+    #[cfg(feature = "redis")]
+    pub shared_tokens: crate::redis::NodeTokens,
 }
 
 /// A node's contribution to the balancer's counts, kept so that deciding
@@ -154,6 +157,8 @@ impl NodeView {
             bucket,
             ramp_from: None,
             shared: SharedMirror::Closed,
+            #[cfg(feature = "redis")]
+            shared_tokens: Default::default(),
         }
     }
 
@@ -203,6 +208,8 @@ impl NodeView {
     /// Slots limited by the node's tokens.
     pub fn compute_room(&self, now: Instant) -> usize {
         let slots = self.slots(now);
+        #[cfg(feature = "redis")]
+        let slots = self.shared_tokens.cap(slots, now);
         match &self.bucket {
             Some(b) if slots > 0 => slots.min(b.available(now) as usize),
             _ => slots,

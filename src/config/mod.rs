@@ -275,8 +275,8 @@ pub struct RateLimitConfig {
     pub service: Option<BucketConfig>,
     /// Behaviour when out of tokens (default `wait`).
     pub on_limit: OnLimit,
-    /// The service bucket is kept in Redis, one for all instances (default
-    /// false).
+    /// Every bucket set (the service's, each node's) is kept in Redis, one
+    /// for all instances (default false; feature `redis`).
     pub shared: bool,
 }
 

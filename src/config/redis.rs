@@ -5,8 +5,9 @@
 //!            "on_down": "local", "mode": "lease", "lease": "100ms", "heartbeat": "1s" }
 //! ```
 //!
-//! With it, a service's `rate_limit.shared: true` keeps its service bucket in
-//! Redis, and `breaker.shared: true` shares its nodes' breaker trips (see
+//! With it, a service's `rate_limit.shared: true` keeps every bucket it sets
+//! (`service`, and each node's `per_node`) in Redis, and `breaker.shared:
+//! true` shares its nodes' breaker trips (see
 //! [`crate::redis`] with the `redis` cargo feature). Without the section, or
 //! without the flags, nothing is shared and no Redis is needed. A build
 //! without the `redis` feature refuses the section with a config error.
@@ -208,6 +209,30 @@ mod tests {
                 Config::from_json(&format!(r#"{{"redis":{bad},"services":[{SVC}]}}"#)).unwrap_err();
             assert!(e.to_string().contains(field), "{bad}: {e}");
         }
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn shared_shares_every_bucket_set_and_needs_one() {
+        let with = |rl: &str| {
+            Config::from_json(&format!(
+                r#"{{"redis":{{"url":"redis://r/"}},"services":[{{"name":"a","endpoints":[{{"address":"http://h/"}}],"rate_limit":{rl}}}]}}"#
+            ))
+        };
+        // Per-node buckets alone may be shared.
+        let c = with(r#"{"per_node":{"rate":20,"burst":5},"shared":true}"#).unwrap();
+        let rl = &c.services[0].rate_limit;
+        assert!(rl.shared && rl.service.is_none() && rl.per_node.is_some());
+        // Both: both shared.
+        let c = with(
+            r#"{"per_node":{"rate":20,"burst":5},"service":{"rate":50,"burst":10},"shared":true}"#,
+        )
+        .unwrap();
+        assert!(c.services[0].rate_limit.shared);
+        // Nothing to share: refused, naming the field.
+        let e = with(r#"{"shared":true}"#).unwrap_err().to_string();
+        assert!(e.contains("rate_limit.shared"), "{e}");
+        assert!(e.contains("rate_limit.per_node"), "{e}");
     }
 
     #[cfg(not(feature = "redis"))]

@@ -398,10 +398,11 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
         },
     };
 
-    if rate_limit.shared && rate_limit.service.is_none() {
+    // `shared` shares every bucket set: the service's and the nodes'.
+    if rate_limit.shared && rate_limit.service.is_none() && rate_limit.per_node.is_none() {
         return Err(cx.err(
             "rate_limit.shared",
-            "shares the service bucket: set rate_limit.service",
+            "shares the configured buckets: set rate_limit.service or rate_limit.per_node",
         ));
     }
 

@@ -1,64 +1,111 @@
--- GCRA over one or more token buckets, atomically: up to ARGV[1] tokens are
--- taken from every bucket in KEYS together (a task's service and node
--- buckets), or none once one of them is empty.
+-- GCRA over token buckets, for several asks at once, atomically: each ask
+-- names the buckets a token of it needs (a task's service bucket and its
+-- node's bucket) and how many tokens it wants; a token is taken from every
+-- bucket of its ask together, or from none of them.
 --
--- KEYS[i]          bucket i: its theoretical arrival time (TAT), integer
+-- KEYS[b]          bucket b: its theoretical arrival time (TAT), integer
 --                  microseconds on the Redis clock. Absent: full.
--- ARGV[1]          tokens wanted (>= 1)
--- ARGV[2i]         emission interval of bucket i, µs (>= 1)
--- ARGV[2i+1]       tolerance of bucket i, µs: interval * (burst - 1)
--- ARGV[2n+2]       optional, tests only: `now` in µs instead of Redis TIME
+-- ARGV[1]          number of asks, m
+-- ARGV[2b], ARGV[2b+1]
+--                  emission interval of bucket b, µs (>= 1), and its
+--                  tolerance, µs: interval * (burst - 1)
+-- then, per ask:   want (>= 0), c, and c bucket numbers (1-based)
+-- then, optional, tests only: `now` in µs instead of Redis TIME
 --
--- A token is admitted at `now` when TAT <= now + tolerance, and then
--- TAT = max(TAT, now) + interval (the local `TokenBucket`'s rule, in µs).
+-- A token is admitted at `now` when TAT <= now + tolerance in each of its
+-- buckets, and then TAT = max(TAT, now) + interval in each (the local
+-- `TokenBucket`'s rule, in µs). Asks take turns one token at a time, so a
+-- bucket they share (the service's) is split evenly when it binds.
 -- Each key expires when its bucket is full again (TAT - now), so idle
 -- buckets leave nothing behind (not under a forced `now`).
 --
--- Returns { granted, retry_us, now_us }: retry_us is how long until the
--- next token when fewer than wanted were granted (0 otherwise).
+-- Returns { now_us, granted_1, due_1, ..., granted_m, due_m }: due_a is how
+-- long, in µs, until ask a's buckets hold its tokens again (want tokens, at
+-- most half of each bucket's burst, rounded up; 0 when they are there now).
+-- An instance need not ask before then: it would get less.
 local n = #KEYS
-local want = tonumber(ARGV[1])
+local m = tonumber(ARGV[1])
+local iv, tol, tat, burst = {}, {}, {}, {}
+local p = 2
+for b = 1, n do
+  iv[b] = tonumber(ARGV[p])
+  tol[b] = tonumber(ARGV[p + 1])
+  burst[b] = math.floor(tol[b] / iv[b]) + 1
+  p = p + 2
+end
+local want, idx = {}, {}
+for a = 1, m do
+  want[a] = tonumber(ARGV[p])
+  local c = tonumber(ARGV[p + 1])
+  idx[a] = {}
+  for j = 1, c do idx[a][j] = tonumber(ARGV[p + 1 + j]) end
+  p = p + 2 + c
+end
 local now
-local forced = ARGV[2 * n + 2]
+local forced = ARGV[p]
 if forced then
   now = tonumber(forced)
 else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local tat, iv, tol = {}, {}, {}
-for i = 1, n do
-  iv[i] = tonumber(ARGV[2 * i])
-  tol[i] = tonumber(ARGV[2 * i + 1])
-  local v = tonumber(redis.call('GET', KEYS[i]) or '0') or 0
+for b = 1, n do
+  local v = tonumber(redis.call('GET', KEYS[b]) or '0') or 0
   if v < now then v = now end
-  tat[i] = v
+  tat[b] = v
 end
-local granted, retry = 0, 0
--- Bounded: at most `want` rounds.
-while granted < want do
-  local ok = true
-  for i = 1, n do
-    if tat[i] > now + tol[i] then
-      ok = false
-      local wait = tat[i] - tol[i] - now
-      if wait > retry then retry = wait end
+local granted, open, touched = {}, {}, {}
+for a = 1, m do
+  granted[a] = 0
+  open[a] = want[a] > 0
+end
+-- Bounded: every round grants a token or closes an ask.
+local busy = true
+while busy do
+  busy = false
+  for a = 1, m do
+    if open[a] then
+      local ok = true
+      for _, b in ipairs(idx[a]) do
+        if tat[b] > now + tol[b] then ok = false end
+      end
+      if ok then
+        for _, b in ipairs(idx[a]) do
+          tat[b] = tat[b] + iv[b]
+          touched[b] = true
+        end
+        granted[a] = granted[a] + 1
+        open[a] = granted[a] < want[a]
+        busy = busy or open[a]
+      else
+        open[a] = false
+      end
     end
   end
-  if not ok then break end
-  for i = 1, n do tat[i] = tat[i] + iv[i] end
-  granted = granted + 1
 end
-if granted > 0 then
-  for i = 1, n do
-    local ttl = math.ceil((tat[i] - now) / 1000)
+for b = 1, n do
+  if touched[b] then
+    local ttl = math.ceil((tat[b] - now) / 1000)
     if ttl < 1 then ttl = 1 end
     if forced then
       -- A forced clock is not the one the expiry runs on: keep the key.
-      redis.call('SET', KEYS[i], string.format('%.0f', tat[i]))
+      redis.call('SET', KEYS[b], string.format('%.0f', tat[b]))
     else
-      redis.call('SET', KEYS[i], string.format('%.0f', tat[i]), 'PX', ttl)
+      redis.call('SET', KEYS[b], string.format('%.0f', tat[b]), 'PX', ttl)
     end
   end
 end
-return { granted, retry, now }
+local out = { now }
+for a = 1, m do
+  local due = 0
+  local k = want[a]
+  if k < 1 then k = 1 end
+  for _, b in ipairs(idx[a]) do
+    local kb = math.min(k, math.ceil(burst[b] / 2))
+    local wait = tat[b] + (kb - 1) * iv[b] - tol[b] - now
+    if wait > due then due = wait end
+  end
+  out[#out + 1] = granted[a]
+  out[#out + 1] = due
+end
+return out

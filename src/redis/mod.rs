@@ -11,12 +11,17 @@
 //!
 //! * **Token buckets** (`gcra.lua`): GCRA in integer microseconds, the same
 //!   rule as [`crate::algo::limiter::TokenBucket`]; keys are hash-tagged per
-//!   service (`ad:{svc}:rl`) so a Redis Cluster keeps a service's keys on one
-//!   slot, and expire when the bucket is full again. The balancer takes
-//!   tokens either as a short **lease** (up to `rate · lease` tokens, usable
-//!   for `lease`: the backends see at most `burst + rate · (T + lease)` over
-//!   any window T) or **exactly** (the routes of one balancer turn wait for
-//!   one script call; at most `burst + rate · T`).
+//!   service (`ad:{svc}:rl`, and each node's `ad:{svc}:rl:<address>`) so a
+//!   Redis Cluster keeps a service's keys on one slot, and expire when the
+//!   bucket is full again. One call serves several asks; each token of an
+//!   ask is taken from all its buckets (a task's service and node buckets)
+//!   or from none. The balancer takes tokens either as a short **lease** (up
+//!   to `rate · lease` tokens, usable for `lease`: the backends see at most
+//!   `burst + rate · (T + lease)` over any window T, per bucket) or
+//!   **exactly** (the routes of one balancer turn wait for one script call;
+//!   at most `burst + rate · T`). Each answer says when the asked-for tokens
+//!   are due again (half a burst at most); an instance does not ask before
+//!   then (plus a jitter), so at saturation it asks once per batch.
 //! * **Breakers** (`breaker.lua`): a trip is recorded as "open for d" (Redis
 //!   `TIME` + d, the local breaker's doubling open time), shared once
 //!   `quorum` instances reported it; the other instances read it at each
@@ -46,7 +51,7 @@ use tokio::time::Instant;
 
 use crate::config::{BucketConfig, RedisConfig};
 
-pub(crate) use share::{Admit, ServiceShare};
+pub(crate) use share::{Admit, NodeTokens, ServiceShare};
 
 /// The GCRA script (see its header for keys and arguments).
 pub const GCRA_LUA: &str = include_str!("gcra.lua");
@@ -68,39 +73,109 @@ pub fn gcra_params(b: BucketConfig) -> (u64, u64) {
     (interval, interval.saturating_mul(u64::from(b.burst - 1)))
 }
 
-/// The answer of one `gcra.lua` call.
+/// One ask of a `gcra.lua` call: `want` tokens, each taken from every
+/// bucket of `buckets` (positions in the call's keys) together, or none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ask {
+    /// The buckets one token of this ask needs (a service's, a node's).
+    pub buckets: Vec<usize>,
+    /// Tokens wanted (0: only read the clock).
+    pub want: u32,
+}
+
+/// What one ask got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Got {
+    /// Tokens granted (0..=want).
+    pub granted: u32,
+    /// How long until the ask's buckets hold its tokens again (`want`, at
+    /// most half of each bucket's burst, rounded up); zero when they do now.
+    /// Asking before then gets less: an instance waits this long.
+    pub due: Duration,
+}
+
+/// The answer of one `gcra.lua` call with a single ask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Taken {
     /// Tokens granted (0..=wanted).
     pub granted: u32,
-    /// Time until the next token when fewer than wanted were granted.
+    /// [`Got::due`]: when the wanted tokens are there again (zero: now).
     pub retry_in: Duration,
     /// Redis's clock at the call, µs.
     pub now_us: u64,
 }
 
+/// Fills a `gcra.lua` invocation: `keys` with their buckets, the asks, and
+/// in tests a forced `now`.
+fn gcra_args(
+    inv: &mut redis::ScriptInvocation<'_>,
+    keys: &[(String, BucketConfig)],
+    asks: &[Ask],
+    now_us: Option<u64>,
+) {
+    inv.arg(asks.len());
+    for (k, b) in keys {
+        let (iv, tol) = gcra_params(*b);
+        inv.key(k).arg(iv).arg(tol);
+    }
+    for a in asks {
+        inv.arg(a.want).arg(a.buckets.len());
+        for b in &a.buckets {
+            inv.arg(b + 1);
+        }
+    }
+    if let Some(now) = now_us {
+        inv.arg(now);
+    }
+}
+
+/// Reads `{ now, granted_1, due_1, ... }`.
+fn gcra_answer(v: &[u64], asks: usize) -> (Vec<Got>, u64) {
+    let now = v.first().copied().unwrap_or(0);
+    let got = (0..asks)
+        .map(|a| Got {
+            granted: v
+                .get(1 + 2 * a)
+                .map_or(0, |g| u32::try_from(*g).unwrap_or(u32::MAX)),
+            // Bounded where it enters: at most a minute.
+            due: Duration::from_micros(v.get(2 + 2 * a).copied().unwrap_or(0).min(60_000_000)),
+        })
+        .collect();
+    (got, now)
+}
+
+/// Runs `gcra.lua` once over `keys` (each with its bucket) for `asks`, at
+/// Redis `TIME` or, in tests, at `now_us`; returns each ask's answer and
+/// the script's clock (µs).
+pub async fn take_many<C: redis::aio::ConnectionLike>(
+    con: &mut C,
+    keys: &[(String, BucketConfig)],
+    asks: &[Ask],
+    now_us: Option<u64>,
+) -> redis::RedisResult<(Vec<Got>, u64)> {
+    let script = Script::new(GCRA_LUA);
+    let mut inv = script.prepare_invoke();
+    gcra_args(&mut inv, keys, asks, now_us);
+    let v: Vec<u64> = inv.invoke_async(con).await?;
+    Ok(gcra_answer(&v, asks.len()))
+}
+
 /// Runs `gcra.lua` once: `want` tokens from every bucket of `keys` (each
-/// with its config), at Redis `TIME` or, in tests, at `now_us`.
+/// with its config) together, at Redis `TIME` or, in tests, at `now_us`.
 pub async fn take_tokens<C: redis::aio::ConnectionLike>(
     con: &mut C,
     keys: &[(String, BucketConfig)],
     want: u32,
     now_us: Option<u64>,
 ) -> redis::RedisResult<Taken> {
-    let script = Script::new(GCRA_LUA);
-    let mut inv = script.prepare_invoke();
-    inv.arg(want.max(1));
-    for (k, b) in keys {
-        let (iv, tol) = gcra_params(*b);
-        inv.key(k).arg(iv).arg(tol);
-    }
-    if let Some(now) = now_us {
-        inv.arg(now);
-    }
-    let (granted, retry, now): (u64, u64, u64) = inv.invoke_async(con).await?;
+    let ask = Ask {
+        buckets: (0..keys.len()).collect(),
+        want: want.max(1),
+    };
+    let (got, now) = take_many(con, keys, &[ask], now_us).await?;
     Ok(Taken {
-        granted: u32::try_from(granted).unwrap_or(u32::MAX),
-        retry_in: Duration::from_micros(retry),
+        granted: got[0].granted,
+        retry_in: got[0].due,
         now_us: now,
     })
 }
@@ -111,6 +186,19 @@ pub async fn take_tokens<C: redis::aio::ConnectionLike>(
 pub(crate) struct Granted {
     /// `None`: Redis did not answer within `timeout`.
     pub taken: Option<Taken>,
+    /// When the call was sent.
+    pub asked: Instant,
+}
+
+/// Answer to the balancer: tokens taken for its nodes (each with the
+/// service's, when that is shared too), or Redis down.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct NodesGranted {
+    /// The nodes asked for, with the tokens wanted, in the call's order.
+    pub asks: Vec<(Arc<str>, u32)>,
+    /// `None`: Redis did not answer within `timeout`.
+    pub got: Option<Vec<Got>>,
     /// When the call was sent.
     pub asked: Instant,
 }
@@ -245,25 +333,85 @@ impl SharedLimits {
         reply: Recipient<Granted>,
     ) {
         let s = self.clone();
-        let key = self.key(service, "rl");
+        let keys = vec![(self.key(service, "rl"), bucket)];
         let asked = Instant::now();
         actix::spawn(async move {
             let mut con = s.inner.conn.clone();
-            let (iv, tol) = gcra_params(bucket);
+            let ask = Ask {
+                buckets: vec![0],
+                want: want.max(1),
+            };
             let mut inv = s.inner.gcra.prepare_invoke();
-            inv.key(key).arg(want.max(1)).arg(iv).arg(tol);
+            gcra_args(&mut inv, &keys, &[ask], None);
             let r = s
                 .call(async move {
-                    let v: (u64, u64, u64) = inv.invoke_async(&mut con).await?;
+                    let v: Vec<u64> = inv.invoke_async(&mut con).await?;
                     Ok(v)
                 })
                 .await;
-            let taken = r.map(|(g, retry, now)| Taken {
-                granted: u32::try_from(g).unwrap_or(u32::MAX),
-                retry_in: Duration::from_micros(retry),
-                now_us: now,
+            let taken = r.map(|v| {
+                let (got, now_us) = gcra_answer(&v, 1);
+                Taken {
+                    granted: got[0].granted,
+                    retry_in: got[0].due,
+                    now_us,
+                }
             });
             reply.do_send(Granted { taken, asked });
+        });
+    }
+
+    /// The key of `node`'s shared bucket: `prefix:{service}:rl:<address>`,
+    /// on the service's slot.
+    fn node_key(&self, service: &str, node: &str) -> String {
+        self.key(service, &format!("rl:{node}"))
+    }
+
+    /// Takes tokens for several nodes in one call: for each `(node, want)`,
+    /// up to `want` tokens each from the node's bucket and, when `service`
+    /// is set, the service's bucket together. The answer goes to `reply`
+    /// as [`NodesGranted`]. An ask of 0 only reads the clock (a ping while
+    /// Redis is taken as down).
+    pub(crate) fn take_nodes(
+        &self,
+        service: &str,
+        service_bucket: Option<BucketConfig>,
+        node_bucket: BucketConfig,
+        asks: Vec<(Arc<str>, u32)>,
+        reply: Recipient<NodesGranted>,
+    ) {
+        let s = self.clone();
+        let mut keys = Vec::with_capacity(asks.len() + 1);
+        if let Some(b) = service_bucket {
+            keys.push((self.key(service, "rl"), b));
+        }
+        let first = keys.len();
+        let calls: Vec<Ask> = asks
+            .iter()
+            .enumerate()
+            .map(|(k, (node, want))| {
+                keys.push((self.node_key(service, node), node_bucket));
+                let mut buckets: Vec<usize> = (0..first).collect();
+                buckets.push(first + k);
+                Ask {
+                    buckets,
+                    want: *want,
+                }
+            })
+            .collect();
+        let asked = Instant::now();
+        actix::spawn(async move {
+            let mut con = s.inner.conn.clone();
+            let mut inv = s.inner.gcra.prepare_invoke();
+            gcra_args(&mut inv, &keys, &calls, None);
+            let r = s
+                .call(async move {
+                    let v: Vec<u64> = inv.invoke_async(&mut con).await?;
+                    Ok(v)
+                })
+                .await;
+            let got = r.map(|v| gcra_answer(&v, calls.len()).0);
+            reply.do_send(NodesGranted { asks, got, asked });
         });
     }
 

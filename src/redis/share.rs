@@ -1,10 +1,18 @@
 //! One service's side of the shared state, as its balancer keeps it.
 //!
 //! The balancer asks (tokens, breaker states, probe claims) and never
-//! waits; this type keeps what it knows between the answers: leased
+//! waits; [`ServiceShare`] keeps what it knows between the answers: leased
 //! tokens and until when they may be used, the routes held for an exact
 //! admission, whether Redis is down and the local fallback bucket then,
-//! and which probes this instance holds.
+//! and which probes this instance holds. A node's shared bucket is kept as
+//! [`NodeTokens`] in the balancer's view of that node, where it caps the
+//! node's room: a node with no shared token is not picked.
+//!
+//! Every answer says when the asked-for tokens are due again
+//! ([`super::Got::due`]); until then (plus a jitter of up to a quarter of
+//! it, so that instances do not all ask at the same instant) the bucket is
+//! not asked again. At saturation each instance thus asks once per batch
+//! (half a burst) instead of once per token.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -12,8 +20,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
 use super::{Granted, SharedLimits};
-use crate::actors::messages::Route;
+use crate::actors::messages::{NodeId, Route};
 use crate::algo::limiter::TokenBucket;
 use crate::config::{BucketConfig, OnDown, ServiceConfig, SharedMode};
 
@@ -28,13 +39,112 @@ pub(crate) enum Admit {
     Bounce,
 }
 
+/// A node's shared bucket as this instance holds it (feature `redis`),
+/// kept in the balancer's view of the node: it caps the node's room.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum NodeTokens {
+    /// The node's bucket is not shared.
+    #[default]
+    Off,
+    /// Redis answers: `tokens` in hand, usable until `until`; none asked
+    /// for before `not_before`. Without tokens and past `not_before`, a
+    /// task placed on the node waits for one call (it is asked for then).
+    Up {
+        tokens: u32,
+        until: Instant,
+        not_before: Option<Instant>,
+    },
+    /// Redis down, `on_down: local`: a local bucket at rate / live instances.
+    Local(TokenBucket),
+    /// Redis down, `on_down: allow`.
+    Open,
+    /// Redis down, `on_down: deny`.
+    Closed,
+}
+
+impl NodeTokens {
+    /// Shared, with nothing in hand yet.
+    pub fn up(now: Instant) -> NodeTokens {
+        NodeTokens::Up {
+            tokens: 0,
+            until: now,
+            not_before: None,
+        }
+    }
+
+    /// The node's `slots` as its shared bucket lets them be used at `now`.
+    pub fn cap(&self, slots: usize, now: Instant) -> usize {
+        match self {
+            NodeTokens::Off | NodeTokens::Open => slots,
+            NodeTokens::Closed => 0,
+            NodeTokens::Local(b) => slots.min(b.available(now) as usize),
+            NodeTokens::Up {
+                tokens,
+                until,
+                not_before,
+            } => {
+                if *tokens > 0 && *until > now {
+                    slots.min(*tokens as usize)
+                } else if not_before.is_some_and(|t| t > now) {
+                    0
+                } else {
+                    slots
+                }
+            }
+        }
+    }
+
+    /// When time alone gives the node room again, if it has none.
+    pub fn wake(&self, now: Instant) -> Option<Instant> {
+        if self.cap(1, now) > 0 {
+            return None;
+        }
+        match self {
+            NodeTokens::Local(b) => b.check(now).err(),
+            NodeTokens::Up { not_before, .. } => *not_before,
+            _ => None,
+        }
+        .filter(|t| *t > now)
+    }
+
+    /// A task placed on the node at `now`: `Go` takes a token, `Hold`
+    /// waits for a call to Redis, `Bounce` sends it back to the queue.
+    pub fn take(&mut self, now: Instant) -> Admit {
+        match self {
+            NodeTokens::Off | NodeTokens::Open => Admit::Go,
+            NodeTokens::Closed => Admit::Bounce,
+            NodeTokens::Local(b) => match b.try_acquire(now) {
+                Ok(()) => Admit::Go,
+                Err(_) => Admit::Bounce,
+            },
+            NodeTokens::Up {
+                tokens,
+                until,
+                not_before,
+            } => {
+                if *tokens > 0 && *until > now {
+                    *tokens -= 1;
+                    Admit::Go
+                } else if not_before.is_some_and(|t| t > now) {
+                    Admit::Bounce
+                } else {
+                    Admit::Hold
+                }
+            }
+        }
+    }
+}
+
 /// A service's shared bucket and breakers, from its balancer's side.
 pub(crate) struct ServiceShare {
     /// Set by the dispatcher right after the balancer starts; no token is
     /// handed out before.
     pub handle: Option<SharedLimits>,
-    /// The shared service bucket (`rate_limit.shared`).
+    /// The shared service bucket (`rate_limit.shared` with `service`).
     pub bucket: Option<BucketConfig>,
+    /// The shared per-node buckets (`rate_limit.shared` with `per_node`):
+    /// the service's token, if shared, is taken with the node's.
+    pub node_bucket: Option<BucketConfig>,
     /// Breakers shared (`breaker.shared`), with their quorum.
     pub breakers: Option<u32>,
     /// Tokens in hand (lease mode) or paid for held routes (exact mode).
@@ -48,6 +158,15 @@ pub(crate) struct ServiceShare {
     local: Option<TokenBucket>,
     /// Routes waiting for this turn's exact admission.
     pub held: Vec<Route>,
+    /// Routes waiting for their node's tokens (shared node buckets), each
+    /// holding a slot of the node it was placed on.
+    pub node_held: Vec<(Route, NodeId)>,
+    /// A call for node tokens is out.
+    pub node_asking: bool,
+    /// Routes paid for on their node, replayed to it.
+    pub pinned: HashMap<(crate::actors::messages::Seq, bool), NodeId>,
+    /// Spreads the instances' asks (a jitter on `due`).
+    rng: SmallRng,
     /// A call for tokens is set for the end of this turn.
     pub flush_armed: bool,
     /// Nodes whose probe claim this instance holds, or asked for.
@@ -61,18 +180,20 @@ impl ServiceShare {
     /// The share of a service with shared limits or breakers, else `None`.
     pub fn new(cfg: &ServiceConfig) -> Option<ServiceShare> {
         let bucket = cfg.rate_limit.service.filter(|_| cfg.rate_limit.shared);
+        let node_bucket = cfg.rate_limit.per_node.filter(|_| cfg.rate_limit.shared);
         let breakers = cfg
             .breaker
             .shared
             .then_some(cfg.breaker.quorum)
             .filter(|_| cfg.breaker.enabled);
-        if bucket.is_none() && breakers.is_none() {
+        if bucket.is_none() && node_bucket.is_none() && breakers.is_none() {
             return None;
         }
         let now = Instant::now();
         Some(ServiceShare {
             handle: None,
             bucket,
+            node_bucket,
             breakers,
             tokens: 0,
             valid_until: now,
@@ -81,6 +202,10 @@ impl ServiceShare {
             down: false,
             local: None,
             held: Vec::new(),
+            node_held: Vec::new(),
+            node_asking: false,
+            pinned: HashMap::new(),
+            rng: SmallRng::seed_from_u64(rand::random()),
             flush_armed: false,
             probing: HashSet::new(),
             claiming: HashSet::new(),
@@ -106,12 +231,17 @@ impl ServiceShare {
 
     /// How many tasks the shared bucket lets through now (a cap on credit).
     pub fn room(&self, now: Instant) -> usize {
-        if self.bucket.is_none() {
+        if self.bucket.is_none() && self.node_bucket.is_none() {
             return usize::MAX;
         }
         let Some((mode, on_down)) = self.mode() else {
             return 0;
         };
+        // With shared node buckets the service's token comes with the
+        // node's: the nodes' rooms cap the credit.
+        if self.bucket.is_none() || (self.node_bucket.is_some() && !self.down) {
+            return usize::MAX;
+        }
         if self.down {
             return match on_down {
                 OnDown::Local => self.local.as_ref().map_or(0, |b| b.available(now) as usize),
@@ -129,12 +259,15 @@ impl ServiceShare {
 
     /// Decides for one route at `now` (takes the token when it says `Go`).
     pub fn admit(&mut self, now: Instant) -> Admit {
-        if self.bucket.is_none() {
+        if self.bucket.is_none() && self.node_bucket.is_none() {
             return Admit::Go;
         }
         let Some((mode, on_down)) = self.mode() else {
             return Admit::Bounce;
         };
+        if self.bucket.is_none() || (self.node_bucket.is_some() && !self.down) {
+            return Admit::Go;
+        }
         if self.down {
             return match on_down {
                 OnDown::Local => match self.local.as_mut().map(|b| b.try_acquire(now)) {
@@ -158,7 +291,7 @@ impl ServiceShare {
 
     /// How many tokens to ask for now, if any (and marks the call out).
     pub fn ask(&mut self, now: Instant) -> Option<u32> {
-        let b = self.bucket?;
+        let b = self.bucket.filter(|_| self.node_bucket.is_none())?;
         let (mode, _) = self.mode()?;
         if self.asking || self.retry_at.is_some_and(|t| t > now) {
             return None;
@@ -167,8 +300,7 @@ impl ServiceShare {
             // A lease: `rate · lease` tokens (at least one), asked for when
             // the last one is used or the lease is over.
             SharedMode::Lease if self.tokens == 0 || self.valid_until <= now || self.down => {
-                let lease = self.handle.as_ref()?.config().lease;
-                ((b.rate * lease.as_secs_f64()).round() as u32).clamp(1, b.burst.max(1))
+                lease_size(b, self.handle.as_ref()?.config().lease)
             }
             SharedMode::Exact if !self.held.is_empty() => self.held.len() as u32,
             // While down, keep asking once per timeout to see it come back.
@@ -185,15 +317,14 @@ impl ServiceShare {
         let Some((mode, _)) = self.mode() else {
             return 0;
         };
-        let Some(h) = self.handle.as_ref() else {
+        let Some(lease) = self.handle.as_ref().map(|h| h.config().lease) else {
             return 0;
         };
-        let (lease, timeout, live) = (h.config().lease, h.config().timeout, h.live());
         match g.taken {
             Some(t) => {
-                self.down = false;
-                self.local = None;
-                self.retry_at = (!t.retry_in.is_zero()).then(|| now + t.retry_in);
+                self.come_up();
+                // Not asked again before the next batch is due.
+                self.retry_at = self.due_at(t.retry_in, now);
                 match mode {
                     SharedMode::Lease => {
                         // Counted from when the call was sent: the tokens
@@ -210,18 +341,97 @@ impl ServiceShare {
                 }
             }
             None => {
-                if !self.down {
-                    self.down = true;
-                    self.tokens = 0;
-                    if let Some(b) = self.bucket {
-                        let rate = b.rate / live as f64;
-                        let burst = (b.burst / live as u32).max(1);
-                        self.local = Some(TokenBucket::new(rate, burst, now));
-                    }
-                }
-                self.retry_at = Some(now + timeout.max(Duration::from_millis(10)));
+                self.go_down(now);
                 0
             }
+        }
+    }
+
+    /// `now + due` and a jitter of up to a quarter of `due` (instances that
+    /// learnt the same `due` do not all ask at once); `None` for zero.
+    pub fn due_at(&mut self, due: Duration, now: Instant) -> Option<Instant> {
+        if due.is_zero() {
+            return None;
+        }
+        let jitter = due.mul_f64(self.rng.random::<f64>() * 0.25);
+        Some(now + due + jitter)
+    }
+
+    /// Redis answered: shared limits apply again. Returns whether it was
+    /// taken as down.
+    pub fn come_up(&mut self) -> bool {
+        let was = self.down;
+        self.down = false;
+        self.local = None;
+        if was {
+            self.retry_at = None;
+        }
+        was
+    }
+
+    /// Redis did not answer: `on_down` applies; asked again after
+    /// `timeout`. Returns whether it was up until now.
+    pub fn go_down(&mut self, now: Instant) -> bool {
+        let Some(h) = self.handle.as_ref() else {
+            return false;
+        };
+        let (timeout, live) = (h.config().timeout, h.live());
+        let was_up = !self.down;
+        if was_up {
+            self.down = true;
+            self.tokens = 0;
+            if let Some(b) = self.bucket {
+                self.local = Some(local_bucket(b, live, now));
+            }
+        }
+        self.retry_at = Some(now + timeout.max(Duration::from_millis(10)));
+        was_up
+    }
+
+    /// A node's tokens while Redis is down, under `on_down`.
+    pub fn node_fallback(&self, now: Instant) -> NodeTokens {
+        let (Some(b), Some(h)) = (self.node_bucket, self.handle.as_ref()) else {
+            return NodeTokens::Off;
+        };
+        match h.config().on_down {
+            OnDown::Local => NodeTokens::Local(local_bucket(b, h.live(), now)),
+            OnDown::Allow => NodeTokens::Open,
+            OnDown::Deny => NodeTokens::Closed,
+        }
+    }
+
+    /// Whether a call for node tokens may go now (none out; while down,
+    /// once per `timeout`).
+    pub fn may_ask_nodes(&self, now: Instant) -> bool {
+        let waiting = self.down && self.retry_at.is_some_and(|t| t > now);
+        !self.node_asking && !waiting
+    }
+
+    /// The tokens to ask for a node with `held` routes waiting: those, and
+    /// in lease mode at least a lease (`rate · lease`, at most the burst).
+    pub fn node_want(&self, held: u32) -> u32 {
+        let (Some(b), Some(h)) = (self.node_bucket, self.handle.as_ref()) else {
+            return held;
+        };
+        match h.config().mode {
+            SharedMode::Exact => held,
+            SharedMode::Lease => held.max(lease_size(b, h.config().lease)),
+        }
+    }
+
+    /// Until when tokens handed to a node (the call sent at `asked`,
+    /// answered at `now`) may be used: a lease in lease mode; otherwise,
+    /// and at least, just long enough for the held routes they paid for
+    /// to go back through the handler (at once).
+    pub fn node_until(&self, asked: Instant, now: Instant) -> Instant {
+        let replay = now + Duration::from_millis(1);
+        match self
+            .handle
+            .as_ref()
+            .map(|h| (h.config().mode, h.config().lease))
+        {
+            Some((SharedMode::Lease, lease)) => (asked + lease).max(replay),
+            _ => replay,
         }
     }
 
@@ -236,5 +446,82 @@ impl ServiceShare {
             t = Some(t.map_or(due, |x| x.min(due)));
         }
         t
+    }
+}
+
+/// A lease: `rate · lease` tokens, at least one, at most the burst.
+fn lease_size(b: BucketConfig, lease: Duration) -> u32 {
+    ((b.rate * lease.as_secs_f64()).round() as u32).clamp(1, b.burst.max(1))
+}
+
+/// The local fallback of a shared bucket: its rate and burst split over
+/// the `live` instances last counted.
+fn local_bucket(b: BucketConfig, live: u64, now: Instant) -> TokenBucket {
+    let live = live.max(1);
+    let rate = b.rate / live as f64;
+    let burst = (u64::from(b.burst) / live).max(1) as u32;
+    TokenBucket::new(rate, burst, now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_tokens_cap_the_room_and_say_when_to_ask() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // Nothing in hand, nothing due: the node's slots, and a task waits
+        // for one call.
+        let mut n = NodeTokens::up(t0);
+        assert_eq!(n.cap(4, t0), 4);
+        assert_eq!(n.take(t0), Admit::Hold);
+        // Two in hand for 100 ms, the next batch due in 300 ms.
+        n = NodeTokens::Up {
+            tokens: 2,
+            until: t0 + ms(100),
+            not_before: Some(t0 + ms(300)),
+        };
+        assert_eq!(n.cap(4, t0), 2);
+        assert_eq!(n.wake(t0), None);
+        assert_eq!(n.take(t0), Admit::Go);
+        assert_eq!(n.take(t0), Admit::Go);
+        // Used up: no room, and no task, until the batch is due.
+        assert_eq!(n.cap(4, t0), 0);
+        assert_eq!(n.take(t0), Admit::Bounce);
+        assert_eq!(n.wake(t0), Some(t0 + ms(300)));
+        assert_eq!(n.cap(4, t0 + ms(300)), 4);
+        assert_eq!(n.take(t0 + ms(300)), Admit::Hold);
+        // A lease over is not used.
+        let mut n = NodeTokens::Up {
+            tokens: 3,
+            until: t0 + ms(100),
+            not_before: None,
+        };
+        assert_eq!(n.cap(4, t0 + ms(100)), 4, "asked for again");
+        assert_eq!(n.take(t0 + ms(100)), Admit::Hold);
+    }
+
+    #[test]
+    fn node_tokens_while_redis_is_down() {
+        let t0 = Instant::now();
+        let mut n = NodeTokens::Local(local_bucket(
+            BucketConfig {
+                rate: 20.0,
+                burst: 6,
+            },
+            3,
+            t0,
+        ));
+        // Rate and burst split over three live instances: 2 now, then one
+        // each 150 ms.
+        assert_eq!(n.cap(5, t0), 2);
+        assert_eq!(n.take(t0), Admit::Go);
+        assert_eq!(n.take(t0), Admit::Go);
+        assert_eq!(n.take(t0), Admit::Bounce);
+        assert_eq!(n.wake(t0), Some(t0 + Duration::from_millis(150)));
+        assert_eq!(NodeTokens::Open.cap(5, t0), 5);
+        assert_eq!(NodeTokens::Closed.cap(5, t0), 0);
+        assert_eq!(NodeTokens::Closed.clone().take(t0), Admit::Bounce);
     }
 }
