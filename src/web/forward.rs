@@ -1,0 +1,267 @@
+//! [`forward`]: an incoming request becomes a task (path tail, query,
+//! end-to-end headers, `X-Forwarded-For` and `Forwarded`, body).
+
+use super::*;
+
+// === forward ===
+
+/// A route (any method) that forwards each request to `service`. Mount it
+/// on a path with a tail, `{tail:.*}` or `{tail}*`: the tail and the query
+/// become the task's path. Without a `tail` parameter, the part of the path
+/// the routing has not consumed is the path (a scope's default service).
+pub fn forward(service: impl Into<String>) -> Route {
+    let service: Arc<str> = service.into().into();
+    web::to(move |req: HttpRequest, body: web::Payload| {
+        let service = Arc::clone(&service);
+        async move { forward_one(&service, req, body).await }
+    })
+}
+
+async fn forward_one(service: &str, req: HttpRequest, body: web::Payload) -> HttpResponse {
+    let Some(dispatcher) = dispatcher_of(&req) else {
+        let msg = "no Dispatcher in the app data (App::app_data(web::Data::new(dispatcher)))";
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "no_dispatcher",
+            msg,
+            service,
+        );
+    };
+    let cfg = ForwardConfig::of(&req);
+    let too_large = || {
+        let msg = format!("request body over {} bytes", cfg.max_body);
+        error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            &msg,
+            service,
+        )
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > cfg.max_body as u64) {
+        return too_large();
+    }
+    let body = match body.to_bytes_limited(cfg.max_body).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(e)) => {
+            let msg = format!("cannot read the request body: {e}");
+            return error(StatusCode::BAD_REQUEST, "bad_body", &msg, service);
+        }
+        Err(_) => return too_large(),
+    };
+    let mut task = Task::new(service, req.method().clone(), task_path(&req)).body(body);
+    match outgoing_headers(&req) {
+        Ok(headers) => {
+            for (k, v) in headers {
+                task = task.header(k, v);
+            }
+        }
+        Err(msg) => return error(StatusCode::BAD_REQUEST, "bad_header", &msg, service),
+    }
+    if let Some(d) = cfg.deadline {
+        task = task.deadline_in(d);
+    }
+    if cfg.streams(&req) {
+        task = task.stream(true);
+    }
+    let result = dispatcher.submit(task).await;
+    respond(result, &cfg)
+}
+
+/// The task's path: the route's tail (re-encoded where actix decoded it)
+/// and the raw query.
+fn task_path(req: &HttpRequest) -> String {
+    let info = req.match_info();
+    let tail = info.get("tail").unwrap_or_else(|| info.unprocessed());
+    let mut path = String::with_capacity(tail.len() + 1 + req.query_string().len() + 1);
+    path.push('/');
+    encode_path(tail.trim_start_matches('/'), &mut path);
+    if !req.query_string().is_empty() {
+        path.push('?');
+        path.push_str(req.query_string());
+    }
+    path
+}
+
+/// Percent-encodes what a URI path may not hold. actix-web's router decodes
+/// a path except `%`, `/` and `+` (kept as `%25`, `%2F`, `%2B`), so a `%`
+/// here starts an escape and stays; a decoded `?`, `#` or space does not.
+fn encode_path(tail: &str, out: &mut String) {
+    for b in tail.bytes() {
+        let keep = b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/%".contains(&b);
+        if keep {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+}
+
+/// Whether a header is the connection's and not the message's (RFC 9110
+/// §7.6.1), or one the engine sets for the endpoint (`Host`, `Content-Length`).
+pub fn is_hop_by_hop(name: &HeaderName) -> bool {
+    let n = name.as_str();
+    matches!(
+        n,
+        "connection"
+            | "keep-alive"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+            | "host"
+            | "content-length"
+    ) || n.starts_with("proxy-")
+}
+
+/// The headers named in `Connection` (lowercase).
+fn connection_listed(headers: &HeaderMap) -> Vec<String> {
+    headers
+        .get_all(header::CONNECTION)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect()
+}
+
+/// The end-to-end headers of `headers`, each name once (repeated values
+/// joined, as RFC 9110 §5.3 allows), in order of first appearance.
+pub(super) fn end_to_end(headers: &HeaderMap) -> Vec<(HeaderName, Vec<&HeaderValue>)> {
+    let listed = connection_listed(headers);
+    let mut out: Vec<(HeaderName, Vec<&HeaderValue>)> = Vec::new();
+    for (name, value) in headers.iter() {
+        if is_hop_by_hop(name) || listed.iter().any(|l| l == name.as_str()) {
+            continue;
+        }
+        match out.iter_mut().find(|(n, _)| n == name) {
+            Some((_, values)) => values.push(value),
+            None => out.push((name.clone(), vec![value])),
+        }
+    }
+    out
+}
+
+/// The request's headers as the task carries them: end to end only, with
+/// the client's address appended to `X-Forwarded-For` and `Forwarded`.
+fn outgoing_headers(req: &HttpRequest) -> Result<Vec<(String, String)>, String> {
+    let peer = req.peer_addr().map(|a| a.ip());
+    let mut out = Vec::new();
+    let (mut xff, mut fwd) = (None, None);
+    for (name, values) in end_to_end(req.headers()) {
+        let mut texts = Vec::with_capacity(values.len());
+        for v in values {
+            let text = v
+                .to_str()
+                .map_err(|_| format!("header {name} has a value that is not visible ASCII"))?;
+            texts.push(text);
+        }
+        let sep = if name == header::COOKIE { "; " } else { ", " };
+        let joined = texts.join(sep);
+        if name.as_str() == "x-forwarded-for" {
+            xff = Some(joined);
+        } else if name == header::FORWARDED {
+            fwd = Some(joined);
+        } else {
+            out.push((name.as_str().to_owned(), joined));
+        }
+    }
+    if let Some(ip) = peer {
+        let xff = match xff {
+            Some(prev) => format!("{prev}, {ip}"),
+            None => ip.to_string(),
+        };
+        out.push(("x-forwarded-for".into(), xff));
+        let mut this = format!("for={}", forwarded_node(ip));
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok());
+        if let Some(host) = host.filter(|h| is_token_or_host(h)) {
+            this.push_str(&format!(";host={host}"));
+        }
+        let proto = if req.app_config().secure() {
+            "https"
+        } else {
+            "http"
+        };
+        this.push_str(&format!(";proto={proto}"));
+        let fwd = match fwd {
+            Some(prev) => format!("{prev}, {this}"),
+            None => this,
+        };
+        out.push(("forwarded".into(), fwd));
+    } else {
+        out.extend(xff.map(|v| ("x-forwarded-for".to_owned(), v)));
+        out.extend(fwd.map(|v| ("forwarded".to_owned(), v)));
+    }
+    Ok(out)
+}
+
+/// RFC 7239 §6: an IPv6 node is quoted and bracketed.
+fn forwarded_node(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => format!("\"[{v6}]\""),
+    }
+}
+
+/// A `Host` value that can go into `Forwarded` unquoted.
+fn is_token_or_host(h: &str) -> bool {
+    !h.is_empty()
+        && h.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._:[]".contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::test::TestRequest;
+
+    #[test]
+    fn decoded_specials_are_encoded_again() {
+        let mut out = String::new();
+        encode_path("a b/c?d#e/%2F/ü/x:y@z", &mut out);
+        assert_eq!(out, "a%20b/c%3Fd%23e/%2F/%C3%BC/x:y@z");
+    }
+
+    #[test]
+    fn hop_by_hop_and_connection_listed_headers_are_dropped() {
+        let req = TestRequest::default()
+            .insert_header(("connection", "keep-alive, x-hop"))
+            .insert_header(("x-hop", "1"))
+            .insert_header(("keep-alive", "timeout=5"))
+            .insert_header(("proxy-authorization", "Basic eA=="))
+            .insert_header(("te", "trailers"))
+            .insert_header(("trailer", "x-t"))
+            .insert_header(("upgrade", "h2c"))
+            .insert_header(("host", "gw.example"))
+            .insert_header(("content-length", "0"))
+            .insert_header(("x-keep", "yes"))
+            .append_header(("x-many", "a"))
+            .append_header(("x-many", "b"))
+            .insert_header(("x-forwarded-for", "10.0.0.1"))
+            .peer_addr("192.0.2.7:5000".parse().unwrap())
+            .to_http_request();
+        let h: std::collections::BTreeMap<String, String> =
+            outgoing_headers(&req).unwrap().into_iter().collect();
+        let names: Vec<&str> = h.keys().map(String::as_str).collect();
+        assert_eq!(names, ["forwarded", "x-forwarded-for", "x-keep", "x-many"]);
+        assert_eq!(h["x-many"], "a, b");
+        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 192.0.2.7");
+        assert_eq!(h["forwarded"], "for=192.0.2.7;host=gw.example;proto=http");
+    }
+
+    #[test]
+    fn ipv6_clients_are_quoted_in_forwarded() {
+        let req = TestRequest::default()
+            .peer_addr("[2001:db8::1]:443".parse().unwrap())
+            .to_http_request();
+        let h = outgoing_headers(&req).unwrap();
+        assert_eq!(h[0], ("x-forwarded-for".into(), "2001:db8::1".into()));
+        assert_eq!(h[1].1, "for=\"[2001:db8::1]\";proto=http");
+    }
+}

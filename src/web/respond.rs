@@ -1,0 +1,92 @@
+//! A task's result as the gateway's response (the table in [`super`]).
+
+use super::*;
+
+// === the outcome mapping ===
+
+impl Responder for TaskResult {
+    type Body = BoxBody;
+
+    fn respond_to(self, req: &HttpRequest) -> HttpResponse {
+        respond(self, &ForwardConfig::of(req))
+    }
+}
+
+/// The response for a task's result (see the module docs' table).
+pub(super) fn respond(r: TaskResult, cfg: &ForwardConfig) -> HttpResponse {
+    let code = reason_code(&r.outcome).unwrap_or("ok");
+    let service = r.service.clone();
+    let attempts = r.attempts.len();
+    let (status, message, retry_after) = match r.outcome {
+        Outcome::Success(mut resp)
+        | Outcome::Fallback {
+            response: mut resp, ..
+        } => return proxied(&mut resp),
+        Outcome::Failure(f) => {
+            let message = match &f.last {
+                Some(last) => format!("{}; last attempt: {last}", f.reason),
+                None => f.reason.to_string(),
+            };
+            match (f.reason, f.response) {
+                (FailReason::NotRetryable, Some(mut resp)) => return proxied(&mut resp),
+                (FailReason::DeadlineExceeded, _) => (StatusCode::GATEWAY_TIMEOUT, message, None),
+                _ => (StatusCode::BAD_GATEWAY, message, None),
+            }
+        }
+        Outcome::Rejected(why) => {
+            let (status, after) = match &why {
+                Rejection::QueueFull => (cfg.queue_full_status, Some(cfg.queue_full_retry_after)),
+                Rejection::RateLimited { retry_after } => {
+                    (cfg.rate_limited_status, Some(*retry_after))
+                }
+                Rejection::CircuitOpen { retry_after } => {
+                    (StatusCode::SERVICE_UNAVAILABLE, Some(*retry_after))
+                }
+                Rejection::ShuttingDown | Rejection::UnknownService(_) | Rejection::Internal(_) => {
+                    (StatusCode::SERVICE_UNAVAILABLE, None)
+                }
+                Rejection::DeadlinePassed => (StatusCode::GATEWAY_TIMEOUT, None),
+                Rejection::InvalidTask(_) => (StatusCode::BAD_REQUEST, None),
+            };
+            debug_assert_eq!(code, rejection_code(&why));
+            (status, why.to_string(), after)
+        }
+    };
+    let mut body = json!({"error": code, "message": message, "service": &*service});
+    if attempts > 0 {
+        body["attempts"] = attempts.into();
+    }
+    let mut res = HttpResponse::build(status);
+    if let Some(after) = retry_after {
+        // Whole seconds, rounded up: never tell a client to come back early.
+        let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+        let secs = secs.max(1);
+        body["retry_after"] = secs.into();
+        res.insert_header((header::RETRY_AFTER, secs));
+    }
+    res.content_type("application/json").body(body.to_string())
+}
+
+/// The backend's answer, end-to-end headers only; a streamed body passes
+/// through chunk by chunk (an error item ends the client's response early).
+pub(super) fn proxied(resp: &mut Response) -> HttpResponse {
+    let status = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut res = HttpResponse::build(status);
+    for (name, values) in end_to_end(&resp.headers) {
+        for v in values {
+            res.append_header((name.clone(), v.clone()));
+        }
+    }
+    match resp.take_stream() {
+        Some(stream) => res.streaming(stream),
+        None => res.body(resp.body.clone()),
+    }
+}
+
+/// A JSON error the gateway makes itself.
+pub(super) fn error(status: StatusCode, code: &str, message: &str, service: &str) -> HttpResponse {
+    let body = json!({"error": code, "message": message, "service": service});
+    HttpResponse::build(status)
+        .content_type("application/json")
+        .body(body.to_string())
+}
