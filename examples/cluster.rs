@@ -9,7 +9,9 @@
 //! `redis-server --save '' --appendonly no`). Each instance submits 300
 //! tasks at once; after 3 s the example prints each instance's admissions
 //! and the total the backend saw against `burst + rate·T` (+ the lease
-//! bound `rate·lease`). `MODE=exact` uses exact admissions.
+//! bound `rate·lease`). `MODE=exact` uses exact admissions; `LIMIT=node`
+//! shares the same limit as a per-node bucket (`rate_limit.per_node`)
+//! instead of the service's.
 
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +29,10 @@ const RUN: Duration = Duration::from_secs(3);
 fn main() {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into());
     let mode = std::env::var("MODE").unwrap_or_else(|_| "lease".into());
+    let bucket = match std::env::var("LIMIT").as_deref() {
+        Ok("node") => "per_node",
+        _ => "service",
+    };
     let hostport = url
         .trim_start_matches("redis://")
         .split('/')
@@ -74,7 +80,7 @@ fn main() {
     let json = format!(
         r#"{{"redis":{{"url":"{url}","prefix":"{prefix}","mode":"{mode}","lease":"100ms"}},
             "services":[{{"name":"svc","endpoints":[{{"address":"http://127.0.0.1:{port}/"}}],
-            "rate_limit":{{"service":{{"rate":{RATE},"burst":{BURST}}},"shared":true}}}}]}}"#
+            "rate_limit":{{"{bucket}":{{"rate":{RATE},"burst":{BURST}}},"shared":true}}}}]}}"#
     );
     let cfg = Config::from_json(&json).expect("config");
 
@@ -108,6 +114,6 @@ fn main() {
     let lease = if mode == "lease" { RATE * 0.1 } else { 0.0 };
     println!(
         "total: {total} answered, backend saw {seen}; limit burst + rate·T = {bound}, \
-         + lease bound {lease} ({mode} mode)"
+         + lease bound {lease} ({mode} mode, {bucket} bucket)"
     );
 }

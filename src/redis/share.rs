@@ -94,17 +94,26 @@ impl NodeTokens {
         }
     }
 
-    /// When time alone gives the node room again, if it has none.
+    /// When time alone changes the node's room: its fallback bucket's next
+    /// token, the next batch due, or a lease's end (after which the node
+    /// asks again: its room may grow back to its slots).
     pub fn wake(&self, now: Instant) -> Option<Instant> {
-        if self.cap(1, now) > 0 {
-            return None;
-        }
+        let future = |t: &Instant| *t > now;
         match self {
-            NodeTokens::Local(b) => b.check(now).err(),
-            NodeTokens::Up { not_before, .. } => *not_before,
+            NodeTokens::Local(b) if b.available(now) == 0 => b.check(now).err().filter(future),
+            NodeTokens::Up {
+                tokens,
+                until,
+                not_before,
+            } => {
+                let lease = (*tokens > 0).then_some(*until).filter(future);
+                match (not_before.filter(future), lease) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
+            }
             _ => None,
         }
-        .filter(|t| *t > now)
     }
 
     /// A task placed on the node at `now`: `Go` takes a token, `Hold`
@@ -483,7 +492,7 @@ mod tests {
             not_before: Some(t0 + ms(300)),
         };
         assert_eq!(n.cap(4, t0), 2);
-        assert_eq!(n.wake(t0), None);
+        assert_eq!(n.wake(t0), Some(t0 + ms(100)), "the lease's end");
         assert_eq!(n.take(t0), Admit::Go);
         assert_eq!(n.take(t0), Admit::Go);
         // Used up: no room, and no task, until the batch is due.

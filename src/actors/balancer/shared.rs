@@ -131,7 +131,15 @@ impl BalancerActor {
             n.shared_tokens.take(now)
         };
         match verdict {
-            Admit::Go => Some(msg),
+            Admit::Go => {
+                // Its last token: wake when the next batch is due.
+                if let Some(t) = n.shared_tokens.wake(now) {
+                    if self.pending_wake.is_none_or(|w| t < w) {
+                        self.pending_wake = Some(t);
+                    }
+                }
+                Some(msg)
+            }
             Admit::Hold => {
                 // The node keeps a slot for it: later picks see it taken.
                 let id = n.id;
