@@ -7,21 +7,17 @@
 //! (leased tokens, or none while an exact admission is out), and the views'
 //! [`SharedMirror`] keeps nodes another instance tripped out of the pick.
 //!
-//! With shared node buckets, each view's [`NodeTokens`] caps the node's
-//! room: tokens in hand (a lease, or those paid for held routes), none
-//! until the script says more are due, or, with nothing in hand, "ask".
-//! A route placed on a node with nothing in hand is held on that node (it
-//! keeps a slot there) until the turn's one script call, which names every
-//! node asked for and the service's bucket when that is shared too; a
-//! route paid for goes back through the handler, pinned to its node, and
-//! one that is not goes back to the queue. No route is ever dropped.
+//! Shared node buckets (a route waits on its node for one call) are in
+//! `shared/nodes.rs`.
 
 use super::*;
 use crate::actors::view::SharedMirror;
 use crate::algo::breaker::BreakerState;
 use crate::redis::{
-    Admit, Granted, NodeTokens, NodesGranted, ProbeClaimed, SharedBreakers, SharedState, UseShared,
+    Admit, Granted, NodeTokens, ProbeClaimed, SharedBreakers, SharedState, UseShared,
 };
+
+mod nodes;
 
 /// The dispatcher hands over the instance's Redis handle.
 impl Handler<UseShared> for BalancerActor {
@@ -98,157 +94,6 @@ impl BalancerActor {
             };
             h.take(&act.service, b, want, ctx.address().recipient());
         });
-    }
-
-    /// Shared node buckets: the route `msg`, placed on node `i`, takes a
-    /// token of the node's (`Some`: dispatch it), waits on the node for
-    /// the turn's call, or goes back to the queue (`None` for both).
-    pub(super) fn shared_place(
-        &mut self,
-        i: usize,
-        msg: Route,
-        ctx: &mut Context<Self>,
-    ) -> Option<Route> {
-        let Some(s) = self.shared.as_mut() else {
-            return Some(msg);
-        };
-        if s.node_bucket.is_none() {
-            return Some(msg);
-        }
-        let now = msg.at;
-        let n = self.nodes.node_mut(i);
-        if matches!(n.shared_tokens, NodeTokens::Off) {
-            // A node added at runtime: shared like the others.
-            n.shared_tokens = if s.is_down() {
-                s.node_fallback(now)
-            } else {
-                NodeTokens::up(now)
-            };
-        }
-        let verdict = if s.handle.is_none() {
-            Admit::Bounce
-        } else {
-            n.shared_tokens.take(now)
-        };
-        match verdict {
-            Admit::Go => {
-                // Its last token: wake when the next batch is due.
-                if let Some(t) = n.shared_tokens.wake(now) {
-                    if self.pending_wake.is_none_or(|w| t < w) {
-                        self.pending_wake = Some(t);
-                    }
-                }
-                Some(msg)
-            }
-            Admit::Hold => {
-                // The node keeps a slot for it: later picks see it taken.
-                let id = n.id;
-                self.nodes.update(i, now, |n| n.in_flight += 1);
-                s.node_held.push((msg, id));
-                self.shared_turn(ctx, now);
-                None
-            }
-            Admit::Bounce => {
-                self.queue.answer.do_send(Answer::Bounce(Bounce {
-                    seq: msg.seq,
-                    hedge: msg.hedge,
-                    credit: 0,
-                }));
-                self.recompute_all(now);
-                self.settle(ctx, now);
-                None
-            }
-        }
-    }
-
-    /// The node a replayed route was paid for on, if it can still take it.
-    pub(super) fn shared_pinned(&mut self, route: &Route) -> Option<usize> {
-        let s = self.shared.as_mut()?;
-        if s.pinned.is_empty() {
-            return None;
-        }
-        let id = s.pinned.remove(&(route.seq, route.hedge))?;
-        let i = self.nodes.position(id)?;
-        let eligible = self.nodes.with_candidates().nth(i)?.1.eligible;
-        eligible.then_some(i)
-    }
-
-    /// At the end of a turn: one script call for the nodes that have
-    /// routes held on them (and, while Redis is down, a ping once per
-    /// `timeout` to see it back).
-    fn shared_ask_nodes(&mut self, ctx: &mut Context<Self>) {
-        let Some(s) = self.shared.as_mut() else {
-            return;
-        };
-        let (Some(h), Some(nb)) = (s.handle.clone(), s.node_bucket) else {
-            return;
-        };
-        let now = Instant::now();
-        if !s.may_ask_nodes(now) {
-            return;
-        }
-        let mut held: Vec<(NodeId, u32)> = Vec::new();
-        for (_, id) in &s.node_held {
-            match held.iter_mut().find(|(n, _)| n == id) {
-                Some((_, c)) => *c += 1,
-                None => held.push((*id, 1)),
-            }
-        }
-        let mut asks: Vec<(Arc<str>, u32)> = held
-            .into_iter()
-            .filter_map(|(id, c)| {
-                let i = self.nodes.position(id)?;
-                Some((self.nodes.node(i).address.clone(), s.node_want(c)))
-            })
-            .collect();
-        if s.is_down() && asks.is_empty() {
-            // Only the clock: is Redis back?
-            match self.nodes.iter().next() {
-                Some(n) => asks.push((n.address.clone(), 0)),
-                None => return,
-            }
-        }
-        if asks.is_empty() {
-            return;
-        }
-        s.node_asking = true;
-        h.take_nodes(&self.service, s.bucket, nb, asks, ctx.address().recipient());
-    }
-
-    /// A held route goes back through the handler, pinned to node `id`
-    /// (released from the slot it held there).
-    fn shared_replay(
-        &mut self,
-        mut route: Route,
-        id: NodeId,
-        now: Instant,
-        pin: bool,
-        ctx: &mut Context<Self>,
-    ) {
-        self.shared_release(id, now);
-        if !route.hedge {
-            // The handler takes it off again.
-            self.granted += 1;
-        }
-        if pin {
-            if let Some(s) = self.shared.as_mut() {
-                s.pinned.insert((route.seq, route.hedge), id);
-            }
-        }
-        route.at = now;
-        ctx.notify(route);
-    }
-
-    /// Frees the slot a held route kept on node `id`.
-    fn shared_release(&mut self, id: NodeId, now: Instant) {
-        if let Some(i) = self.nodes.position(id) {
-            self.nodes
-                .update(i, now, |n| n.in_flight = n.in_flight.saturating_sub(1));
-            let n = self.nodes.node(i);
-            if n.draining && n.in_flight == 0 {
-                self.finish_removal(i);
-            }
-        }
     }
 
     /// A trip, a recovery or a probe's end on node `i`, seen in its
@@ -360,83 +205,6 @@ impl Handler<Granted> for BalancerActor {
                     hedge: route.hedge,
                     credit: 0,
                 }));
-            }
-        }
-        self.recompute_all(now);
-        self.settle(ctx, now);
-    }
-}
-
-/// Tokens for the nodes (or Redis down): the held routes go to their
-/// nodes, under `on_down`, or back to the queue.
-impl Handler<NodesGranted> for BalancerActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: NodesGranted, ctx: &mut Self::Context) {
-        let now = Instant::now();
-        let Some(s) = self.shared.as_mut() else {
-            return;
-        };
-        s.node_asking = false;
-        let held = std::mem::take(&mut s.node_held);
-        let Some(got) = msg.got else {
-            if s.go_down(now) {
-                for i in 0..self.nodes.len() {
-                    let fallback = s.node_fallback(now);
-                    self.nodes.node_mut(i).shared_tokens = fallback;
-                }
-            }
-            // Placed again under `on_down` (a bounce if it denies).
-            for (route, id) in held {
-                self.shared_replay(route, id, now, true, ctx);
-            }
-            self.recompute_all(now);
-            return self.settle(ctx, now);
-        };
-        if s.come_up() {
-            for i in 0..self.nodes.len() {
-                self.nodes.node_mut(i).shared_tokens = NodeTokens::up(now);
-            }
-        }
-        let until = s.node_until(msg.asked, now);
-        // What each node got, to pay its held routes first.
-        let mut paid: Vec<(NodeId, u32)> = Vec::new();
-        for ((addr, _), g) in msg.asks.iter().zip(&got) {
-            let Some(i) = self.nodes.iter().position(|n| &n.address == addr) else {
-                continue;
-            };
-            let not_before = s.due_at(g.due, now);
-            let n = self.nodes.node_mut(i);
-            n.shared_tokens = NodeTokens::Up {
-                tokens: g.granted,
-                until,
-                not_before,
-            };
-            paid.push((n.id, g.granted));
-        }
-        for (route, id) in held {
-            let budget = paid.iter_mut().find(|(n, _)| *n == id);
-            match budget {
-                Some((_, c)) if *c > 0 => {
-                    *c -= 1;
-                    self.shared_replay(route, id, now, true, ctx);
-                }
-                None if self.nodes.position(id).is_some() => {
-                    // Held after the call went out: asked for next.
-                    if let Some(s) = self.shared.as_mut() {
-                        s.node_held.push((route, id));
-                    }
-                }
-                _ => {
-                    // Not paid: the node has no token before it is due;
-                    // the route waits in the queue meanwhile.
-                    self.shared_release(id, now);
-                    self.queue.answer.do_send(Answer::Bounce(Bounce {
-                        seq: route.seq,
-                        hedge: route.hedge,
-                        credit: 0,
-                    }));
-                }
             }
         }
         self.recompute_all(now);

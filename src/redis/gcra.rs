@@ -1,0 +1,127 @@
+//! Calls of `gcra.lua`: the shared token buckets' one script.
+//!
+//! A call carries several asks; each names the buckets one of its tokens
+//! needs (a task's service and node buckets) and how many it wants, and
+//! gets back how many it was granted and when its buckets hold that many
+//! again (`due`). The arguments are laid out as the script's header says;
+//! the answer is bounded where it enters.
+
+use std::time::Duration;
+
+use redis::Script;
+
+use super::GCRA_LUA;
+use crate::config::BucketConfig;
+
+/// A bucket's GCRA parameters in µs: (emission interval, tolerance).
+pub fn gcra_params(b: BucketConfig) -> (u64, u64) {
+    let interval = ((1e6 / b.rate).round() as u64).max(1);
+    (interval, interval.saturating_mul(u64::from(b.burst - 1)))
+}
+
+/// One ask of a `gcra.lua` call: `want` tokens, each taken from every
+/// bucket of `buckets` (positions in the call's keys) together, or none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ask {
+    /// The buckets one token of this ask needs (a service's, a node's).
+    pub buckets: Vec<usize>,
+    /// Tokens wanted (0: only read the clock).
+    pub want: u32,
+}
+
+/// What one ask got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Got {
+    /// Tokens granted (0..=want).
+    pub granted: u32,
+    /// How long until the ask's buckets hold its tokens again (`want`, at
+    /// most half of each bucket's burst, rounded up); zero when they do now.
+    /// Asking before then gets less: an instance waits this long.
+    pub due: Duration,
+}
+
+/// The answer of one `gcra.lua` call with a single ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taken {
+    /// Tokens granted (0..=wanted).
+    pub granted: u32,
+    /// [`Got::due`]: when the wanted tokens are there again (zero: now).
+    pub retry_in: Duration,
+    /// Redis's clock at the call, µs.
+    pub now_us: u64,
+}
+
+/// Fills a `gcra.lua` invocation: `keys` with their buckets, the asks, and
+/// in tests a forced `now`.
+pub(super) fn gcra_args(
+    inv: &mut redis::ScriptInvocation<'_>,
+    keys: &[(String, BucketConfig)],
+    asks: &[Ask],
+    now_us: Option<u64>,
+) {
+    inv.arg(asks.len());
+    for (k, b) in keys {
+        let (iv, tol) = gcra_params(*b);
+        inv.key(k).arg(iv).arg(tol);
+    }
+    for a in asks {
+        inv.arg(a.want).arg(a.buckets.len());
+        for b in &a.buckets {
+            inv.arg(b + 1);
+        }
+    }
+    if let Some(now) = now_us {
+        inv.arg(now);
+    }
+}
+
+/// Reads `{ now, granted_1, due_1, ... }`.
+pub(super) fn gcra_answer(v: &[u64], asks: usize) -> (Vec<Got>, u64) {
+    let now = v.first().copied().unwrap_or(0);
+    let got = (0..asks)
+        .map(|a| Got {
+            granted: v
+                .get(1 + 2 * a)
+                .map_or(0, |g| u32::try_from(*g).unwrap_or(u32::MAX)),
+            // Bounded where it enters: at most a minute.
+            due: Duration::from_micros(v.get(2 + 2 * a).copied().unwrap_or(0).min(60_000_000)),
+        })
+        .collect();
+    (got, now)
+}
+
+/// Runs `gcra.lua` once over `keys` (each with its bucket) for `asks`, at
+/// Redis `TIME` or, in tests, at `now_us`; returns each ask's answer and
+/// the script's clock (µs).
+pub async fn take_many<C: redis::aio::ConnectionLike>(
+    con: &mut C,
+    keys: &[(String, BucketConfig)],
+    asks: &[Ask],
+    now_us: Option<u64>,
+) -> redis::RedisResult<(Vec<Got>, u64)> {
+    let script = Script::new(GCRA_LUA);
+    let mut inv = script.prepare_invoke();
+    gcra_args(&mut inv, keys, asks, now_us);
+    let v: Vec<u64> = inv.invoke_async(con).await?;
+    Ok(gcra_answer(&v, asks.len()))
+}
+
+/// Runs `gcra.lua` once: `want` tokens from every bucket of `keys` (each
+/// with its config) together, at Redis `TIME` or, in tests, at `now_us`.
+pub async fn take_tokens<C: redis::aio::ConnectionLike>(
+    con: &mut C,
+    keys: &[(String, BucketConfig)],
+    want: u32,
+    now_us: Option<u64>,
+) -> redis::RedisResult<Taken> {
+    let ask = Ask {
+        buckets: (0..keys.len()).collect(),
+        want: want.max(1),
+    };
+    let (got, now) = take_many(con, keys, &[ask], now_us).await?;
+    Ok(Taken {
+        granted: got[0].granted,
+        retry_in: got[0].due,
+        now_us: now,
+    })
+}
