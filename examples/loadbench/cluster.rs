@@ -4,7 +4,9 @@
 //! a service limit high enough never to bind (1 000 000/s, burst 10 000),
 //! closed loop: the limit kept locally, then shared through a local
 //! `redis-server` (started by the scenario on an ephemeral port) in `lease`
-//! and in `exact` mode. Reports throughput and Redis round trips per task.
+//! and in `exact` mode; then the same limit as per-node buckets shared
+//! (each node's with the service's in one call). Reports throughput and
+//! Redis round trips per task.
 //! Without the `redis` feature or without `redis-server`, the scenario says
 //! so and fails.
 
@@ -66,18 +68,24 @@ mod imp {
         Err("redis-server did not start within 5 s".into())
     }
 
-    fn config(redis: Option<(u16, &str)>) -> Result<Config, String> {
+    /// `redis`: the port and mode when shared; `per_node`: node buckets
+    /// too (then the service's and the nodes' are shared).
+    fn config(redis: Option<(u16, &str)>, per_node: bool) -> Result<Config, String> {
         let endpoints: Vec<Value> = common::fake_urls(4)
             .iter()
             .map(|u| json!({"address": u, "max_concurrent": 1_000}))
             .collect();
+        let bucket = json!({"rate": 1_000_000, "burst": 10_000});
+        let mut limit = json!({"service": bucket, "shared": redis.is_some()});
+        if per_node {
+            limit["per_node"] = bucket;
+        }
         let svc = json!({"name": "bench", "mode": "round_robin", "endpoints": endpoints,
-            "rate_limit": {"service": {"rate": 1_000_000, "burst": 10_000},
-                           "shared": redis.is_some()},
+            "rate_limit": limit,
             "queue": {"capacity": 100_000}});
         let text = match redis {
             Some((port, mode)) => json!({"redis": {"url": format!("redis://127.0.0.1:{port}/0"),
-                "prefix": format!("bench-{mode}"), "mode": mode, "timeout": "200ms"},
+                "prefix": format!("bench-{mode}-{per_node}"), "mode": mode, "timeout": "200ms"},
                 "services": [svc]}),
             None => json!({ "services": [svc] }),
         };
@@ -91,12 +99,15 @@ mod imp {
         let server = start_server()?;
         let mut rows = Vec::new();
         let mut results = Vec::new();
-        for (name, redis) in [
-            ("local", None),
-            ("shared, lease", Some((server.1, "lease"))),
-            ("shared, exact", Some((server.1, "exact"))),
+        for (name, redis, per_node) in [
+            ("local", None, false),
+            ("shared, lease", Some((server.1, "lease")), false),
+            ("shared, exact", Some((server.1, "exact")), false),
+            ("local, per node", None, true),
+            ("shared per node, lease", Some((server.1, "lease")), true),
+            ("shared per node, exact", Some((server.1, "exact")), true),
         ] {
-            let cfg = config(redis)?;
+            let cfg = config(redis, per_node)?;
             let d = Dispatcher::builder(cfg)
                 .transport(common::immediate_factory())
                 .start()
