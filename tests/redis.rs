@@ -695,6 +695,16 @@ fn a_paused_redis_falls_back_to_local_limits_and_recovers() {
 /// (`RateLimited`, within the timeout); after `kill -CONT` it serves again.
 #[test]
 fn on_down_deny_rejects_while_redis_is_paused() {
+    on_down_deny(r#""rate_limit":{"service":{"rate":100,"burst":10},"shared":true}"#);
+}
+
+/// The same with only per-node buckets shared.
+#[test]
+fn on_down_deny_rejects_with_shared_node_limits() {
+    on_down_deny(r#""rate_limit":{"per_node":{"rate":100,"burst":10},"shared":true}"#);
+}
+
+fn on_down_deny(rate_limit: &str) {
     support::init_logs();
     let Some(srv) = RedisServer::start() else {
         return;
@@ -704,11 +714,7 @@ fn on_down_deny_rejects_while_redis_is_paused() {
         r#"{{"url":"{}","prefix":"deny","timeout":"50ms","on_down":"deny","mode":"exact"}}"#,
         srv.url()
     );
-    let cfg = config(
-        &redis,
-        &[&backend],
-        r#""rate_limit":{"service":{"rate":100,"burst":10},"shared":true}"#,
-    );
+    let cfg = config(&redis, &[&backend], rate_limit);
     let a = Instance::start(cfg);
     let rt = actix::System::new();
     thread::sleep(Duration::from_millis(300));

@@ -31,6 +31,10 @@ impl Handler<UseShared> for BalancerActor {
                 for i in 0..self.nodes.len() {
                     self.nodes.node_mut(i).shared_tokens = NodeTokens::up(now);
                 }
+                // Routes that came before the handle: placed again.
+                for (route, id) in std::mem::take(&mut s.node_held) {
+                    self.shared_replay(route, id, now, false, ctx);
+                }
             }
         }
         self.recompute_all(now);

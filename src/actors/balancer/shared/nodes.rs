@@ -39,8 +39,10 @@ impl BalancerActor {
                 NodeTokens::up(now)
             };
         }
+        // Before the Redis handle is in (right after the start), routes
+        // wait on their node: a bounce would come straight back as credit.
         let verdict = if s.handle.is_none() {
-            Admit::Bounce
+            Admit::Hold
         } else {
             n.shared_tokens.take(now)
         };
@@ -131,7 +133,7 @@ impl BalancerActor {
 
     /// A held route goes back through the handler, pinned to node `id`
     /// (released from the slot it held there).
-    fn shared_replay(
+    pub(super) fn shared_replay(
         &mut self,
         mut route: Route,
         id: NodeId,
