@@ -190,6 +190,7 @@ impl BalancerActor {
         let service = self.service.clone();
         let address: Arc<str> = ep.address.as_str().into();
         let recipient = ctx.address().recipient();
+        let completions = ctx.address().recipient();
         let stream_ended = ctx.address().recipient();
         let factory = self.factory.clone();
         let max = ep.max_concurrent;
@@ -202,6 +203,7 @@ impl BalancerActor {
                 max_concurrent: max,
                 cfg: spec_cfg,
                 balancer: recipient,
+                completions,
                 stream_ended,
                 factory,
                 metrics,
@@ -583,7 +585,13 @@ impl BalancerActor {
     /// One attempt on node `i` ended or was lost: free its slot, and let a
     /// drained node leave.
     fn free_slot(&mut self, i: usize, load: Option<LoadReport>, now: Instant) {
-        if self.nodes.attempt_ended(i, load, now) {
+        self.free_slots(i, 1, load, now)
+    }
+
+    /// `n` attempts on node `i` ended (`load`: the node's report after
+    /// them): free their slots, and let a drained node leave.
+    fn free_slots(&mut self, i: usize, n: u32, load: Option<LoadReport>, now: Instant) {
+        if self.nodes.attempts_ended(i, n, load, now) {
             // A breaker changed kind: an open one sets the timer.
             self.pending_wake = self.next_wake(now);
         }
@@ -652,6 +660,94 @@ impl Handler<Completed> for BalancerActor {
             }),
         });
         self.settle_gate(ctx, now);
+    }
+}
+
+/// Attempts ended: update the view once, tell the queue of each.
+impl Handler<Completions> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Completions, ctx: &mut Self::Context) {
+        let now = msg.at;
+        let Some(i) = self.nodes.position(msg.node) else {
+            // A removed node's last attempts: the queue still needs the answers.
+            for d in msg.done {
+                self.queue.answer.do_send(Answer::Done(AttemptDone {
+                    seq: d.seq,
+                    node: msg.node,
+                    address: "removed".into(),
+                    hedge: d.hedge,
+                    report: d.report,
+                    credit: 0,
+                    at: now,
+                }));
+            }
+            return;
+        };
+        if !self.working.is_empty() {
+            for d in &msg.done {
+                self.done_working(d.seq, msg.node);
+            }
+        }
+        #[cfg(feature = "redis")]
+        let msg = self.shared_completions(i, msg, now);
+        let address = self.nodes.node(i).address.clone();
+        // Every attempt of the batch frees its slot; one report for them all.
+        self.free_slots(i, msg.done.len() as u32, Some(msg.load), now);
+        // The slots they freed travel with the first answer.
+        let mut credit = self.take_credit(now);
+        for d in msg.done {
+            self.queue.answer.do_send(Answer::Done(AttemptDone {
+                seq: d.seq,
+                node: msg.node,
+                address: address.clone(),
+                hedge: d.hedge,
+                report: d.report,
+                credit: std::mem::take(&mut credit),
+                at: now,
+            }));
+        }
+        self.settle_gate(ctx, now);
+    }
+}
+
+impl BalancerActor {
+    /// The shared breaker's view of each attempt of a batch (feature
+    /// `redis`): the same hook as for a single [`Completed`].
+    #[cfg(feature = "redis")]
+    fn shared_completions(&mut self, i: usize, msg: Completions, now: Instant) -> Completions {
+        if self.shared.is_none() {
+            return msg;
+        }
+        let Completions {
+            node,
+            done,
+            load,
+            at,
+        } = msg;
+        let mut kept = Vec::with_capacity(done.len());
+        for d in done {
+            let one = Completed {
+                node,
+                seq: d.seq,
+                hedge: d.hedge,
+                report: Some(d.report),
+                load: load.clone(),
+                at,
+            };
+            self.shared_completed(i, &one, now);
+            kept.push(Ended {
+                seq: one.seq,
+                hedge: one.hedge,
+                report: one.report.expect("put in above"),
+            });
+        }
+        Completions {
+            node,
+            done: kept,
+            load,
+            at,
+        }
     }
 }
 

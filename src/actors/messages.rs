@@ -156,7 +156,8 @@ pub(crate) struct AttemptReport {
     pub stream: Option<BodyStream>,
 }
 
-/// Node to balancer: an attempt ended (or was refused), with a fresh load report.
+/// Node to balancer: a streamed attempt's head, or a refused dispatch, with
+/// a fresh load report (attempts that end whole come in [`Completions`]).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Completed {
@@ -168,6 +169,27 @@ pub(crate) struct Completed {
     pub load: LoadReport,
     /// When the attempt ended (or was refused).
     pub at: Instant,
+}
+
+/// Node to balancer: the attempts that ended in one turn of the node
+/// (usually one; several when several answers came in together), with one
+/// load report after the last of them. One message, one report, however
+/// many attempts.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Completions {
+    pub node: NodeId,
+    pub done: Vec<Ended>,
+    pub load: LoadReport,
+    /// When they ended (the node reads the clock once per turn).
+    pub at: Instant,
+}
+
+/// One attempt of [`Completions`].
+pub(crate) struct Ended {
+    pub seq: Seq,
+    pub hedge: bool,
+    pub report: AttemptReport,
 }
 
 /// Node to balancer: the body of a streamed answer ended (read whole,

@@ -6,16 +6,16 @@
 //! view) comes back as a refusal, and the task returns to the queue's front
 //! without counting an attempt.
 //!
-//! Each attempt runs as a detached task (not on the actor's context, so a
-//! node with many requests in flight does not re-scan them on every wake),
-//! under the attempt timeout and `catch_unwind`: a panic inside the transport
-//! is a failed attempt, never a lost task. When it ends, the attempt task
-//! updates the node's counters and breaker itself (the node's state is
-//! shared with its attempt tasks on the node's thread, which saves a message
-//! per attempt) and reports to the balancer: [`Completed`] with a fresh
-//! [`LoadReport`].
+//! The attempts in flight are one set owned by the node and polled by one
+//! driver on its context, with one timer for all their deadlines (module
+//! `attempts`): no tokio task and no timer per attempt. Each runs under its
+//! timeout and `catch_unwind`: a panic inside the transport is a failed
+//! attempt, never a lost task. The attempts that end in the same turn of the
+//! node are accounted (counters, breaker, EWMA) and reported to the balancer
+//! together: one [`Completions`] with one fresh [`LoadReport`].
 //!
-//! A streamed attempt ([`crate::Task::stream`], module `stream`) reports
+//! A streamed attempt ([`crate::Task::stream`], module `stream`) runs as a
+//! task of its own (it lives as long as its body) and reports
 //! twice: its head with [`Completed`] (carrying the body's stream; the slot
 //! stays taken) and its body's end with [`StreamEnded`] (the slot is freed
 //! and the attempt accounted).
@@ -26,13 +26,11 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use futures::FutureExt;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -52,6 +50,8 @@ pub struct NodeActor {
     core: Rc<RefCell<NodeCore>>,
     factory: TransportFactory,
     transport: Option<Rc<dyn Transport>>,
+    /// Attempts in flight (streamed ones aside) and their one timer.
+    attempts: attempts::Attempts,
 }
 
 /// The node's state, shared by the actor and its attempts in flight.
@@ -61,6 +61,8 @@ struct NodeCore {
     address: Arc<str>,
     cfg: Arc<ServiceConfig>,
     balancer: Recipient<Completed>,
+    /// Where attempts that ended are reported ([`Completions`]).
+    completions: Recipient<Completions>,
     /// Where a streamed body's end is reported ([`StreamEnded`]).
     stream_ended: Recipient<StreamEnded>,
     max_concurrent: u32,
@@ -96,6 +98,7 @@ pub(crate) struct NodeSpec {
     pub max_concurrent: u32,
     pub cfg: Arc<ServiceConfig>,
     pub balancer: Recipient<Completed>,
+    pub completions: Recipient<Completions>,
     pub stream_ended: Recipient<StreamEnded>,
     pub factory: TransportFactory,
     pub metrics: crate::metrics::NodeMetrics,
@@ -111,6 +114,7 @@ impl NodeActor {
             service: spec.service,
             address: spec.address,
             balancer: spec.balancer,
+            completions: spec.completions,
             stream_ended: spec.stream_ended,
             max_concurrent: spec.max_concurrent,
             in_flight: 0,
@@ -140,6 +144,7 @@ impl NodeActor {
             core: Rc::new(RefCell::new(core)),
             factory: spec.factory,
             transport: None,
+            attempts: Default::default(),
         }
     }
 
@@ -262,8 +267,26 @@ impl NodeCore {
         }
     }
 
-    /// Accounts one finished attempt (ended at `now`) and reports it.
-    fn finish(
+    /// Accounts the attempts that finished in one turn (at `now`) and
+    /// reports them in one message.
+    fn finish_all(&mut self, finished: Vec<attempts::Finished>, now: Instant) {
+        let done = finished
+            .into_iter()
+            .map(|f| {
+                let latency = now.saturating_duration_since(f.sent);
+                self.finish(f.seq, f.hedge, f.permit, latency, f.result, now)
+            })
+            .collect();
+        self.completions.do_send(Completions {
+            node: self.id,
+            done,
+            load: self.report(now),
+            at: now,
+        });
+    }
+
+    /// Accounts one finished attempt (ended at `now`) and reports it alone.
+    fn finish_one(
         &mut self,
         seq: Seq,
         hedge: bool,
@@ -272,6 +295,26 @@ impl NodeCore {
         result: Result<HttpReply, TransportError>,
         now: Instant,
     ) {
+        let done = self.finish(seq, hedge, permit, latency, result, now);
+        self.completions.do_send(Completions {
+            node: self.id,
+            done: vec![done],
+            load: self.report(now),
+            at: now,
+        });
+    }
+
+    /// Accounts one finished attempt (ended at `now`): counters, breaker,
+    /// EWMA; returns its report.
+    fn finish(
+        &mut self,
+        seq: Seq,
+        hedge: bool,
+        permit: Option<Permit>,
+        latency: Duration,
+        result: Result<HttpReply, TransportError>,
+        now: Instant,
+    ) -> Ended {
         self.in_flight = self.in_flight.saturating_sub(1);
         self.metrics.in_flight(self.in_flight);
         if !self.cancels.is_empty() {
@@ -306,20 +349,17 @@ impl NodeCore {
             }
             Err(_) => (None, None),
         };
-        self.balancer.do_send(Completed {
-            node: self.id,
+        Ended {
             seq,
             hedge,
-            report: Some(AttemptReport {
+            report: AttemptReport {
                 outcome,
                 latency,
                 reply,
                 retry_after,
                 stream: None,
-            }),
-            load: self.report(now),
-            at: now,
-        });
+            },
+        }
     }
 }
 
@@ -361,7 +401,12 @@ pub(crate) fn state_name(s: &crate::algo::breaker::BreakerState) -> &'static str
 impl Actor for NodeActor {
     type Context = Context<Self>;
 
-    fn started(&mut self, _ctx: &mut Self::Context) {
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // After a restart: the attempts still in flight need their driver.
+        if !self.attempts.is_empty() && !self.attempts.driving {
+            self.attempts.driving = true;
+            ctx.spawn(Drive);
+        }
         if self.transport.is_none() {
             let address = self.address();
             let transport = (self.factory)(&address);
@@ -384,6 +429,8 @@ impl Actor for NodeActor {
 
 impl Supervised for NodeActor {
     fn restarting(&mut self, _ctx: &mut Self::Context) {
+        // The restart dropped the context's items, the driver with them.
+        self.attempts.driving = false;
         let mut core = self.core.borrow_mut();
         core.restarts += 1;
         log::warn!(
@@ -399,7 +446,7 @@ impl Supervised for NodeActor {
 impl Handler<Dispatch> for NodeActor {
     type Result = ();
 
-    fn handle(&mut self, msg: Dispatch, _ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: Dispatch, ctx: &mut Self::Context) {
         // The balancer's decision time, for the admission check only: its
         // bucket mirror used the same. The attempt's own timeout starts when
         // it is sent (below), so a mailbox backlog never shortens it.
@@ -440,29 +487,73 @@ impl Handler<Dispatch> for NodeActor {
             rx
         });
         drop(core);
-        let transport = self.transport.clone().expect("transport made in started()");
-        let shared = self.core.clone();
+        let transport = self
+            .transport
+            .as_ref()
+            .expect("transport made in started()");
+        let sent = Instant::now();
+        let deadline = attempt_deadline(sent, timeout, task_deadline);
         if job.task.is_stream() {
-            let deadline = attempt_deadline(Instant::now(), timeout, task_deadline);
             actix::spawn(stream::attempt(
-                shared, transport, req, seq, hedge, permit, cancel, timeout, deadline,
+                self.core.clone(),
+                transport.clone(),
+                req,
+                seq,
+                hedge,
+                permit,
+                cancel,
+                timeout,
+                deadline,
             ));
             return;
         }
-        actix::spawn(async move {
-            let started = Instant::now();
-            let deadline = attempt_deadline(started, timeout, task_deadline);
-            let attempt = run_attempt(&*transport, req, started, deadline);
-            let result = cancellable(attempt, cancel).await;
-            let end = Instant::now();
-            let latency = end.saturating_duration_since(started);
-            shared
-                .borrow_mut()
-                .finish(seq, hedge, permit, latency, result, end);
-        });
+        let attempt = attempts::Attempt::new(
+            &**transport,
+            req,
+            seq,
+            hedge,
+            permit,
+            sent,
+            deadline,
+            cancel,
+        );
+        self.attempts.push(attempt);
+        if !self.attempts.driving {
+            self.attempts.driving = true;
+            ctx.spawn(Drive);
+        }
     }
 }
 
+/// Polls the node's attempts (on its context, after each batch of
+/// messages and whenever an attempt is woken) and reports those that
+/// finished; ends when none is left, so that an idle node can stop.
+struct Drive;
+
+impl ActorFuture<NodeActor> for Drive {
+    type Output = ();
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        act: &mut NodeActor,
+        _ctx: &mut Context<NodeActor>,
+        task: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        let mut finished = Vec::new();
+        let more = act.attempts.poll(task, &mut finished);
+        if !finished.is_empty() {
+            act.core.borrow_mut().finish_all(finished, Instant::now());
+        }
+        if more {
+            std::task::Poll::Pending
+        } else {
+            act.attempts.driving = false;
+            std::task::Poll::Ready(())
+        }
+    }
+}
+
+mod attempts;
 mod stream;
 
 /// When an attempt sent at `sent` gives up: `timeout` after it is sent, or
@@ -493,31 +584,6 @@ pub(super) async fn cancellable<T>(
             "a hedged twin answered first",
         )),
         futures::future::Either::Right((Err(_), a)) => a.await,
-    }
-}
-
-/// One attempt under its timeout, with panics caught.
-async fn run_attempt(
-    transport: &dyn Transport,
-    req: HttpRequest,
-    sent: Instant,
-    deadline: Instant,
-) -> Result<HttpReply, TransportError> {
-    let timeout = deadline.saturating_duration_since(sent);
-    let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| transport.send(req))) {
-        Ok(f) => f,
-        Err(p) => return Err(panicked(p)),
-    };
-    match AssertUnwindSafe(tokio::time::timeout_at(deadline, fut))
-        .catch_unwind()
-        .await
-    {
-        Ok(Ok(r)) => r,
-        Ok(Err(_)) => Err(TransportError::new(
-            ErrorKind::Timeout,
-            format!("no answer within {timeout:?}"),
-        )),
-        Err(p) => Err(panicked(p)),
     }
 }
 

@@ -227,9 +227,22 @@ impl NodeSet {
     /// was lost: its slot is free. Refreshes the node, or every node when
     /// its breaker changed kind (the ejection cap may move); returns whether
     /// it did.
+    #[cfg(test)]
     pub fn attempt_ended(&mut self, i: usize, load: Option<LoadReport>, now: Instant) -> bool {
+        self.attempts_ended(i, 1, load, now)
+    }
+
+    /// [`attempt_ended`](Self::attempt_ended) for `count` attempts at once,
+    /// with the node's one report after the last of them.
+    pub fn attempts_ended(
+        &mut self,
+        i: usize,
+        count: u32,
+        load: Option<LoadReport>,
+        now: Instant,
+    ) -> bool {
         let n = &mut self.views[i];
-        n.in_flight = n.in_flight.saturating_sub(1);
+        n.in_flight = n.in_flight.saturating_sub(count);
         let changed = load.is_some_and(|l| self.apply_report(i, l, now));
         if changed {
             self.refresh_all(now);

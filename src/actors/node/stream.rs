@@ -83,12 +83,12 @@ pub(super) async fn attempt(
         Ok(Head::Whole(reply)) => {
             return core
                 .borrow_mut()
-                .finish(seq, hedge, permit, latency, Ok(reply), at_head)
+                .finish_one(seq, hedge, permit, latency, Ok(reply), at_head)
         }
         Err(e) => {
             return core
                 .borrow_mut()
-                .finish(seq, hedge, permit, latency, Err(e), at_head)
+                .finish_one(seq, hedge, permit, latency, Err(e), at_head)
         }
     };
     let (tx, rx) = mpsc::channel(CHUNKS);

@@ -1,0 +1,373 @@
+//! The attempts in flight at one node: one set, polled by one driver on the
+//! node's context, with one timer for all their deadlines.
+//!
+//! An attempt used to be a tokio task of its own (a 2 KB allocation, a run
+//! queue pass and a `JoinHandle` each) with a timer of its own (a timer-wheel
+//! registration and removal each). Here every attempt is one entry of a
+//! [`FuturesUnordered`] owned by the node: only the attempts that were woken
+//! are polled, attempts that finish in the same turn of the node are
+//! reported together, and their deadlines share one [`Sleep`].
+//!
+//! The timer is set for the earliest deadline it knows of. When it fires, the
+//! attempts whose deadline has passed are marked and woken (each keeps the
+//! waker of its last poll), answer `Timeout` on their next poll, and the
+//! timer moves to the earliest deadline left. With the usual single timeout
+//! per service, deadlines arrive in order, so the timer is reset about once
+//! per timeout period, not once per attempt; a scan is O(attempts in flight).
+//!
+//! An attempt that ends at its first poll (an in-process transport, a
+//! refused connection) never touches the timer at all: the timer is armed
+//! only when attempts are left pending after a poll.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use futures::future::LocalBoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::oneshot;
+use tokio::time::{Instant, Sleep};
+
+use super::panicked;
+use crate::actors::messages::Seq;
+use crate::algo::breaker::Permit;
+use crate::outcome::ErrorKind;
+use crate::transport::{HttpReply, HttpRequest, Transport, TransportError};
+
+/// One attempt: the transport's future, its deadline and its cancel switch.
+pub(super) struct Attempt {
+    seq: Seq,
+    hedge: bool,
+    permit: Option<Permit>,
+    sent: Instant,
+    deadline: Instant,
+    /// `None` once the transport panicked building it (`early` says so).
+    send: Option<LocalBoxFuture<'static, Result<HttpReply, TransportError>>>,
+    early: Option<TransportError>,
+    /// A hedged twin's answer cancels it (services that hedge only).
+    cancel: Option<oneshot::Receiver<()>>,
+    /// The node's timer found its deadline passed.
+    expired: bool,
+    /// The waker of its last poll, for the timer to wake it.
+    waker: Option<Waker>,
+}
+
+/// What an attempt gave, for the node to account and report.
+pub(super) struct Finished {
+    pub seq: Seq,
+    pub hedge: bool,
+    pub permit: Option<Permit>,
+    pub sent: Instant,
+    pub result: Result<HttpReply, TransportError>,
+}
+
+impl Attempt {
+    /// Sends `req` on `transport` (a panic there is a failed attempt).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        transport: &dyn Transport,
+        req: HttpRequest,
+        seq: Seq,
+        hedge: bool,
+        permit: Option<Permit>,
+        sent: Instant,
+        deadline: Instant,
+        cancel: Option<oneshot::Receiver<()>>,
+    ) -> Self {
+        let (send, early) = match std::panic::catch_unwind(AssertUnwindSafe(|| transport.send(req)))
+        {
+            Ok(f) => (Some(f), None),
+            Err(p) => (None, Some(panicked(p))),
+        };
+        Attempt {
+            seq,
+            hedge,
+            permit,
+            sent,
+            deadline,
+            send,
+            early,
+            cancel,
+            expired: false,
+            waker: None,
+        }
+    }
+
+    fn done(&mut self, result: Result<HttpReply, TransportError>) -> Poll<Finished> {
+        Poll::Ready(Finished {
+            seq: self.seq,
+            hedge: self.hedge,
+            permit: self.permit.take(),
+            sent: self.sent,
+            result,
+        })
+    }
+
+    /// Marks it timed out if its deadline is at or before `now`, and wakes it.
+    fn expire(&mut self, now: Instant) -> bool {
+        if self.expired || self.deadline > now {
+            return false;
+        }
+        self.expired = true;
+        if let Some(w) = self.waker.take() {
+            w.wake();
+        }
+        true
+    }
+}
+
+impl Future for Attempt {
+    type Output = Finished;
+
+    /// The transport first (an answer that is ready wins over a cancel or
+    /// the deadline, as with `tokio::time::timeout`), then the cancel
+    /// switch, then the deadline.
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Finished> {
+        let this = self.get_mut();
+        if let Some(e) = this.early.take() {
+            return this.done(Err(e));
+        }
+        if let Some(send) = this.send.as_mut() {
+            match std::panic::catch_unwind(AssertUnwindSafe(|| send.as_mut().poll(cx))) {
+                Ok(Poll::Ready(r)) => return this.done(r),
+                Ok(Poll::Pending) => {}
+                Err(p) => return this.done(Err(panicked(p))),
+            }
+        }
+        if let Some(rx) = this.cancel.as_mut() {
+            match Pin::new(rx).poll(cx) {
+                Poll::Ready(Ok(())) => {
+                    return this.done(Err(TransportError::new(
+                        ErrorKind::Cancelled,
+                        "a hedged twin answered first",
+                    )))
+                }
+                // The switch was dropped unused: the attempt runs on.
+                Poll::Ready(Err(_)) => this.cancel = None,
+                Poll::Pending => {}
+            }
+        }
+        if this.expired {
+            let timeout = this.deadline.saturating_duration_since(this.sent);
+            return this.done(Err(TransportError::new(
+                ErrorKind::Timeout,
+                format!("no answer within {timeout:?}"),
+            )));
+        }
+        if !this.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            this.waker = Some(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+/// The node's attempts in flight and their one timer.
+#[derive(Default)]
+pub(super) struct Attempts {
+    set: FuturesUnordered<Attempt>,
+    /// The timer, and the deadline it is set for.
+    timer: Option<(Instant, Pin<Box<Sleep>>)>,
+    /// The earliest deadline of the attempts added since the last poll.
+    new_min: Option<Instant>,
+    /// A driver is spawned on the node's context (see `node.rs`).
+    pub driving: bool,
+}
+
+impl Attempts {
+    pub fn push(&mut self, a: Attempt) {
+        if self.new_min.is_none_or(|m| a.deadline < m) {
+            self.new_min = Some(a.deadline);
+        }
+        self.set.push(a);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty()
+    }
+
+    /// Polls the attempts that were woken, collecting those that finished
+    /// into `out`, and keeps the timer at the earliest deadline. Returns
+    /// whether attempts are left (the driver ends when none is).
+    pub fn poll(&mut self, cx: &mut Context<'_>, out: &mut Vec<Finished>) -> bool {
+        loop {
+            while let Poll::Ready(Some(f)) = self.set.poll_next_unpin(cx) {
+                out.push(f);
+            }
+            if self.set.is_empty() {
+                // Dropping the timer takes it out of the wheel.
+                self.timer = None;
+                self.new_min = None;
+                return false;
+            }
+            if let Some(d) = self.new_min.take() {
+                if self.timer.as_ref().is_none_or(|(t, _)| d < *t) {
+                    self.arm(d);
+                }
+            }
+            let Some((_, sleep)) = self.timer.as_mut() else {
+                return true;
+            };
+            if sleep.as_mut().poll(cx).is_pending() {
+                return true;
+            }
+            // The timer fired: time out what is due, then set it for the
+            // earliest deadline left.
+            let now = Instant::now();
+            let mut next: Option<Instant> = None;
+            for a in self.set.iter_mut() {
+                if !a.expire(now) && !a.expired && next.is_none_or(|n| a.deadline < n) {
+                    next = Some(a.deadline);
+                }
+            }
+            match next {
+                Some(d) => self.arm(d),
+                None => self.timer = None,
+            }
+            // Loop: the expired attempts were woken and answer now.
+        }
+    }
+
+    fn arm(&mut self, at: Instant) {
+        match self.timer.as_mut() {
+            Some((t, sleep)) => {
+                *t = at;
+                sleep.as_mut().reset(at);
+            }
+            None => self.timer = Some((at, Box::pin(tokio::time::sleep_until(at)))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// Answers after the request's `timeout` field (as a delay), or panics
+    /// when the URL says so.
+    struct Delayed;
+
+    impl Transport for Delayed {
+        fn send(
+            &self,
+            req: HttpRequest,
+        ) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
+            assert!(!req.url.ends_with("/panic"), "the transport panicked");
+            Box::pin(async move {
+                tokio::time::sleep(req.timeout).await;
+                Ok(HttpReply {
+                    status: 200,
+                    headers: Default::default(),
+                    body: Default::default(),
+                    protocol: None,
+                })
+            })
+        }
+    }
+
+    fn request(path: &str, answer_after_ms: u64) -> HttpRequest {
+        HttpRequest {
+            method: awc::http::Method::GET,
+            url: format!("http://node{path}"),
+            headers: Vec::new(),
+            body: Default::default(),
+            timeout: Duration::from_millis(answer_after_ms),
+            max_body: 1024,
+        }
+    }
+
+    fn seq(task: u64) -> Seq {
+        Seq { task, round: 1 }
+    }
+
+    /// Polls the set until it is empty; each finished attempt with the
+    /// (paused) time it was seen at, in milliseconds since `t0`.
+    async fn run_all(mut set: Attempts, t0: Instant) -> Vec<(u64, Result<u16, ErrorKind>, u64)> {
+        let mut seen = Vec::new();
+        std::future::poll_fn(|cx| {
+            let mut out = Vec::new();
+            let more = set.poll(cx, &mut out);
+            let now = Instant::now();
+            for f in out {
+                let ms = now.saturating_duration_since(t0).as_millis() as u64;
+                seen.push((
+                    f.seq.task,
+                    f.result.map(|r| r.status).map_err(|e| e.kind),
+                    ms,
+                ));
+            }
+            if more {
+                Poll::Pending
+            } else {
+                Poll::Ready(())
+            }
+        })
+        .await;
+        seen
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_timer_times_out_each_attempt_at_its_own_deadline() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut set = Attempts::default();
+        let mut add = |task, path: &str, answer_ms, deadline_ms, cancel| {
+            let a = Attempt::new(
+                &Delayed,
+                request(path, answer_ms),
+                seq(task),
+                false,
+                None,
+                t0,
+                ms(deadline_ms),
+                cancel,
+            );
+            set.push(a);
+        };
+        // Deadlines out of order: the later one is added first.
+        add(1, "/a", 500, 300, None);
+        add(2, "/b", 500, 100, None);
+        add(3, "/c", 50, 200, None);
+        add(4, "/panic", 10, 200, None);
+        let (tx, rx) = oneshot::channel();
+        add(5, "/d", 500, 400, Some(rx));
+        let cancel = async move {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let _ = tx.send(());
+        };
+        let (mut seen, ()) = futures::join!(run_all(set, t0), cancel);
+        seen.sort_by_key(|s| s.0);
+        assert_eq!(
+            seen,
+            vec![
+                (1, Err(ErrorKind::Timeout), 300),
+                (2, Err(ErrorKind::Timeout), 100),
+                (3, Ok(200), 50),
+                (4, Err(ErrorKind::Panicked), 0),
+                (5, Err(ErrorKind::Cancelled), 150),
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_ready_at_the_deadline_wins_and_a_dropped_switch_lets_it_run() {
+        let t0 = Instant::now();
+        let mut set = Attempts::default();
+        let (tx, rx) = oneshot::channel::<()>();
+        drop(tx);
+        let a = Attempt::new(
+            &Delayed,
+            request("/a", 100),
+            seq(1),
+            true,
+            None,
+            t0,
+            t0 + Duration::from_millis(100),
+            Some(rx),
+        );
+        set.push(a);
+        let seen = run_all(set, t0).await;
+        assert_eq!(seen, vec![(1, Ok(200), 100)]);
+    }
+}
