@@ -23,7 +23,7 @@ use crate::actors::{BalancerActor, QueueActor};
 use crate::config::{Config, ConfigError, EndpointConfig, OnFull, ServiceConfig};
 use crate::outcome::{Attempt, Outcome, Rejection, TaskResult};
 use crate::stats::{ServiceStats, Stats};
-use crate::task::{Task, TaskId};
+use crate::task::{Job, ReplyTx, Task, TaskId};
 use crate::transport::{awc_factory, TransportFactory};
 
 pub(crate) struct ServiceHandle {
@@ -347,21 +347,21 @@ impl Dispatcher {
                 return Submission::ready(rejected(id, h.name.clone(), why, now));
             }
         };
-        let id = job.id;
         if !h.alive() {
             self.rebuild(&h);
             let why = Rejection::Internal(
                 "the service's pipeline stopped; it is being rebuilt, submit again".into(),
             );
-            return Submission::ready(rejected(id, h.name.clone(), why, now));
+            return Submission::ready(rejected(job.id, h.name.clone(), why, now));
         }
-        let (tx, rx) = oneshot::channel();
+        // One allocation for the task's state and the slot of its result.
+        let job = Arc::new(job);
+        let submission = Submission::waiting(job.clone(), h.name.clone());
         h.inbox.send(Submit {
-            job: Arc::new(job),
-            reply: tx,
+            task: ReplyTx::new(job),
             wait: wait || h.cfg.queue.on_full == OnFull::Wait,
         });
-        Submission::waiting(rx, id, h.name.clone(), now)
+        submission
     }
 
     /// Consumes a (possibly endless) stream of tasks and yields their results
@@ -744,19 +744,15 @@ impl Dispatcher {
 }
 
 /// The result of one submitted task, on its way: resolves to exactly one
-/// [`TaskResult`]. A queue that vanished (the dispatcher stopped) answers
-/// `ShuttingDown`.
+/// [`TaskResult`]. It waits on the result slot inside the task's own
+/// allocation (no channel per task; see `task/reply.rs`). A queue that
+/// let go of the task unanswered (its pipeline died) answers `Internal`.
 #[must_use = "the task is already submitted; await this to get its result"]
 pub struct Submission(SubmissionState);
 
 enum SubmissionState {
     Ready(Box<TaskResult>),
-    Waiting {
-        rx: oneshot::Receiver<Box<TaskResult>>,
-        id: TaskId,
-        service: Arc<str>,
-        since: Instant,
-    },
+    Waiting { job: Arc<Job>, service: Arc<str> },
     Done,
 }
 
@@ -765,18 +761,9 @@ impl Submission {
         Submission(SubmissionState::Ready(Box::new(result)))
     }
 
-    pub(crate) fn waiting(
-        rx: oneshot::Receiver<Box<TaskResult>>,
-        id: TaskId,
-        service: Arc<str>,
-        since: Instant,
-    ) -> Self {
-        Submission(SubmissionState::Waiting {
-            rx,
-            id,
-            service,
-            since,
-        })
+    /// Waits for `job`'s answer (the queue holds its [`ReplyTx`]).
+    pub(crate) fn waiting(job: Arc<Job>, service: Arc<str>) -> Self {
+        Submission(SubmissionState::Waiting { job, service })
     }
 }
 
@@ -797,19 +784,15 @@ impl std::future::Future for Submission {
                 };
                 return Poll::Ready(*r);
             }
-            SubmissionState::Waiting {
-                rx,
-                id,
-                service,
-                since,
-            } => match std::pin::Pin::new(rx).poll(cx) {
+            SubmissionState::Waiting { job, service } => match job.reply.poll_take(cx) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(Ok(r)) => *r,
-                Poll::Ready(Err(_)) => {
+                Poll::Ready(Some(r)) => *r,
+                Poll::Ready(None) => {
                     // The queue went away without answering: only a dead
                     // pipeline does that (shutdown answers every task).
                     let why = "the service's queue stopped before answering".to_owned();
-                    rejected(*id, service.clone(), Rejection::Internal(why), *since)
+                    let (id, since) = (job.id, job.submitted);
+                    rejected(id, service.clone(), Rejection::Internal(why), since)
                 }
             },
             SubmissionState::Done => panic!("Submission polled after it resolved"),

@@ -36,12 +36,14 @@ use crate::algo::time;
 mod check;
 #[cfg(test)]
 mod props;
+pub(crate) mod reply;
 
 pub use crate::outcome::{
     Attempt, AttemptOutcome, ErrorKind, FailReason, Failure, Outcome, Rejection, Response,
     TaskResult,
 };
 pub use check::{check_header_name, check_path};
+pub(crate) use reply::{ReplySlot, ReplyTx};
 
 /// Identifier of a task, unique within a dispatcher unless set by the caller.
 pub type TaskId = u64;
@@ -57,13 +59,21 @@ enum Deadline {
 #[derive(Debug, Clone)]
 pub struct Task {
     service: String,
+    /// Headers as given (checked and parsed at submit).
+    headers: Vec<(String, String)>,
+    req: Request,
+}
+
+/// What a task asks of a backend: the part of a [`Task`] a queued [`Job`]
+/// keeps for its attempts. The service name is not in it (the queue holds it
+/// once) nor are the header strings (parsed at submit), so a queued task is
+/// that much smaller (see README, `memory`).
+#[derive(Debug, Clone)]
+pub(crate) struct Request {
     method: Method,
     path: String,
-    headers: Vec<(String, String)>,
     body: Bytes,
-    stream: bool,
-    /// What most tasks leave unset (their id too), boxed together: a task queued in the
-    /// engine is a few words smaller for it (see README, `memory`).
+    /// What most tasks leave unset (their id too), boxed together.
     extra: Option<Box<Extra>>,
 }
 
@@ -74,6 +84,7 @@ struct Extra {
     timeout: Option<Duration>,
     deadline: Option<Deadline>,
     idempotent: Option<bool>,
+    stream: bool,
     affinity: Option<String>,
     build_error: Option<String>,
 }
@@ -87,12 +98,13 @@ impl Task {
     pub fn new(service: impl Into<String>, method: Method, path: impl Into<String>) -> Task {
         Task {
             service: service.into(),
-            method,
-            path: path.into(),
             headers: Vec::new(),
-            body: Bytes::new(),
-            stream: false,
-            extra: None,
+            req: Request {
+                method,
+                path: path.into(),
+                body: Bytes::new(),
+                extra: None,
+            },
         }
     }
 
@@ -110,7 +122,7 @@ impl Task {
         let mut t =
             Task::new(service, Method::POST, path).header("content-type", "application/json");
         match serde_json::to_vec(value) {
-            Ok(b) => t.body = b.into(),
+            Ok(b) => t.req.body = b.into(),
             Err(e) => {
                 t.extra_mut().build_error = Some(format!("body is not serializable as JSON: {e}"))
             }
@@ -126,7 +138,7 @@ impl Task {
 
     /// Sets the body.
     pub fn body(mut self, body: impl Into<Bytes>) -> Task {
-        self.body = body.into();
+        self.req.body = body.into();
         self
     }
 
@@ -176,13 +188,15 @@ impl Task {
     /// ends or the stream is dropped. A failed answer (4xx, 5xx) is read
     /// whole, as without streaming, so retries see it as usual.
     pub fn stream(mut self, yes: bool) -> Task {
-        self.stream = yes;
+        if yes || self.req.extra.is_some() {
+            self.extra_mut().stream = yes;
+        }
         self
     }
 
     /// Whether the answer is streamed ([`Task::stream`]).
     pub fn is_stream(&self) -> bool {
-        self.stream
+        self.req.is_stream()
     }
 
     /// The service it is for.
@@ -192,52 +206,67 @@ impl Task {
 
     /// The method.
     pub fn method(&self) -> &Method {
-        &self.method
+        self.req.method()
     }
 
     /// The path as given.
     pub fn path(&self) -> &str {
-        &self.path
+        &self.req.path
     }
 
     /// The id given with [`Task::id`], if any.
     pub fn given_id(&self) -> Option<TaskId> {
-        self.extra().and_then(|x| x.id)
+        self.req.extra().and_then(|x| x.id)
     }
 
     /// Whether retries after ambiguous errors are allowed.
     pub fn is_idempotent(&self) -> bool {
-        self.extra().and_then(|x| x.idempotent).unwrap_or(matches!(
-            self.method,
-            Method::GET
-                | Method::HEAD
-                | Method::PUT
-                | Method::DELETE
-                | Method::OPTIONS
-                | Method::TRACE
-        ))
+        self.req
+            .extra()
+            .and_then(|x| x.idempotent)
+            .unwrap_or(matches!(
+                self.req.method,
+                Method::GET
+                    | Method::HEAD
+                    | Method::PUT
+                    | Method::DELETE
+                    | Method::OPTIONS
+                    | Method::TRACE
+            ))
     }
 
     /// Checks the task and freezes it into the engine's form.
     pub(crate) fn prepare(self, id: TaskId, now: Instant) -> Result<Job, (TaskId, String)> {
         match self.check(now) {
-            Ok((path_start, headers, deadline)) => Ok(Job {
-                id: self.given_id().unwrap_or(id),
-                idempotent: self.is_idempotent(),
-                affinity: self
+            Ok((headers, deadline)) => {
+                // The header strings are dropped when the parsed headers
+                // give them back exactly (names in lower case, as is usual).
+                let rebuilt = self
+                    .headers
+                    .iter()
+                    .all(|(k, _)| !k.bytes().any(|b| b.is_ascii_uppercase()));
+                let id = self.given_id().unwrap_or(id);
+                let idempotent = self.is_idempotent();
+                let affinity = self
+                    .req
                     .extra()
                     .and_then(|x| x.affinity.as_deref())
-                    .map(crate::algo::strategy::hash_key),
-                path_start,
-                headers,
-                deadline,
-                submitted: now,
-                // The queue holds the service's name once; no copy per task.
-                task: Task {
-                    service: String::new(),
-                    ..self
-                },
-            }),
+                    .map(crate::algo::strategy::hash_key);
+                let slash = self.req.path.starts_with('/');
+                let raw_headers = (!rebuilt).then(|| Box::new(self.headers));
+                Ok(Job {
+                    id,
+                    idempotent,
+                    affinity,
+                    slash,
+                    headers,
+                    raw_headers,
+                    deadline,
+                    submitted: now,
+                    task: self.req,
+                    reply: ReplySlot::default(),
+                })
+            }
             Err(reason) => Err((self.given_id().unwrap_or(id), reason)),
         }
     }
@@ -246,16 +275,15 @@ impl Task {
     fn check(
         &self,
         now: Instant,
-    ) -> Result<(usize, Vec<(HeaderName, HeaderValue)>, Option<Instant>), String> {
-        let extra = self.extra();
+    ) -> Result<(Vec<(HeaderName, HeaderValue)>, Option<Instant>), String> {
+        let extra = self.req.extra();
         if let Some(e) = extra.and_then(|x| x.build_error.as_ref()) {
             return Err(e.clone());
         }
         if self.service.is_empty() {
             return Err("service name is empty".into());
         }
-        check_path(&self.path)?;
-        let path = usize::from(self.path.starts_with('/'));
+        check_path(&self.req.path)?;
         let mut headers = Vec::with_capacity(self.headers.len());
         for (k, v) in &self.headers {
             let name = HeaderName::from_bytes(k.as_bytes())
@@ -282,7 +310,30 @@ impl Task {
                 Some(t)
             }
         };
-        Ok((path, headers, deadline))
+        Ok((headers, deadline))
+    }
+
+    fn extra_mut(&mut self) -> &mut Extra {
+        self.req.extra.get_or_insert_with(Default::default)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn body_bytes(&self) -> &Bytes {
+        self.req.body_bytes()
+    }
+}
+
+// === impl Request ===
+
+impl Request {
+    /// The method.
+    pub(crate) fn method(&self) -> &Method {
+        &self.method
+    }
+
+    /// Whether the answer is streamed ([`Task::stream`]).
+    pub(crate) fn is_stream(&self) -> bool {
+        self.extra().is_some_and(|x| x.stream)
     }
 
     /// The per-attempt timeout set on the task, if any.
@@ -290,50 +341,69 @@ impl Task {
         self.extra().and_then(|x| x.timeout)
     }
 
-    fn extra(&self) -> Option<&Extra> {
-        self.extra.as_deref()
-    }
-
-    fn extra_mut(&mut self) -> &mut Extra {
-        self.extra.get_or_insert_with(Default::default)
-    }
-
-    /// The task as submitted to `service` (the engine keeps a task without
-    /// its service name, which the queue already holds).
-    pub(crate) fn with_service(mut self, service: &str) -> Task {
-        self.service = service.to_owned();
-        self
-    }
-
     pub(crate) fn body_bytes(&self) -> &Bytes {
         &self.body
     }
+
+    fn extra(&self) -> Option<&Extra> {
+        self.extra.as_deref()
+    }
 }
 
-/// A checked task as the engine carries it (shared by `Arc` between attempts).
+/// A checked task as the engine carries it (shared by `Arc` between
+/// attempts), with the slot its one result goes to: one allocation per
+/// task holds both (see [`reply`]).
 #[derive(Debug)]
 pub(crate) struct Job {
     pub id: TaskId,
-    pub task: Task,
-    /// Where the path proper starts in `task.path` (after a leading `/`).
-    pub path_start: usize,
+    pub task: Request,
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// The headers as given, kept only when `headers` cannot give them
+    /// back exactly (a name not in lower case). A thin box: one word in
+    /// every job instead of the three of a `Vec` (or two of a boxed slice).
+    #[allow(clippy::box_collection)]
+    raw_headers: Option<Box<Vec<(String, String)>>>,
     pub deadline: Option<Instant>,
-    pub idempotent: bool,
     pub affinity: Option<u64>,
     pub submitted: Instant,
+    pub idempotent: bool,
+    /// Whether `task.path` starts with `/` (dropped when appended).
+    slash: bool,
+    /// Where the task's result goes (the caller's `Submission` waits on it).
+    pub reply: ReplySlot,
 }
 
 impl Job {
     /// The path without its leading `/`, to append to an endpoint address.
     pub fn path(&self) -> &str {
-        &self.task.path[self.path_start..]
+        &self.task.path[usize::from(self.slash)..]
+    }
+
+    /// The task as submitted to `service` (for the shutdown report).
+    pub(crate) fn to_task(&self, service: &str) -> Task {
+        let headers = match &self.raw_headers {
+            Some(raw) => (**raw).clone(),
+            None => self
+                .headers
+                .iter()
+                .map(|(k, v)| {
+                    // Checked at submit: made from a `&str`, so UTF-8.
+                    let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
+                    (k.as_str().to_owned(), v)
+                })
+                .collect(),
+        };
+        Task {
+            service: service.to_owned(),
+            headers,
+            req: self.task.clone(),
+        }
     }
 }
 
 impl fmt::Display for Task {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {} {}", self.service, self.method, self.path)
+        write!(f, "{} {} {}", self.service, self.req.method, self.req.path)
     }
 }
 
@@ -440,6 +510,27 @@ mod tests {
             .prepare(1, Instant::now())
             .unwrap();
         assert_eq!(j.path(), "login?next=https://app.example/home");
+    }
+
+    /// The shutdown report gives the task back as submitted: its headers
+    /// exactly, whether the job kept their strings or rebuilt them.
+    #[test]
+    fn a_job_gives_back_its_task() {
+        for t in [
+            Task::get("s", "/a")
+                .header("x-id", "1")
+                .header("accept", "*/*"),
+            Task::get("s", "/a").header("X-Id", "\u{e9}t\u{e9}"),
+            Task::post_json("s", "b", &1).id(9).stream(true),
+        ] {
+            let back = t.clone().prepare(1, Instant::now()).unwrap().to_task("S");
+            assert_eq!(back.service(), "S");
+            assert_eq!(back.headers, t.headers);
+            assert_eq!(back.to_string(), format!("S {} {}", t.method(), t.path()));
+            assert_eq!(back.body_bytes(), t.body_bytes());
+            assert_eq!(back.given_id(), t.given_id());
+            assert_eq!(back.is_stream(), t.is_stream());
+        }
     }
 
     #[test]

@@ -23,7 +23,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::algo::breaker::BreakerState;
-use crate::outcome::{AttemptOutcome, BodyStream, TaskResult};
+use crate::outcome::{AttemptOutcome, BodyStream};
 use crate::stats::{NodeStats, QueueStats};
 use crate::task::Job;
 use crate::transport::HttpReply;
@@ -79,17 +79,16 @@ pub struct LoadReport {
     pub restarts: u32,
 }
 
-/// Where a task's one result goes. The result travels boxed: the channel
-/// lives as long as the task is queued, and a boxed slot keeps it at a few
-/// words instead of a whole `TaskResult` (about 250 bytes) per queued task.
-pub(crate) type ReplyTx = oneshot::Sender<Box<TaskResult>>;
+/// The queue's hold on a task: its job, and the duty to answer it once,
+/// into the slot of the job's own allocation (no channel per task; see
+/// `task/reply.rs`). Dropped unanswered, it closes the slot.
+pub(crate) type ReplyTx = crate::task::ReplyTx;
 
 /// A new task for the queue (from `Dispatcher::submit`, through the inbox).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Submit {
-    pub job: Arc<Job>,
-    pub reply: ReplyTx,
+    pub task: ReplyTx,
     /// Wait for room instead of rejecting when full.
     pub wait: bool,
 }
@@ -144,6 +143,12 @@ pub(crate) struct Dispatch {
     /// The balancer's decision time (its bucket mirror used it too).
     pub at: Instant,
 }
+
+/// Attempts for one node, placed in one turn of the balancer (sent when
+/// the turn ends: one message however many tasks it placed there).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Dispatches(pub Vec<Dispatch>);
 
 /// What one attempt gave, as the queue needs it.
 pub(crate) struct AttemptReport {

@@ -107,8 +107,8 @@ impl QueueActor {
             last: last.outcome,
             retry_after: last.retry_after,
             retries: last.retries,
-            idempotent: p.job.idempotent,
-            deadline: p.job.deadline,
+            idempotent: p.job().idempotent,
+            deadline: p.job().deadline,
         };
         match self.policy.decide(&ended, now, &mut self.rng) {
             Decision::Fail(reason) => {
@@ -138,7 +138,7 @@ impl QueueActor {
                 log::debug!(
                     "service {}: task {} retry {} in {:?} after {}",
                     self.service,
-                    p.job.id,
+                    p.job().id,
                     retries,
                     after,
                     ended.last
@@ -203,24 +203,20 @@ impl QueueActor {
         if outstanding {
             list_cancelled_twin(&mut p, now);
         }
-        let total = now.saturating_duration_since(p.job.submitted);
+        let total = now.saturating_duration_since(p.job().submitted);
         self.metrics.task_finished(&outcome, total);
         let result = TaskResult {
-            id: p.job.id,
+            id: p.job().id,
             service: self.service.clone(),
             outcome,
             attempts: std::mem::take(&mut p.attempts),
             total,
         };
-        if let Some(reply) = p.reply.take() {
-            let _ = reply.send(Box::new(result));
-        }
+        let round = p.round;
+        p.task.send(Box::new(result));
         if outstanding && self.cfg.hedge.is_some() {
             // A hedged twin is still out: tell its node it lost.
-            let seq = Seq {
-                task: no,
-                round: p.round,
-            };
+            let seq = Seq { task: no, round };
             self.tell_balancer(crate::actors::hedge::CancelTask { seq }, ctx);
         }
         self.check_drained();

@@ -20,11 +20,11 @@ impl QueueActor {
             if p.state != State::Ready {
                 continue;
             }
-            if p.job.deadline.is_some_and(|d| d <= now) {
+            if p.job().deadline.is_some_and(|d| d <= now) {
                 self.finish_deadline(no, ctx);
                 continue;
             }
-            let hedge_after = hedge_delay(&self.cfg, &self.latencies, &p.job);
+            let hedge_after = hedge_delay(&self.cfg, &self.latencies, p.job());
             p.state = State::InFlight;
             p.outstanding = 1;
             p.round = p.round.wrapping_add(1);
@@ -38,7 +38,7 @@ impl QueueActor {
             }
             let route = Route {
                 seq: Seq { task: no, round },
-                job: p.job.clone(),
+                job: p.job().clone(),
                 avoid: p.avoid(),
                 hedge: false,
                 at: now,
@@ -87,7 +87,7 @@ impl QueueActor {
                 task: no,
                 round: p.round,
             },
-            job: p.job.clone(),
+            job: p.job().clone(),
             avoid: p.avoid(),
             hedge: true,
             at: now,
@@ -150,7 +150,7 @@ pub(super) struct Race {
 /// mailbox wait; the watchdog is only for attempts lost with their node.
 /// (Computed at each once-a-second sweep rather than kept per task.)
 pub(super) fn watchdog_at(p: &Pending, cfg: &ServiceConfig) -> Instant {
-    let timeout = p.job.task.attempt_timeout().unwrap_or(cfg.timeout);
+    let timeout = p.job().task.attempt_timeout().unwrap_or(cfg.timeout);
     let grace = time::sum(timeout, timeout.max(Duration::from_secs(5)));
     time::add(p.sent_at, grace)
 }
@@ -209,6 +209,6 @@ impl RetainIfBloated for VecDeque<TaskNo> {
     }
 }
 
-pub(super) fn is_state(tasks: &HashMap<TaskNo, Pending>, no: &TaskNo, state: State) -> bool {
+pub(super) fn is_state(tasks: &Tasks, no: &TaskNo, state: State) -> bool {
     tasks.get(no).is_some_and(|p| p.state == state)
 }

@@ -80,7 +80,7 @@ impl Handler<Intake> for QueueActor {
             std::mem::swap(&mut *list, &mut batch);
         }
         for msg in batch.drain(..) {
-            self.tick(Some(msg.job.submitted));
+            self.tick(Some(msg.task.job().submitted));
             self.guarded(ctx, |act, ctx| act.submit(msg, ctx));
         }
         // Keep a small list for the next burst; give a big one back.

@@ -10,7 +10,7 @@ impl QueueActor {
         if self.closed {
             return self.reject_new(msg, Rejection::ShuttingDown, now);
         }
-        if msg.job.deadline.is_some_and(|d| d <= now) {
+        if msg.task.job().deadline.is_some_and(|d| d <= now) {
             return self.reject_new(msg, Rejection::DeadlinePassed, now);
         }
         if let Gate::Reject(r) = &self.gate {
@@ -45,28 +45,28 @@ impl QueueActor {
 
     /// Puts a new task in the map (and its deadline in the timers).
     pub(super) fn enter(&mut self, msg: Submit, state: State, ctx: &mut Context<Self>) -> TaskNo {
-        let no = self.next_no;
-        self.next_no += 1;
-        if let Some(d) = msg.job.deadline {
-            self.push_timer(d, no, Timer::Deadline, ctx);
-        }
         let now = self.now();
-        self.tasks.insert(
-            no,
+        let deadline = msg.task.job().deadline;
+        let no = self.tasks.insert(
+            self.next_no,
             Pending {
-                job: msg.job,
-                reply: Some(msg.reply),
+                task: msg.task,
                 attempts: Vec::new(),
-                state,
-                outstanding: 0,
-                round: 0,
-                hedged: false,
-                round_failed: false,
                 sent_at: now,
                 last: None,
                 race: None,
+                round: 0,
+                arrival: 0, // set by the slab
+                state,
+                outstanding: 0,
+                hedged: false,
+                round_failed: false,
             },
         );
+        self.next_no += 1;
+        if let Some(d) = deadline {
+            self.push_timer(d, no, Timer::Deadline, ctx);
+        }
         no
     }
 
@@ -89,16 +89,16 @@ impl QueueActor {
         self.counters.submitted += 1;
         self.counters.rejected += 1;
         let outcome = self.rejection_outcome(reason);
-        let total = now.saturating_duration_since(msg.job.submitted);
+        let total = now.saturating_duration_since(msg.task.job().submitted);
         self.metrics.task_finished(&outcome, total);
         let result = TaskResult {
-            id: msg.job.id,
+            id: msg.task.job().id,
             service: self.service.clone(),
             outcome,
             attempts: Vec::new(),
             total,
         };
-        let _ = msg.reply.send(Box::new(result));
+        msg.task.send(Box::new(result));
     }
 
     /// Answers task `no` with a rejection (or the fallback).
@@ -175,7 +175,6 @@ impl Handler<Task> for QueueActor {
         self.tick(None);
         let now = self.now();
         let id = self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
         let service = self.service.clone();
         let checked = if task.service().eq_ignore_ascii_case(&self.service) {
             task.prepare(id, now)
@@ -189,13 +188,14 @@ impl Handler<Task> for QueueActor {
         };
         match checked {
             Ok(job) => {
+                let job = Arc::new(job);
+                let submission = crate::dispatcher::Submission::waiting(job.clone(), service);
                 let msg = Submit {
-                    job: Arc::new(job),
-                    reply: tx,
+                    task: ReplyTx::new(job),
                     wait: false,
                 };
                 self.guarded(ctx, |act, ctx| act.submit(msg, ctx));
-                Box::pin(crate::dispatcher::Submission::waiting(rx, id, service, now))
+                Box::pin(submission)
             }
             Err((id, reason)) => {
                 self.counters.submitted += 1;
@@ -214,7 +214,7 @@ impl Handler<Submit> for QueueActor {
     type Result = ();
 
     fn handle(&mut self, msg: Submit, ctx: &mut Self::Context) {
-        self.tick(Some(msg.job.submitted));
+        self.tick(Some(msg.task.job().submitted));
         self.guarded(ctx, |act, ctx| act.submit(msg, ctx));
     }
 }

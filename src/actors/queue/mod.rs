@@ -29,7 +29,7 @@
 //!   balancer is found the same way, and the dispatcher rebuilds the
 //!   pipeline.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +44,7 @@ mod answers;
 mod dispatch;
 mod inbox;
 mod intake;
+mod tasks;
 #[cfg(test)]
 mod tests;
 mod timing;
@@ -52,6 +53,7 @@ pub(crate) use self::inbox::{Inbox, InboxSender};
 
 use self::answers::LastFailure;
 use self::dispatch::{list_cancelled_twin, Race};
+use self::tasks::Tasks;
 use self::timing::Timer;
 use super::balancer::BalancerActor;
 use super::hedge::CancelTask;
@@ -81,17 +83,10 @@ pub(super) enum State {
 }
 
 pub(super) struct Pending {
-    pub job: Arc<Job>,
-    reply: Option<ReplyTx>,
+    /// The task's job, and the duty to answer it (one allocation holds
+    /// both, and the slot the caller waits on).
+    task: ReplyTx,
     pub attempts: Vec<Attempt>,
-    pub state: State,
-    /// Attempts out right now (2 while hedged).
-    outstanding: u8,
-    /// Bumped at each dispatch; answers of other rounds are stale.
-    round: u32,
-    hedged: bool,
-    /// Whether an attempt of this round failed (else the round bounced).
-    round_failed: bool,
     /// When this round was sent out.
     sent_at: Instant,
     /// The last failed attempt of this task, the nodes that failed it and
@@ -100,6 +95,23 @@ pub(super) struct Pending {
     last: Option<Box<LastFailure>>,
     /// Where a hedged round's attempts went, and which have reported.
     race: Option<Box<Race>>,
+    /// Bumped at each dispatch; answers of other rounds are stale.
+    round: u32,
+    /// The low 32 bits of the task's arrival count (its number's high half).
+    arrival: u32,
+    pub state: State,
+    /// Attempts out right now (2 while hedged).
+    outstanding: u8,
+    hedged: bool,
+    /// Whether an attempt of this round failed (else the round bounced).
+    round_failed: bool,
+}
+
+impl Pending {
+    /// The task's job.
+    pub(super) fn job(&self) -> &Arc<Job> {
+        self.task.job()
+    }
 }
 
 #[derive(Debug, Default, Clone)]
@@ -124,7 +136,7 @@ pub struct QueueActor {
     inbox: Arc<Inbox>,
     /// The inbox's previous list, kept for reuse while it is small.
     intake_spare: Vec<Submit>,
-    pub(super) tasks: HashMap<TaskNo, Pending>,
+    pub(super) tasks: Tasks,
     ready: VecDeque<TaskNo>,
     /// Tasks parked for room, in arrival order (entries of tasks answered
     /// while parked are skipped when reached).
@@ -209,7 +221,7 @@ impl QueueActor {
             ids,
             inbox: Arc::default(),
             intake_spare: Vec::new(),
-            tasks: HashMap::new(),
+            tasks: Tasks::default(),
             ready: VecDeque::new(),
             waiting: VecDeque::new(),
             parked: 0,
@@ -269,9 +281,7 @@ impl QueueActor {
             "service {}: {why}; answering its {n} task(s) `internal error` and going on",
             self.service
         );
-        let mut nos: Vec<TaskNo> = self.tasks.keys().copied().collect();
-        nos.sort_unstable();
-        for no in nos {
+        for no in self.tasks.in_arrival_order(self.next_no) {
             // Each answer on its own guard: one bad task cannot stop the rest.
             let reason = Rejection::Internal(why.to_owned());
             let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -484,15 +494,14 @@ impl QueueActor {
             self.enter(msg, State::Waiting, ctx);
             self.parked += 1;
         }
-        let mut nos: Vec<TaskNo> = self.tasks.keys().copied().collect();
-        nos.sort_unstable();
+        let nos = self.tasks.in_arrival_order(self.next_no);
         let mut left = Vec::with_capacity(nos.len());
         for no in nos {
             if let Some(p) = self.tasks.get(&no) {
                 left.push(crate::dispatcher::Unfinished {
-                    id: p.job.id,
+                    id: p.job().id,
                     service: self.service.to_string(),
-                    task: p.job.task.clone().with_service(&self.service),
+                    task: p.job().to_task(&self.service),
                     attempts: p.attempts.clone(),
                     was_in_flight: p.state == State::InFlight,
                 });

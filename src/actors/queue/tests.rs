@@ -65,16 +65,29 @@ fn start(json: &str) -> (Addr<QueueActor>, Arc<Mutex<Seen>>) {
     (QueueActor::with_port(cfg, port), seen)
 }
 
-/// Submits one task; its result comes on the returned channel.
-fn submit(queue: &Addr<QueueActor>, task: Task, id: u64) -> oneshot::Receiver<Box<TaskResult>> {
-    let (reply, rx) = oneshot::channel();
+/// Submits one task; its result comes into the returned job's slot.
+fn submit(queue: &Addr<QueueActor>, task: Task, id: u64) -> Slot {
     let job = Arc::new(task.prepare(id, Instant::now()).unwrap());
     queue.do_send(Submit {
-        job,
-        reply,
+        task: ReplyTx::new(job.clone()),
         wait: false,
     });
-    rx
+    Slot(job)
+}
+
+/// Where a test's task is answered.
+struct Slot(Arc<Job>);
+
+impl Slot {
+    /// The answer, if there is one yet.
+    fn try_recv(&mut self) -> Result<Box<TaskResult>, ()> {
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        match self.0.reply.poll_take(&mut cx) {
+            std::task::Poll::Ready(Some(r)) => Ok(r),
+            _ => Err(()),
+        }
+    }
 }
 
 /// An attempt of `seq` ended with `status` on node `node`.

@@ -88,7 +88,7 @@ impl QueueActor {
             })
             .map(|(no, p)| {
                 let seq = Seq {
-                    task: *no,
+                    task: no,
                     round: p.round,
                 };
                 (seq, p.outstanding.max(1))
@@ -99,7 +99,7 @@ impl QueueActor {
                 log::warn!(
                     "service {}: task {}: attempt never reported back; counted as lost",
                     self.service,
-                    p.job.id
+                    p.job().id
                 );
             }
             for _ in 0..outstanding {
@@ -142,13 +142,13 @@ pub(super) enum Timer {
 }
 
 /// Whether a timer entry can still fire for its task.
-pub(super) fn timer_live(tasks: &HashMap<TaskNo, Pending>, no: &TaskNo, kind: &Timer) -> bool {
+pub(super) fn timer_live(tasks: &Tasks, no: &TaskNo, kind: &Timer) -> bool {
     let Some(p) = tasks.get(no) else {
         return false;
     };
     match kind {
         Timer::Due => p.state == State::Backoff,
-        Timer::Deadline => p.job.deadline.is_some(),
+        Timer::Deadline => p.job().deadline.is_some(),
         Timer::Hedge(g) => p.state == State::InFlight && p.round == *g,
     }
 }

@@ -1,0 +1,208 @@
+//! Where a task's one result goes: a slot inside the task's own allocation.
+//!
+//! `Dispatcher::submit` allocates a task's [`Job`] once, in an `Arc`, and
+//! that allocation also holds the slot its result is put in: the queue
+//! fills it, the caller's [`crate::Submission`] waits on it. So a task costs
+//! one allocation for its state and no channel of its own (a `oneshot` per
+//! task was one more allocation, about 80 bytes per queued task).
+//!
+//! The queue holds a task through a [`ReplyTx`]: answering consumes it, and
+//! dropping it unanswered (the queue actor gone with the task, or a submit
+//! dropped with a dead queue's inbox) closes the slot, which the
+//! `Submission` turns into an `Internal` rejection, as it did for a dropped
+//! channel. So every task still gets exactly one result.
+//!
+//! ```text
+//!  Waiting(waker) ──put──► Answered(result) ──taken by the caller──► Taken
+//!        └──────ReplyTx dropped unanswered──► Closed
+//! ```
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use super::Job;
+use crate::outcome::TaskResult;
+
+/// A task's result, on its way from the queue to the caller.
+pub(crate) struct ReplySlot(Mutex<SlotState>);
+
+enum SlotState {
+    /// Not answered yet; the waker of the caller's last poll, if any.
+    Waiting(Option<Waker>),
+    /// Answered, not yet taken. Boxed: the slot stays a few words while
+    /// the task is queued.
+    Answered(Box<TaskResult>),
+    /// The caller has taken the result.
+    Taken,
+    /// The queue let go of the task without answering it.
+    Closed,
+}
+
+impl Default for ReplySlot {
+    fn default() -> Self {
+        ReplySlot(Mutex::new(SlotState::Waiting(None)))
+    }
+}
+
+impl fmt::Debug for ReplySlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &*self.lock() {
+            SlotState::Waiting(_) => "waiting",
+            SlotState::Answered(_) => "answered",
+            SlotState::Taken => "taken",
+            SlotState::Closed => "closed",
+        };
+        f.debug_tuple("ReplySlot").field(&state).finish()
+    }
+}
+
+impl ReplySlot {
+    fn lock(&self) -> MutexGuard<'_, SlotState> {
+        // Nothing panics while holding it; a poisoned slot is still sound.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Ends a waiting slot as `to` and wakes the caller; a slot already
+    /// answered or closed is left as it is (each task is answered once).
+    fn end(&self, to: SlotState) {
+        let waker = {
+            let mut s = self.lock();
+            match &mut *s {
+                SlotState::Waiting(w) => {
+                    let w = w.take();
+                    *s = to;
+                    w
+                }
+                _ => None,
+            }
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    /// The result, once there is one: `Some` the first time, `None` when
+    /// the slot was closed unanswered. Registers the caller's waker otherwise.
+    pub(crate) fn poll_take(&self, cx: &mut Context<'_>) -> Poll<Option<Box<TaskResult>>> {
+        let mut s = self.lock();
+        match &mut *s {
+            SlotState::Waiting(w) => {
+                match w {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    _ => *w = Some(cx.waker().clone()),
+                }
+                Poll::Pending
+            }
+            SlotState::Answered(_) => match std::mem::replace(&mut *s, SlotState::Taken) {
+                SlotState::Answered(r) => Poll::Ready(Some(r)),
+                _ => unreachable!("matched above"),
+            },
+            SlotState::Taken | SlotState::Closed => Poll::Ready(None),
+        }
+    }
+}
+
+/// The queue's hold on a task: its job, and the duty to answer it exactly
+/// once. [`ReplyTx::send`] answers; dropping it unanswered closes the slot.
+pub(crate) struct ReplyTx(Option<Arc<Job>>);
+
+impl ReplyTx {
+    /// Takes charge of answering `job`.
+    pub(crate) fn new(job: Arc<Job>) -> Self {
+        ReplyTx(Some(job))
+    }
+
+    /// The task's job.
+    pub(crate) fn job(&self) -> &Arc<Job> {
+        self.0
+            .as_ref()
+            .expect("a ReplyTx holds its job until it answers")
+    }
+
+    /// Answers the task.
+    pub(crate) fn send(mut self, result: Box<TaskResult>) {
+        if let Some(job) = self.0.take() {
+            job.reply.end(SlotState::Answered(result));
+        }
+    }
+}
+
+impl Drop for ReplyTx {
+    fn drop(&mut self) {
+        if let Some(job) = self.0.take() {
+            job.reply.end(SlotState::Closed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::Task;
+    use futures::task::noop_waker;
+    use tokio::time::Instant;
+
+    fn job() -> Arc<Job> {
+        Arc::new(Task::get("s", "/x").prepare(7, Instant::now()).unwrap())
+    }
+
+    fn result() -> Box<TaskResult> {
+        Box::new(crate::dispatcher::rejected(
+            7,
+            "s".into(),
+            crate::Rejection::QueueFull,
+            Instant::now(),
+        ))
+    }
+
+    #[test]
+    fn an_answer_is_taken_once() {
+        let job = job();
+        let waker = noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert!(job.reply.poll_take(&mut cx).is_pending());
+        ReplyTx::new(job.clone()).send(result());
+        match job.reply.poll_take(&mut cx) {
+            Poll::Ready(Some(r)) => assert_eq!(r.id, 7),
+            _ => panic!("answered"),
+        }
+        assert!(matches!(job.reply.poll_take(&mut cx), Poll::Ready(None)));
+    }
+
+    #[test]
+    fn a_hold_dropped_unanswered_closes_the_slot() {
+        let job = job();
+        drop(ReplyTx::new(job.clone()));
+        let waker = noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert!(matches!(job.reply.poll_take(&mut cx), Poll::Ready(None)));
+    }
+
+    /// A caller waiting on the slot is woken by the answer (and by a close).
+    #[test]
+    fn the_answer_wakes_a_waiting_caller() {
+        struct Flag(std::sync::atomic::AtomicUsize);
+        impl futures::task::ArcWake for Flag {
+            fn wake_by_ref(me: &Arc<Self>) {
+                me.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        for answer in [true, false] {
+            let flag = Arc::new(Flag(Default::default()));
+            let waker = futures::task::waker(flag.clone());
+            let mut cx = Context::from_waker(&waker);
+            let job = job();
+            assert!(job.reply.poll_take(&mut cx).is_pending());
+            let tx = ReplyTx::new(job.clone());
+            if answer {
+                tx.send(result());
+            } else {
+                drop(tx);
+            }
+            assert_eq!(flag.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+            let got = job.reply.poll_take(&mut cx);
+            assert_eq!(matches!(got, Poll::Ready(Some(_))), answer);
+        }
+    }
+}
