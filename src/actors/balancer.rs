@@ -64,6 +64,10 @@ pub struct BalancerActor {
     pub(super) wake: Option<(Instant, SpawnHandle)>,
     /// A wake-up to set at the next `settle` (found where no context was at hand).
     pub(super) pending_wake: Option<Instant>,
+    /// Nodes with dispatches in their outbox this turn (see `post`).
+    pub(super) posted: Vec<NodeId>,
+    /// A [`Flush`] is spawned for this turn.
+    pub(super) flushing: bool,
     /// Nodes working on each task, kept only when the service hedges.
     pub(super) working: HashMap<Seq, Vec<NodeId>>,
     /// Prometheus series (no-op without `metrics`): each node's, and the
@@ -169,6 +173,8 @@ impl BalancerActor {
             gate: Gate::Open,
             wake: None,
             working: HashMap::new(),
+            posted: Vec::new(),
+            flushing: false,
             pending_wake: None,
             metrics,
             cfg,
@@ -439,6 +445,11 @@ impl BalancerActor {
 impl Actor for BalancerActor {
     type Context = Context<Self>;
 
+    /// Dispatches of the last turn still go out (their tasks are answered).
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        self.flush();
+    }
+
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.run_interval(self.cfg.balancer.refresh_interval, |act, ctx| {
             act.refresh_loads(ctx)
@@ -535,13 +546,19 @@ impl Handler<Route> for BalancerActor {
             msg.job.id,
             n.address
         );
-        n.addr.do_send(Dispatch {
-            seq: msg.seq,
-            job: msg.job,
-            bypass_breaker: placed.bypass_breaker,
-            hedge: msg.hedge,
-            at: now,
-        });
+        let id = n.id;
+        self.post(
+            i,
+            id,
+            Dispatch {
+                seq: msg.seq,
+                job: msg.job,
+                bypass_breaker: placed.bypass_breaker,
+                hedge: msg.hedge,
+                at: now,
+            },
+            ctx,
+        );
         if msg.hedge {
             self.tell_placed(msg.seq, i);
         }
@@ -553,6 +570,36 @@ impl Handler<Route> for BalancerActor {
 }
 
 impl BalancerActor {
+    /// Puts a dispatch in node `i`'s outbox; the outboxes go out together
+    /// when the balancer's turn ends ([`Flush`]): one message per node per
+    /// turn, however many routes the turn placed there.
+    fn post(&mut self, i: usize, id: NodeId, d: Dispatch, ctx: &mut Context<Self>) {
+        let outbox = &mut self.nodes.node_mut(i).outbox;
+        if outbox.is_empty() {
+            self.posted.push(id);
+        }
+        outbox.push(d);
+        if !self.flushing {
+            self.flushing = true;
+            ctx.spawn(Flush);
+        }
+    }
+
+    /// Sends every outbox (before anything that must reach a node after
+    /// the dispatches of this turn: a cancel, a stop).
+    pub(super) fn flush(&mut self) {
+        self.flushing = false;
+        for id in std::mem::take(&mut self.posted) {
+            if let Some(i) = self.nodes.position(id) {
+                let n = self.nodes.node_mut(i);
+                let batch = std::mem::take(&mut n.outbox);
+                if !batch.is_empty() {
+                    n.addr.do_send(Dispatches(batch));
+                }
+            }
+        }
+    }
+
     /// Tells the queue where both attempts of a hedged round went (node `i`
     /// took the hedge), so the one that loses the race is still listed in
     /// the task's result. Hedges only: one message per hedge.
@@ -599,6 +646,26 @@ impl BalancerActor {
         if n.draining && n.in_flight == 0 {
             self.finish_removal(i);
         }
+    }
+}
+
+/// Sends the outboxes once the balancer's mailbox is drained: spawned on
+/// its context by the turn's first dispatch, polled after the messages.
+struct Flush;
+
+impl ActorFuture<BalancerActor> for Flush {
+    type Output = ();
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        act: &mut BalancerActor,
+        _ctx: &mut Context<BalancerActor>,
+        _task: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if act.flushing {
+            act.flush();
+        }
+        std::task::Poll::Ready(())
     }
 }
 
@@ -804,6 +871,10 @@ impl Handler<super::hedge::CancelTask> for BalancerActor {
     type Result = ();
 
     fn handle(&mut self, msg: super::hedge::CancelTask, _ctx: &mut Self::Context) {
+        // The cancel must not overtake the dispatch it cancels.
+        if self.flushing {
+            self.flush();
+        }
         for id in self.working.get(&msg.seq).into_iter().flatten() {
             if let Some(i) = self.nodes.position(*id) {
                 self.nodes
@@ -829,6 +900,7 @@ impl Handler<Stop> for BalancerActor {
     type Result = ();
 
     fn handle(&mut self, _msg: Stop, ctx: &mut Self::Context) {
+        self.flush();
         ctx.stop();
     }
 }

@@ -447,6 +447,27 @@ impl Handler<Dispatch> for NodeActor {
     type Result = ();
 
     fn handle(&mut self, msg: Dispatch, ctx: &mut Self::Context) {
+        self.dispatch(msg, Instant::now(), ctx);
+    }
+}
+
+/// Performs (or refuses) each attempt of a balancer's turn, in order.
+impl Handler<Dispatches> for NodeActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Dispatches, ctx: &mut Self::Context) {
+        // One clock read for the batch: they are all sent in this turn.
+        let sent = Instant::now();
+        for d in msg.0 {
+            self.dispatch(d, sent, ctx);
+        }
+    }
+}
+
+impl NodeActor {
+    /// Starts one attempt (sent at `sent`: its timeout counts from then),
+    /// or refuses it when the node cannot take it.
+    fn dispatch(&mut self, msg: Dispatch, sent: Instant, ctx: &mut Context<Self>) {
         // The balancer's decision time, for the admission check only: its
         // bucket mirror used the same. The attempt's own timeout starts when
         // it is sent (below), so a mailbox backlog never shortens it.
@@ -491,7 +512,6 @@ impl Handler<Dispatch> for NodeActor {
             .transport
             .as_ref()
             .expect("transport made in started()");
-        let sent = Instant::now();
         let deadline = attempt_deadline(sent, timeout, task_deadline);
         if job.task.is_stream() {
             actix::spawn(stream::attempt(

@@ -174,6 +174,9 @@ impl BalancerActor {
     /// A drained node leaves the pool; its actor stops with its last address.
     pub(super) fn finish_removal(&mut self, i: usize) {
         let n = self.nodes.remove(i);
+        if !n.outbox.is_empty() {
+            n.addr.do_send(super::messages::Dispatches(n.outbox));
+        }
         log::info!(
             "service {}: endpoint {} left the pool",
             self.service,

@@ -98,6 +98,8 @@ pub(crate) struct NodeView {
     /// The node's shared bucket (feature `redis`): caps its room.
     #[cfg(feature = "redis")]
     pub shared_tokens: crate::redis::NodeTokens,
+    /// Dispatches placed this turn, sent together when it ends.
+    pub outbox: Vec<super::messages::Dispatch>,
 }
 
 /// A node's contribution to the balancer's counts, kept so that deciding
@@ -159,6 +161,7 @@ impl NodeView {
             shared: SharedMirror::Closed,
             #[cfg(feature = "redis")]
             shared_tokens: Default::default(),
+            outbox: Vec::new(),
         }
     }
 
