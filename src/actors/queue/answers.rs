@@ -19,7 +19,7 @@ impl QueueActor {
             return; // answered already, or a late answer of an earlier round
         };
         p.outstanding -= 1;
-        if let Some(race) = p.race.as_mut().filter(|r| r.round == msg.seq.round) {
+        if let Some(race) = p.race_mut().filter(|r| r.round == msg.seq.round) {
             if msg.hedge {
                 race.hedge_done = true;
             } else {
@@ -27,6 +27,10 @@ impl QueueActor {
             }
         }
         let r = msg.report;
+        if p.attempts.capacity() == 0 {
+            // Most tasks make one attempt: room for just that one.
+            p.attempts.reserve_exact(1);
+        }
         p.attempts.push(Attempt {
             node: msg.address.clone(),
             outcome: r.outcome,
@@ -63,14 +67,12 @@ impl QueueActor {
         }
         if r.outcome != AttemptOutcome::Error(ErrorKind::Cancelled) {
             p.round_failed = true;
-            let last = p.last.get_or_insert_with(|| {
-                Box::new(LastFailure {
-                    outcome: r.outcome,
-                    response: None,
-                    retry_after: None,
-                    avoid: Vec::new(),
-                    retries: 0,
-                })
+            let last = p.rare_mut().last.get_or_insert_with(|| LastFailure {
+                outcome: r.outcome,
+                response: None,
+                retry_after: None,
+                avoid: Vec::new(),
+                retries: 0,
             });
             last.outcome = r.outcome;
             last.response = response;
@@ -91,7 +93,7 @@ impl QueueActor {
         let Some(p) = self.tasks.get_mut(&no) else {
             return;
         };
-        let last = p.last.as_deref().filter(|_| p.round_failed);
+        let last = p.last().filter(|_| p.round_failed);
         let Some(last) = last else {
             // No attempt of this round failed (it bounced): back to the front.
             p.state = State::Ready;
@@ -130,7 +132,7 @@ impl QueueActor {
                     log::info!("service {}: retry budget available again", self.service);
                 }
                 let retries = ended.retries.saturating_add(1);
-                if let Some(last) = p.last.as_mut() {
+                if let Some(last) = p.last_mut() {
                     last.retries = retries;
                 }
                 // A retry starts a new round from scratch: the failure that
@@ -155,7 +157,10 @@ impl QueueActor {
     }
 
     pub(super) fn fail(&mut self, no: TaskNo, reason: FailReason, ctx: &mut Context<Self>) {
-        let last = self.tasks.get_mut(&no).and_then(|p| p.last.take());
+        let last = self
+            .tasks
+            .get_mut(&no)
+            .and_then(|p| p.rare.as_mut()?.last.take());
         let (last, response) = match last {
             Some(l) => (Some(l.outcome), l.response),
             None => (None, None),
@@ -244,9 +249,7 @@ pub(super) struct LastFailure {
 impl Pending {
     /// The nodes that failed this task so far.
     pub(super) fn avoid(&self) -> Vec<NodeId> {
-        self.last
-            .as_ref()
-            .map_or_else(Vec::new, |l| l.avoid.clone())
+        self.last().map_or_else(Vec::new, |l| l.avoid.clone())
     }
 }
 

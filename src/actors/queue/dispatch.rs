@@ -72,14 +72,14 @@ impl QueueActor {
         }
         p.hedged = true;
         p.outstanding += 1;
-        p.race = Some(Box::new(Race {
+        p.rare_mut().race = Some(Race {
             round: p.round,
             first: None,
             hedge: None,
             hedge_sent: now,
             first_done: false,
             hedge_done: false,
-        }));
+        });
         self.counters.hedged += 1;
         self.metrics.hedged();
         let route = Route {
@@ -100,7 +100,7 @@ impl QueueActor {
         let Some(p) = self.current(msg.seq) else {
             return;
         };
-        if let Some(race) = p.race.as_mut().filter(|r| r.round == msg.seq.round) {
+        if let Some(race) = p.race_mut().filter(|r| r.round == msg.seq.round) {
             race.first = Some(msg.first);
             race.hedge = Some(msg.hedge);
         }
@@ -114,7 +114,7 @@ impl QueueActor {
             return;
         };
         p.outstanding -= 1;
-        if let Some(race) = p.race.as_mut().filter(|r| r.round == msg.seq.round) {
+        if let Some(race) = p.race_mut().filter(|r| r.round == msg.seq.round) {
             if msg.hedge {
                 race.hedge = None;
                 race.hedge_done = true;
@@ -173,7 +173,7 @@ pub(super) fn hedge_delay(
 /// Lists the attempt still out when a hedged task is answered, as
 /// `Cancelled`: the backend saw it, so the result shows it.
 pub(super) fn list_cancelled_twin(p: &mut Pending, now: Instant) {
-    let Some(race) = p.race.as_deref().filter(|r| r.round == p.round) else {
+    let Some(race) = p.race().filter(|r| r.round == p.round) else {
         return;
     };
     let (node, hedge, sent) = if !race.hedge_done {

@@ -53,8 +53,7 @@ impl QueueActor {
                 task: msg.task,
                 attempts: Vec::new(),
                 sent_at: now,
-                last: None,
-                race: None,
+                rare: None,
                 round: 0,
                 arrival: 0, // set by the slab
                 state,

@@ -89,12 +89,9 @@ pub(super) struct Pending {
     pub attempts: Vec<Attempt>,
     /// When this round was sent out.
     sent_at: Instant,
-    /// The last failed attempt of this task, the nodes that failed it and
-    /// its retries so far (boxed together: most tasks never fail one, and a
-    /// queued task's entry stays small).
-    last: Option<Box<LastFailure>>,
-    /// Where a hedged round's attempts went, and which have reported.
-    race: Option<Box<Race>>,
+    /// What most tasks never need (boxed, so a queued task's slot stays
+    /// small): their last failure, and a hedged round's race.
+    rare: Option<Box<Rare>>,
     /// Bumped at each dispatch; answers of other rounds are stale.
     round: u32,
     /// The low 32 bits of the task's arrival count (its number's high half).
@@ -107,10 +104,40 @@ pub(super) struct Pending {
     round_failed: bool,
 }
 
+/// The rarely needed part of a task's state.
+#[derive(Default)]
+pub(super) struct Rare {
+    /// The last failed attempt of this task, the nodes that failed it and
+    /// its retries so far.
+    last: Option<LastFailure>,
+    /// Where a hedged round's attempts went, and which have reported.
+    race: Option<Race>,
+}
+
 impl Pending {
     /// The task's job.
     pub(super) fn job(&self) -> &Arc<Job> {
         self.task.job()
+    }
+
+    fn rare_mut(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Default::default)
+    }
+
+    fn last(&self) -> Option<&LastFailure> {
+        self.rare.as_ref()?.last.as_ref()
+    }
+
+    fn last_mut(&mut self) -> Option<&mut LastFailure> {
+        self.rare.as_mut()?.last.as_mut()
+    }
+
+    fn race(&self) -> Option<&Race> {
+        self.rare.as_ref()?.race.as_ref()
+    }
+
+    fn race_mut(&mut self) -> Option<&mut Race> {
+        self.rare.as_mut()?.race.as_mut()
     }
 }
 
