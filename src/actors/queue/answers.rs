@@ -206,7 +206,7 @@ impl QueueActor {
         }
         let outstanding = p.state == State::InFlight && p.outstanding > 0;
         if outstanding {
-            list_cancelled_twin(&mut p, now);
+            list_cancelled_twin(&mut p, now, &self.epoch);
         }
         let total = now.saturating_duration_since(p.job().submitted);
         self.metrics.task_finished(&outcome, total);
@@ -254,6 +254,22 @@ impl Pending {
 }
 
 /// What became of a routed task: an attempt ended, or it bounced.
+/// Several attempts ended together: each as one `Answer::Done`, one pump.
+impl Handler<Answers> for QueueActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Answers, ctx: &mut Self::Context) {
+        self.guarded(ctx, |act, ctx| {
+            for done in msg.0 {
+                act.tick(Some(done.at));
+                act.credit = act.credit.saturating_add(done.credit);
+                act.on_attempt(done, ctx);
+            }
+            act.pump(ctx);
+        });
+    }
+}
+
 impl Handler<Answer> for QueueActor {
     type Result = ();
 

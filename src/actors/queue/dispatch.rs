@@ -29,7 +29,7 @@ impl QueueActor {
             p.outstanding = 1;
             p.round = p.round.wrapping_add(1);
             p.round_failed = false;
-            p.sent_at = now;
+            p.sent_at = self.epoch.stamp(now);
             let round = p.round;
             if round == 1 {
                 // The budget counts requests when they are first sent, not
@@ -149,10 +149,10 @@ pub(super) struct Race {
 /// latest. Generous: an attempt's own timeout starts at its node, after any
 /// mailbox wait; the watchdog is only for attempts lost with their node.
 /// (Computed at each once-a-second sweep rather than kept per task.)
-pub(super) fn watchdog_at(p: &Pending, cfg: &ServiceConfig) -> Instant {
+pub(super) fn watchdog_at(p: &Pending, cfg: &ServiceConfig, epoch: &Epoch) -> Instant {
     let timeout = p.job().task.attempt_timeout().unwrap_or(cfg.timeout);
     let grace = time::sum(timeout, timeout.max(Duration::from_secs(5)));
-    time::add(p.sent_at, grace)
+    time::add(epoch.at(p.sent_at), grace)
 }
 
 /// When to hedge `job`, if the service hedges and the task is idempotent.
@@ -172,14 +172,14 @@ pub(super) fn hedge_delay(
 
 /// Lists the attempt still out when a hedged task is answered, as
 /// `Cancelled`: the backend saw it, so the result shows it.
-pub(super) fn list_cancelled_twin(p: &mut Pending, now: Instant) {
+pub(super) fn list_cancelled_twin(p: &mut Pending, now: Instant, epoch: &Epoch) {
     let Some(race) = p.race().filter(|r| r.round == p.round) else {
         return;
     };
     let (node, hedge, sent) = if !race.hedge_done {
         (race.hedge.clone(), true, race.hedge_sent)
     } else if !race.first_done {
-        (race.first.clone(), false, p.sent_at)
+        (race.first.clone(), false, epoch.at(p.sent_at))
     } else {
         return;
     };

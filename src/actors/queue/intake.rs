@@ -52,7 +52,7 @@ impl QueueActor {
             Pending {
                 task: msg.task,
                 attempts: Vec::new(),
-                sent_at: now,
+                sent_at: self.epoch.stamp(now),
                 rare: None,
                 round: 0,
                 arrival: 0, // set by the slab

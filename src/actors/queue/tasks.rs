@@ -150,7 +150,7 @@ mod tests {
         Pending {
             task: ReplyTx::new(job),
             attempts: Vec::new(),
-            sent_at: Instant::now(),
+            sent_at: Default::default(),
             rare: None,
             round: 0,
             arrival: 0,

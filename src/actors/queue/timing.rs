@@ -84,7 +84,8 @@ impl QueueActor {
             .tasks
             .iter()
             .filter(|(_, p)| {
-                p.state == State::InFlight && super::dispatch::watchdog_at(p, &self.cfg) <= now
+                p.state == State::InFlight
+                    && super::dispatch::watchdog_at(p, &self.cfg, &self.epoch) <= now
             })
             .map(|(no, p)| {
                 let seq = Seq {
@@ -114,7 +115,9 @@ impl QueueActor {
                         report: AttemptReport {
                             outcome: AttemptOutcome::Error(ErrorKind::Lost),
                             latency: now.saturating_duration_since(
-                                self.tasks.get(&seq.task).map_or(now, |p| p.sent_at),
+                                self.tasks
+                                    .get(&seq.task)
+                                    .map_or(now, |p| self.epoch.at(p.sent_at)),
                             ),
                             reply: None,
                             retry_after: None,
