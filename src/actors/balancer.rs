@@ -83,6 +83,7 @@ pub(crate) struct QueuePort {
     pub credit: Recipient<Credit>,
     pub gate: Recipient<SetGate>,
     pub answer: Recipient<Answer>,
+    pub answers: Recipient<Answers>,
 }
 
 impl QueuePort {
@@ -91,6 +92,7 @@ impl QueuePort {
             credit: queue.clone().recipient(),
             gate: queue.clone().recipient(),
             answer: queue.clone().recipient(),
+            answers: queue.clone().recipient(),
         }
     }
 }
@@ -761,18 +763,25 @@ impl Handler<Completions> for BalancerActor {
         let address = self.nodes.node(i).address.clone();
         // Every attempt of the batch frees its slot; one report for them all.
         self.free_slots(i, msg.done.len() as u32, Some(msg.load), now);
-        // The slots they freed travel with the first answer.
+        // The slots they freed travel with the first answer; the answers
+        // go in one message.
         let mut credit = self.take_credit(now);
-        for d in msg.done {
-            self.queue.answer.do_send(Answer::Done(AttemptDone {
-                seq: d.seq,
-                node: msg.node,
-                address: address.clone(),
-                hedge: d.hedge,
-                report: d.report,
-                credit: std::mem::take(&mut credit),
-                at: now,
-            }));
+        let node = msg.node;
+        let mut answers = msg.done.into_iter().map(|d| AttemptDone {
+            seq: d.seq,
+            node,
+            address: address.clone(),
+            hedge: d.hedge,
+            report: d.report,
+            credit: std::mem::take(&mut credit),
+            at: now,
+        });
+        if answers.len() == 1 {
+            if let Some(one) = answers.next() {
+                self.queue.answer.do_send(Answer::Done(one));
+            }
+        } else {
+            self.queue.answers.do_send(Answers(answers.collect()));
         }
         self.settle_gate(ctx, now);
     }

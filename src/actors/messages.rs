@@ -235,6 +235,13 @@ pub(crate) enum Answer {
     Placed(Placed),
 }
 
+/// Balancer to queue: the attempts of one node that ended in one turn (two
+/// or more; a single one travels as [`Answer::Done`]). The credit they
+/// freed rides on the first.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Answers(pub Vec<AttemptDone>);
+
 /// Balancer to queue: where the attempts of a hedged round went.
 pub(crate) struct Placed {
     pub seq: Seq,

@@ -40,6 +40,14 @@ impl Handler<SetGate> for FakeQueue {
     fn handle(&mut self, _msg: SetGate, _ctx: &mut Self::Context) {}
 }
 
+impl Handler<Answers> for FakeQueue {
+    type Result = ();
+
+    fn handle(&mut self, msg: Answers, _ctx: &mut Self::Context) {
+        self.0.lock().unwrap().credit += msg.0.iter().map(|d| d.credit).sum::<usize>();
+    }
+}
+
 impl Handler<Answer> for FakeQueue {
     type Result = ();
 
@@ -81,7 +89,8 @@ fn start(
     let port = QueuePort {
         credit: queue.clone().recipient(),
         gate: queue.clone().recipient(),
-        answer: queue.recipient(),
+        answer: queue.clone().recipient(),
+        answers: queue.recipient(),
     };
     let b = BalancerActor::create(move |ctx| {
         BalancerActor::with_port(cfg, port, silent(), arbiters, ctx)
