@@ -594,9 +594,14 @@ impl BalancerActor {
         for id in std::mem::take(&mut self.posted) {
             if let Some(i) = self.nodes.position(id) {
                 let n = self.nodes.node_mut(i);
-                let batch = std::mem::take(&mut n.outbox);
-                if !batch.is_empty() {
-                    n.addr.do_send(Dispatches(batch));
+                // One dispatch goes alone, and the outbox keeps its room
+                // (a pool much larger than the window sees mostly these).
+                if n.outbox.len() == 1 {
+                    if let Some(d) = n.outbox.pop() {
+                        n.addr.do_send(d);
+                    }
+                } else if !n.outbox.is_empty() {
+                    n.addr.do_send(Dispatches(std::mem::take(&mut n.outbox)));
                 }
             }
         }
