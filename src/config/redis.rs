@@ -71,9 +71,10 @@ pub enum OnDown {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SharedMode {
-    /// The balancer takes a lease of tokens ahead (at most `rate · lease`),
-    /// usable for `lease`; dispatch does not wait on Redis per task. Over
-    /// any window T the backends see at most `burst + rate · (T + lease)`.
+    /// When tasks wait, the balancer takes their tokens and a lease ahead
+    /// (at most `rate · lease`), usable for `lease`; dispatch does not wait
+    /// on Redis per task. Over any window T the backends see at most
+    /// `burst + rate · (T + lease)`.
     Lease,
     /// Every admission is one token taken by the script, batched per
     /// balancer turn; tasks wait in the queue meanwhile. At most

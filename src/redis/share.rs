@@ -155,11 +155,15 @@ impl ServiceShare {
                 OnDown::Deny => 0,
             };
         }
-        match mode {
-            SharedMode::Lease if self.valid_until > now => self.tokens as usize,
-            SharedMode::Lease => 0,
-            SharedMode::Exact if self.retry_at.is_some_and(|t| t > now) => 0,
-            SharedMode::Exact => usize::MAX,
+        // Tokens in hand; none before the next batch is due; else "ask":
+        // routes come and wait for one call (so an idle instance takes no
+        // tokens).
+        if mode == SharedMode::Lease && self.tokens > 0 && self.valid_until > now {
+            self.tokens as usize
+        } else if self.retry_at.is_some_and(|t| t > now) {
+            0
+        } else {
+            usize::MAX
         }
     }
 
@@ -190,8 +194,8 @@ impl ServiceShare {
             return Admit::Go;
         }
         match mode {
-            SharedMode::Exact => Admit::Hold,
-            SharedMode::Lease => Admit::Bounce,
+            SharedMode::Lease if self.retry_at.is_some_and(|t| t > now) => Admit::Bounce,
+            _ => Admit::Hold,
         }
     }
 
@@ -202,14 +206,16 @@ impl ServiceShare {
         if self.asking || self.retry_at.is_some_and(|t| t > now) {
             return None;
         }
+        let lease = lease_size(b, self.handle.as_ref()?.config().lease);
+        let held = u32::try_from(self.held.len()).unwrap_or(u32::MAX);
         let want = match mode {
-            // A lease: `rate · lease` tokens (at least one), asked for when
-            // the last one is used or the lease is over.
-            SharedMode::Lease if self.tokens == 0 || self.valid_until <= now || self.down => {
-                lease_size(b, self.handle.as_ref()?.config().lease)
-            }
-            SharedMode::Exact if !self.held.is_empty() => self.held.len() as u32,
+            // A lease: the routes waiting, and at least `rate · lease`
+            // tokens (at least one, at most the burst), asked for only when
+            // routes wait for it (an idle instance takes none).
+            SharedMode::Lease if held > 0 => held.max(lease),
+            SharedMode::Exact if held > 0 => held,
             // While down, keep asking once per timeout to see it come back.
+            SharedMode::Lease if self.down => lease,
             SharedMode::Exact if self.down => 1,
             _ => return None,
         };
@@ -235,10 +241,12 @@ impl ServiceShare {
                     SharedMode::Lease => {
                         // Counted from when the call was sent: the tokens
                         // were taken after that, so they are never used
-                        // more than `lease` after Redis gave them.
+                        // more than `lease` after Redis gave them (the
+                        // routes they pay for go at once in any case).
                         self.tokens = t.granted;
-                        self.valid_until = g.asked + lease;
-                        0
+                        self.valid_until = (g.asked + lease).max(now + Duration::from_millis(1));
+                        t.granted
+                            .min(u32::try_from(self.held.len()).unwrap_or(u32::MAX))
                     }
                     SharedMode::Exact => {
                         self.tokens = t.granted;
