@@ -15,8 +15,9 @@
 //!   Redis Cluster keeps a service's keys on one slot, and expire when the
 //!   bucket is full again. One call serves several asks; each token of an
 //!   ask is taken from all its buckets (a task's service and node buckets)
-//!   or from none. The balancer takes tokens either as a short **lease** (up
-//!   to `rate · lease` tokens, usable for `lease`: the backends see at most
+//!   or from none. Tokens are asked for only when tasks wait for them (an idle
+//!   instance takes none), either with a short **lease** ahead (up to
+//!   `rate · lease` more, usable for `lease`: the backends see at most
 //!   `burst + rate · (T + lease)` over any window T, per bucket) or
 //!   **exactly** (the routes of one balancer turn wait for one script call;
 //!   at most `burst + rate · T`). Each answer says when the asked-for tokens
