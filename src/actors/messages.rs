@@ -161,8 +161,9 @@ pub(crate) struct AttemptReport {
     pub stream: Option<BodyStream>,
 }
 
-/// Node to balancer: a streamed attempt's head, or a refused dispatch, with
-/// a fresh load report (attempts that end whole come in [`Completions`]).
+/// Node to balancer: an attempt that ended alone in its node's turn, a
+/// streamed attempt's head, or a refused dispatch, with a fresh load report
+/// (attempts that end together come in [`Completions`]).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Completed {

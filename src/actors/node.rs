@@ -12,7 +12,9 @@
 //! timeout and `catch_unwind`: a panic inside the transport is a failed
 //! attempt, never a lost task. The attempts that end in the same turn of the
 //! node are accounted (counters, breaker, EWMA) and reported to the balancer
-//! together: one [`Completions`] with one fresh [`LoadReport`].
+//! together: one [`Completions`] with one fresh [`LoadReport`] (an attempt
+//! that ends alone, the usual case under light load or in a large pool,
+//! travels as a [`Completed`], with no list to allocate).
 //!
 //! A streamed attempt ([`crate::Task::stream`], module `stream`) runs as a
 //! task of its own (it lives as long as its body) and reports
@@ -52,6 +54,8 @@ pub struct NodeActor {
     transport: Option<Rc<dyn Transport>>,
     /// Attempts in flight (streamed ones aside) and their one timer.
     attempts: attempts::Attempts,
+    /// The driver's list of attempts finished in a turn (kept for its room).
+    finished: Vec<attempts::Finished>,
 }
 
 /// The node's state, shared by the actor and its attempts in flight.
@@ -145,6 +149,7 @@ impl NodeActor {
             factory: spec.factory,
             transport: None,
             attempts: Default::default(),
+            finished: Vec::new(),
         }
     }
 
@@ -269,9 +274,17 @@ impl NodeCore {
 
     /// Accounts the attempts that finished in one turn (at `now`) and
     /// reports them in one message.
-    fn finish_all(&mut self, finished: Vec<attempts::Finished>, now: Instant) {
+    /// `finished` is left empty, its room kept for the next turn.
+    fn finish_all(&mut self, finished: &mut Vec<attempts::Finished>, now: Instant) {
+        if finished.len() == 1 {
+            if let Some(f) = finished.pop() {
+                let latency = now.saturating_duration_since(f.sent);
+                self.finish_one(f.seq, f.hedge, f.permit, latency, f.result, now);
+            }
+            return;
+        }
         let done = finished
-            .into_iter()
+            .drain(..)
             .map(|f| {
                 let latency = now.saturating_duration_since(f.sent);
                 self.finish(f.seq, f.hedge, f.permit, latency, f.result, now)
@@ -285,7 +298,8 @@ impl NodeCore {
         });
     }
 
-    /// Accounts one finished attempt (ended at `now`) and reports it alone.
+    /// Accounts one finished attempt (ended at `now`) and reports it alone
+    /// (a [`Completed`]: no list to allocate).
     fn finish_one(
         &mut self,
         seq: Seq,
@@ -296,9 +310,11 @@ impl NodeCore {
         now: Instant,
     ) {
         let done = self.finish(seq, hedge, permit, latency, result, now);
-        self.completions.do_send(Completions {
+        self.balancer.do_send(Completed {
             node: self.id,
-            done: vec![done],
+            seq: done.seq,
+            hedge: done.hedge,
+            report: Some(done.report),
             load: self.report(now),
             at: now,
         });
@@ -559,11 +575,14 @@ impl ActorFuture<NodeActor> for Drive {
         _ctx: &mut Context<NodeActor>,
         task: &mut std::task::Context<'_>,
     ) -> std::task::Poll<()> {
-        let mut finished = Vec::new();
+        let mut finished = std::mem::take(&mut act.finished);
         let more = act.attempts.poll(task, &mut finished);
         if !finished.is_empty() {
-            act.core.borrow_mut().finish_all(finished, Instant::now());
+            act.core
+                .borrow_mut()
+                .finish_all(&mut finished, Instant::now());
         }
+        act.finished = finished;
         if more {
             std::task::Poll::Pending
         } else {
