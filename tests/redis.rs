@@ -906,3 +906,99 @@ fn on_down_allow_admits_while_redis_is_paused() {
     );
     srv.resume();
 }
+
+// === on_limit: reject with shared buckets ===
+
+/// `on_limit: reject` with a shared service bucket: a burst over the limit
+/// from two instances is answered at once, the tasks over it
+/// `Rejected(RateLimited)` with a retry-after, as with local buckets.
+#[test]
+fn on_limit_reject_with_a_shared_service_bucket() {
+    on_limit_reject(
+        r#""rate_limit":{"service":{"rate":20,"burst":5},"shared":true,"on_limit":"reject"}"#,
+        "lease",
+    );
+    on_limit_reject(
+        r#""rate_limit":{"service":{"rate":20,"burst":5},"shared":true,"on_limit":"reject"}"#,
+        "exact",
+    );
+}
+
+/// The same with shared per-node buckets (one backend: its bucket binds).
+#[test]
+fn on_limit_reject_with_shared_node_buckets() {
+    on_limit_reject(
+        r#""rate_limit":{"per_node":{"rate":20,"burst":5},"shared":true,"on_limit":"reject"}"#,
+        "lease",
+    );
+}
+
+/// Two instances, 400 tasks in waves over about 1 s against 20/s, burst
+/// 5: every task is answered once, within 20 s (waiting for tokens would
+/// take 20 s); the admitted ones within burst + rate·T (+ one lease per
+/// instance, and a margin); the others `RateLimited` with a retry-after.
+fn on_limit_reject(rate_limit: &str, mode: &str) {
+    support::init_logs();
+    let Some(srv) = RedisServer::start() else {
+        return;
+    };
+    let backend = Backend::start();
+    let redis = format!(
+        r#"{{"url":"{}","prefix":"reject-{mode}","timeout":"1s","mode":"{mode}","lease":"100ms"}}"#,
+        srv.url()
+    );
+    let cfg = config(
+        &redis,
+        &[&backend],
+        &format!(r#"{rate_limit},"queue":{{"capacity":2000}}"#),
+    );
+    let inst: Vec<Instance> = (0..2).map(|_| Instance::start(cfg.clone())).collect();
+    let rt = actix::System::new();
+    thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    let mut all = [Vec::new(), Vec::new()];
+    for _ in 0..20 {
+        for (k, i) in inst.iter().enumerate() {
+            all[k].extend(submit_many(&i.d, 10));
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    let per_instance: Vec<Vec<TaskResult>> = rt.block_on(async {
+        let all = all.map(futures::future::join_all);
+        tokio::time::timeout(Duration::from_secs(15), futures::future::join_all(all))
+            .await
+            .expect("every task answered, none waits for tokens")
+    });
+    let elapsed = t0.elapsed();
+    let hits = backend.hits();
+    drop(inst);
+    for rs in &per_instance {
+        let ids: std::collections::HashSet<_> = rs.iter().map(|r| r.id).collect();
+        assert_eq!(ids.len(), 200, "every task answered once");
+    }
+    let rs: Vec<TaskResult> = per_instance.into_iter().flatten().collect();
+    let admitted = rs.iter().filter(|r| r.is_success()).count() as u64;
+    let mut retry_after = Vec::new();
+    for r in &rs {
+        match r.rejection() {
+            None => assert!(r.is_success(), "{:?}", r.outcome),
+            Some(actix_dispatch::Rejection::RateLimited { retry_after: t }) => retry_after.push(*t),
+            Some(other) => panic!("{other:?}"),
+        }
+    }
+    let bound = 5 + (20.0 * elapsed.as_secs_f64()).ceil() as u64 + 2 * 2;
+    eprintln!(
+        "{mode}: {admitted} admitted of 400 in {elapsed:?} (bound {bound}), {} rejected, \
+         retry-after up to {:?}",
+        retry_after.len(),
+        retry_after.iter().max()
+    );
+    assert_eq!(admitted, hits, "each admitted task sent once");
+    assert!(admitted <= bound + 5, "{admitted} > {bound} + 5");
+    assert!(admitted >= 5, "the burst at least: {admitted}");
+    assert!(retry_after.len() >= 200, "rejected: {}", retry_after.len());
+    assert!(
+        retry_after.iter().any(|t| !t.is_zero()),
+        "a retry-after is given"
+    );
+}

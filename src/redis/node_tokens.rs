@@ -92,6 +92,22 @@ impl NodeTokens {
         }
     }
 
+    /// Until when the node has no token for this instance at `now`: none
+    /// in hand and the next ones not due before (or its fallback bucket's
+    /// next token while Redis is down); `None` when a task could take or
+    /// ask for one now.
+    pub fn blocked_until(&self, now: Instant) -> Option<Instant> {
+        match self {
+            NodeTokens::Local(b) if b.available(now) == 0 => b.check(now).err(),
+            NodeTokens::Up {
+                tokens,
+                until,
+                not_before,
+            } if *tokens == 0 || *until <= now => not_before.filter(|t| *t > now),
+            _ => None,
+        }
+    }
+
     /// A task placed on the node at `now`: `Go` takes a token, `Hold`
     /// waits for a call to Redis, `Bounce` sends it back to the queue.
     pub fn take(&mut self, now: Instant) -> Admit {
@@ -150,6 +166,7 @@ mod tests {
             not_before: Some(t0 + ms(300)),
         };
         assert_eq!(n.cap(4, t0), 2);
+        assert_eq!(n.blocked_until(t0), None, "tokens in hand");
         assert_eq!(n.wake(t0), Some(t0 + ms(100)), "the lease's end");
         assert_eq!(n.take(t0), Admit::Go);
         assert_eq!(n.take(t0), Admit::Go);
@@ -157,6 +174,8 @@ mod tests {
         assert_eq!(n.cap(4, t0), 0);
         assert_eq!(n.take(t0), Admit::Bounce);
         assert_eq!(n.wake(t0), Some(t0 + ms(300)));
+        assert_eq!(n.blocked_until(t0), Some(t0 + ms(300)), "on_limit: reject");
+        assert_eq!(n.blocked_until(t0 + ms(300)), None);
         assert_eq!(n.cap(4, t0 + ms(300)), 4);
         assert_eq!(n.take(t0 + ms(300)), Admit::Hold);
         // A lease over is not used.

@@ -167,6 +167,28 @@ impl ServiceShare {
         }
     }
 
+    /// Until when the shared service bucket has no token for this
+    /// instance at `now`: none in hand and the next ones not due before
+    /// (or, Redis down under `on_down: local`, the fallback bucket's next
+    /// token). `None` when a task could be placed or asked for now, and
+    /// with shared node buckets up (their tokens say it, see
+    /// [`NodeTokens::blocked_until`]).
+    pub fn limited_until(&self, now: Instant) -> Option<Instant> {
+        self.bucket?;
+        if self.down {
+            return self.local.as_ref().and_then(|b| b.check(now).err());
+        }
+        if self.node_bucket.is_some() {
+            return None;
+        }
+        let (mode, _) = self.mode()?;
+        let in_hand = self.tokens > 0 && (mode == SharedMode::Exact || self.valid_until > now);
+        if in_hand {
+            return None;
+        }
+        self.retry_at.filter(|t| *t > now)
+    }
+
     /// Decides for one route at `now` (takes the token when it says `Go`).
     pub fn admit(&mut self, now: Instant) -> Admit {
         if self.bucket.is_none() && self.node_bucket.is_none() {

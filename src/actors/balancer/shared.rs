@@ -168,17 +168,45 @@ impl BalancerActor {
         h.poll(&self.service, nodes, ctx.address().recipient());
     }
 
-    /// `on_down: deny` while Redis is down closes the gate.
+    /// `on_down: deny` while Redis is down closes the gate; so does
+    /// `on_limit: reject` when the shared buckets have no token for this
+    /// instance: none in hand and the script said the next ones are not
+    /// due yet (the service's bucket; or every node with a free slot
+    /// waiting on its own). Retry after that time; the wake set for it
+    /// reopens the gate, as with local buckets.
     pub(super) fn shared_gate(&self, gate: Gate) -> Gate {
-        match &self.shared {
-            Some(s) if (s.bucket.is_some() || s.node_bucket.is_some()) && s.denies() => {
-                let retry_after = s
-                    .handle
-                    .as_ref()
-                    .map_or(Duration::ZERO, |h| h.config().timeout);
-                Gate::Reject(Rejection::RateLimited { retry_after })
+        let Some(s) = self.shared.as_ref() else {
+            return gate;
+        };
+        if s.bucket.is_none() && s.node_bucket.is_none() {
+            return gate;
+        }
+        if s.denies() {
+            let retry_after = s
+                .handle
+                .as_ref()
+                .map_or(Duration::ZERO, |h| h.config().timeout);
+            return Gate::Reject(Rejection::RateLimited { retry_after });
+        }
+        if gate != Gate::Open || self.cfg.rate_limit.on_limit != OnLimit::Reject {
+            return gate;
+        }
+        let now = Instant::now();
+        let next = s.limited_until(now).or_else(|| {
+            if s.node_bucket.is_none() || self.nodes.capacity() > 0 {
+                return None;
             }
-            _ => gate,
+            self.nodes
+                .iter()
+                .filter(|n| n.in_service() && n.slots(now) > 0)
+                .filter_map(|n| n.shared_tokens.blocked_until(now))
+                .min()
+        });
+        match next {
+            Some(t) => Gate::Reject(Rejection::RateLimited {
+                retry_after: t.saturating_duration_since(now),
+            }),
+            None => gate,
         }
     }
 }
