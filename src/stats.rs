@@ -145,7 +145,9 @@ pub struct NodeStats {
     pub open_for_ms: Option<u64>,
     /// Breaker trips.
     pub trips: u64,
-    /// Tokens in the node's bucket.
+    /// Tokens in the node's bucket; when it is shared (feature `redis`),
+    /// the shared tokens this instance holds for the node (not the bucket
+    /// in Redis).
     pub tokens: Option<u32>,
     /// Supervisor restarts of the node actor.
     pub restarts: u32,
@@ -310,7 +312,13 @@ impl NodeStats {
                 _ => None,
             },
             trips: n.load.trips,
-            tokens: n.bucket.as_ref().map(|b| b.available(now)),
+            tokens: {
+                #[cfg(feature = "redis")]
+                let shared = n.shared_tokens.shown(now);
+                #[cfg(not(feature = "redis"))]
+                let shared = None;
+                shared.or_else(|| n.bucket.as_ref().map(|b| b.available(now)))
+            },
             restarts: n.load.restarts,
             latency_p50_ms: p50,
             latency_p90_ms: p90,

@@ -1002,3 +1002,36 @@ fn on_limit_reject(rate_limit: &str, mode: &str) {
         "a retry-after is given"
     );
 }
+
+// === stats ===
+
+/// A node's `tokens` in `stats()` are the shared tokens this instance
+/// holds for it when its bucket is shared: none before a task asked (the
+/// local bucket beside it would show its full burst), a lease's rest after.
+#[test]
+fn node_stats_show_the_shared_tokens_held() {
+    support::init_logs();
+    let Some(srv) = RedisServer::start() else {
+        return;
+    };
+    let backend = Backend::start();
+    let redis = format!(
+        r#"{{"url":"{}","prefix":"shown","timeout":"1s","mode":"lease","lease":"30s"}}"#,
+        srv.url()
+    );
+    let cfg = config(
+        &redis,
+        &[&backend],
+        r#""rate_limit":{"per_node":{"rate":10,"burst":10},"shared":true}"#,
+    );
+    let a = Instance::start(cfg);
+    let rt = actix::System::new();
+    thread::sleep(Duration::from_millis(300));
+    let tokens = |d: &Dispatcher| rt.block_on(d.stats()).services[0].nodes[0].tokens;
+    assert_eq!(tokens(&a.d), Some(0), "none held before a task");
+    let r = rt.block_on(a.d.submit(Task::get("svc", "/one")));
+    assert!(r.is_success(), "{:?}", r.outcome);
+    // A lease of rate · lease (at most the burst, 10) was taken for it.
+    let held = tokens(&a.d).expect("shared tokens shown");
+    assert!((1..=9).contains(&held), "the lease's rest: {held}");
+}

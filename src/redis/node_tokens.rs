@@ -108,6 +108,21 @@ impl NodeTokens {
         }
     }
 
+    /// The node's tokens as `stats()` shows them when its bucket is
+    /// shared: those this instance holds and may still use (a lease, or
+    /// those paid for held routes), not the bucket in Redis, which this
+    /// instance does not read; while Redis is down, the fallback bucket's
+    /// (`on_down: local`), none (`deny`) or no limit (`allow`, `None`).
+    /// `None` when the bucket is not shared.
+    pub fn shown(&self, now: Instant) -> Option<u32> {
+        match self {
+            NodeTokens::Off | NodeTokens::Open => None,
+            NodeTokens::Closed => Some(0),
+            NodeTokens::Local(b) => Some(b.available(now)),
+            NodeTokens::Up { tokens, until, .. } => Some(if *until > now { *tokens } else { 0 }),
+        }
+    }
+
     /// A task placed on the node at `now`: `Go` takes a token, `Hold`
     /// waits for a call to Redis, `Bounce` sends it back to the queue.
     pub fn take(&mut self, now: Instant) -> Admit {
@@ -167,6 +182,9 @@ mod tests {
         };
         assert_eq!(n.cap(4, t0), 2);
         assert_eq!(n.blocked_until(t0), None, "tokens in hand");
+        assert_eq!(n.shown(t0), Some(2));
+        assert_eq!(n.shown(t0 + ms(100)), Some(0), "a lease over");
+        assert_eq!(NodeTokens::Off.shown(t0), None);
         assert_eq!(n.wake(t0), Some(t0 + ms(100)), "the lease's end");
         assert_eq!(n.take(t0), Admit::Go);
         assert_eq!(n.take(t0), Admit::Go);
