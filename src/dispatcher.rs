@@ -456,6 +456,9 @@ impl Dispatcher {
                 unfinished.extend(left);
             }
         }
+        // Every task answered: the stream's result writes finish.
+        #[cfg(feature = "redis")]
+        self.inner.streams.settle().await;
         let stats = self.stats().await;
         for h in &handles {
             h.queue.do_send(Stop);

@@ -62,6 +62,9 @@ pub(crate) async fn start(
         .block
         .clamp(Duration::from_millis(10), Duration::from_secs(60));
     let ops = connect(redis, ops_timeout(redis)).await?;
+    // A record call ends within the connection's time limit; twice it
+    // with the reload of a lost script.
+    streams.settle_within(2 * ops_timeout(redis));
     let mut reader = connect(redis, block + ops_timeout(redis)).await?;
     let c = Consumer {
         d,
@@ -269,11 +272,14 @@ impl Consumer {
         for (i, (id, fields)) in batch.into_iter().enumerate() {
             let n = counts.get(i).and_then(delivery_count).unwrap_or(1);
             if n > self.max_deliveries {
+                // Counted in flight until written (a shutdown waits for it).
+                self.counters.in_flight.fetch_add(1, Ordering::Relaxed);
                 let c = self.clone();
                 actix::spawn(async move {
                     let err = c.last_error(&id).await;
                     let raw = field(&fields, TASK_FIELD).unwrap_or_default();
                     c.dead_letter(&id, &raw, &err, n).await;
+                    c.done_with_one();
                 });
             } else {
                 self.deliver(id, fields, n);
@@ -336,8 +342,11 @@ impl Consumer {
         };
     }
 
+    /// An entry's delivery is over, its writes done.
     fn done_with_one(&self) {
-        self.counters.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if self.counters.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.counters.idle.notify_waiters();
+        }
         self.room.notify_one();
     }
 

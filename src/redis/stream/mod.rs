@@ -50,7 +50,11 @@
 //! * **Shutdown.** Unfinished entries are *not* acknowledged: they stay
 //!   pending in the group, and another instance claims them once they are
 //!   idle for `claim_after`. None is lost; a task whose backend call had
-//!   already gone out may be called again (at-least-once).
+//!   already gone out may be called again (at-least-once). A task answered
+//!   before or during the shutdown is recorded before
+//!   [`crate::Dispatcher::shutdown`] returns: it waits for the writes in
+//!   flight (at most twice the calls' time limit, `max(timeout, 5 s)`), so
+//!   a clean shutdown causes no re-run.
 //!
 //! `claim_after` must be longer than any delivery can take, or a live
 //! instance's task is claimed and run a second time (still one result). The
@@ -195,6 +199,8 @@ pub(crate) struct Counters {
     duplicates: AtomicU64,
     failed: AtomicU64,
     dead: AtomicU64,
+    /// Told when `in_flight` falls to zero (see [`Streams::settle`]).
+    idle: tokio::sync::Notify,
 }
 
 impl Counters {
@@ -219,12 +225,60 @@ impl Counters {
 pub(crate) struct Streams {
     counters: Mutex<HashMap<String, Arc<Counters>>>,
     producer: tokio::sync::OnceCell<MultiplexedConnection>,
+    /// How long [`Streams::settle`] waits at most (the longest of the
+    /// consumers' bounds).
+    settle_within: Mutex<Duration>,
 }
 
 impl Streams {
     fn counters(&self, service: &str) -> Arc<Counters> {
         let mut m = self.counters.lock().expect("lock");
         m.entry(service.to_owned()).or_default().clone()
+    }
+
+    /// At shutdown, once every task has been answered: waits until the
+    /// consumers have finished what they started for their entries (the
+    /// record script of each result, a kept error, a dead letter), at most
+    /// twice the calls' time limit (a record is one call, or two when
+    /// Redis lost the script). Without it a System ending right after
+    /// `shutdown` could drop a result's write, and the entry, still
+    /// pending, would be run again by another instance. Entries whose
+    /// tasks were refused `ShuttingDown` are not written: they stay
+    /// pending, for another instance to claim.
+    pub(crate) async fn settle(&self) {
+        let within = *self.settle_within.lock().expect("lock");
+        let all: Vec<Arc<Counters>> = self
+            .counters
+            .lock()
+            .expect("lock")
+            .values()
+            .cloned()
+            .collect();
+        let deadline = tokio::time::Instant::now() + within;
+        for c in all {
+            loop {
+                let idle = c.idle.notified();
+                tokio::pin!(idle);
+                idle.as_mut().enable();
+                let left = c.in_flight.load(Ordering::Acquire);
+                if left == 0 {
+                    break;
+                }
+                if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                    log::warn!(
+                        "shutdown: {left} stream entries still being written after {within:?}; \
+                         they stay pending for another instance"
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Lets [`Streams::settle`] wait up to `d` (the longest asked for).
+    fn settle_within(&self, d: Duration) {
+        let mut w = self.settle_within.lock().expect("lock");
+        *w = (*w).max(d);
     }
 
     /// The stats of `service`'s stream, if it is consumed.
