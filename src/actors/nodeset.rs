@@ -12,6 +12,8 @@
 //! * `counts` is the sum of the nodes' [`Flags`], as of the same refresh;
 //! * `cands[i]` is node `i`'s [`Candidate`] for the strategy, eligible
 //!   exactly when its room is positive;
+//! * `eligible` is the number of nodes with a positive room, so that a pick
+//!   knows whether any node can take the task without scanning the pool;
 //! * `index` maps every node's id to its position.
 //!
 //! A node's view can be changed through [`NodeSet::update`] (which refreshes
@@ -63,6 +65,8 @@ pub(crate) struct NodeSet {
     slots: Vec<Slot>,
     index: HashMap<NodeId, usize>,
     capacity: usize,
+    /// Nodes whose room is positive.
+    eligible: usize,
     counts: Counts,
 }
 
@@ -83,6 +87,7 @@ impl NodeSet {
             slots: Vec::new(),
             index: HashMap::new(),
             capacity: 0,
+            eligible: 0,
             counts: Counts::default(),
         }
     }
@@ -153,6 +158,7 @@ impl NodeSet {
     pub fn remove(&mut self, i: usize) -> NodeView {
         let slot = self.slots.remove(i);
         self.capacity -= slot.room;
+        self.eligible -= usize::from(slot.room > 0);
         self.counts.remove(slot.flags);
         self.cands.remove(i);
         let view = self.views.remove(i);
@@ -180,6 +186,7 @@ impl NodeSet {
         let flags = n.flags(now);
         let slot = &mut self.slots[i];
         self.capacity = self.capacity - slot.room + room;
+        self.eligible = self.eligible - usize::from(slot.room > 0) + usize::from(room > 0);
         self.counts.swap(slot.flags, flags);
         *slot = Slot { room, flags };
         let w = n.effective_weight(now, t.ramp);
@@ -287,7 +294,8 @@ impl NodeSet {
     ) -> Option<usize> {
         let mut masked: Vec<usize> = Vec::new();
         self.mask(exclude, &mut masked);
-        let any = self.cands.iter().any(|c| c.eligible);
+        // `mask` only turns eligible nodes ineligible: O(1) whatever the pool.
+        let any = self.eligible > masked.len();
         if any && !avoid.is_empty() {
             let others = self
                 .cands
@@ -381,6 +389,11 @@ mod tests {
         }
         let rooms: usize = set.slots.iter().map(|s| s.room).sum();
         assert_eq!(set.capacity(), rooms, "capacity is the sum of rooms");
+        let eligible = set.slots.iter().filter(|s| s.room > 0).count();
+        assert_eq!(
+            set.eligible, eligible,
+            "eligible counts the nodes with room"
+        );
         let mut counts = Counts::default();
         for s in &set.slots {
             counts.swap(Flags::default(), s.flags);

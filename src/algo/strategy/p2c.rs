@@ -76,13 +76,13 @@ impl P2c {
         if range == 0 {
             return None;
         }
-        // Draw from the indices other than `exclude`: skip over it.
-        let shift = |i: usize| match exclude {
-            Some(x) if i >= x => i + 1,
-            _ => i,
-        };
+        // Draw from the indices other than `exclude`: skip over it. No
+        // branch on the drawn index (it is random, so always mispredicted
+        // half the time, more in a large pool than in a small one).
+        let skip = exclude.unwrap_or(usize::MAX);
         for _ in 0..MAX_TRIES {
-            let i = shift(self.rng.random_range(0..range));
+            let r = self.rng.random_range(0..range);
+            let i = r + usize::from(r >= skip);
             if nodes[i].eligible {
                 return Some(i);
             }
@@ -113,12 +113,17 @@ fn cost(node: &Candidate) -> f64 {
 }
 
 /// Whether `b` is strictly cheaper than `a`.
+///
+/// Both comparisons are computed and one is kept without a branch: which
+/// node wins is random, and a mispredicted branch per pick would cost more
+/// in a large pool (where the predictor cannot learn the few pairs of a
+/// small one) than the division does.
 fn cheaper(b: &Candidate, a: &Candidate) -> bool {
-    if a.weight == b.weight {
-        cost(b) < cost(a)
-    } else {
-        cost(b) / f64::from(b.weight.max(1)) < cost(a) / f64::from(a.weight.max(1))
-    }
+    let (cb, ca) = (cost(b), cost(a));
+    let plain = cb < ca;
+    let weighted = cb / f64::from(b.weight.max(1)) < ca / f64::from(a.weight.max(1));
+    let same = a.weight == b.weight;
+    (same & plain) | (!same & weighted)
 }
 
 impl Strategy for P2c {
@@ -130,8 +135,9 @@ impl Strategy for P2c {
 
     fn pick(&mut self, nodes: &[Candidate], _affinity: Option<u64>) -> Option<usize> {
         match self.draw(nodes)? {
-            (a, Some(b)) if cheaper(&nodes[b], &nodes[a]) => Some(b),
-            (a, _) => Some(a),
+            // Index by the comparison rather than branch on it (see `cheaper`).
+            (a, Some(b)) => Some([a, b][usize::from(cheaper(&nodes[b], &nodes[a]))]),
+            (a, None) => Some(a),
         }
     }
 }

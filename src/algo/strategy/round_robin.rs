@@ -43,9 +43,14 @@ impl Strategy for RoundRobin {
         if n == 0 {
             return None;
         }
-        let start = self.cursor % n;
+        // The cursor is below `n` unless the pool shrank: no division then.
+        let start = if self.cursor < n {
+            self.cursor
+        } else {
+            self.cursor % n
+        };
         let index = (start..n).chain(0..start).find(|&i| nodes[i].eligible)?;
-        self.cursor = (index + 1) % n;
+        self.cursor = if index + 1 < n { index + 1 } else { 0 };
         Some(index)
     }
 }
