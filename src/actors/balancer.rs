@@ -500,13 +500,39 @@ impl Handler<Route> for BalancerActor {
     type Result = ();
 
     fn handle(&mut self, msg: Route, ctx: &mut Self::Context) {
+        if let Some(now) = self.route(msg, ctx) {
+            self.settle(ctx, now);
+        }
+    }
+}
+
+/// Places the tasks of one pump of the queue, in order, as the same single
+/// routes would be, with one settle (credit and gate) pass at the end.
+impl Handler<Routes> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Routes, ctx: &mut Self::Context) {
+        let mut settle_at = None;
+        for route in msg.0 {
+            if let Some(now) = self.route(route, ctx) {
+                settle_at = Some(now);
+            }
+        }
+        if let Some(now) = settle_at {
+            self.settle(ctx, now);
+        }
+    }
+}
+
+impl BalancerActor {
+    /// Places one route (or bounces it, or holds it for a shared token);
+    /// the time to settle at, unless the route is held.
+    fn route(&mut self, msg: Route, ctx: &mut Context<Self>) -> Option<Instant> {
         if !msg.hedge {
             self.granted = self.granted.saturating_sub(1);
         }
         #[cfg(feature = "redis")]
-        let Some(msg) = self.shared_route(msg, ctx) else {
-            return;
-        };
+        let msg = self.shared_route(msg, ctx)?;
         // Decide at the time the queue sent it (µs ago): one clock read less.
         let now = msg.at;
         let service_ok = self
@@ -524,13 +550,11 @@ impl Handler<Route> for BalancerActor {
             // candidate): re-read it, so that the timer is set for when a
             // token is due instead of the task waiting for the next refresh.
             self.recompute_all(now);
-            return self.settle(ctx, now);
+            return Some(now);
         };
         // The node's shared bucket: a token in hand, or wait for one call.
         #[cfg(feature = "redis")]
-        let Some(msg) = self.shared_place(i, msg, ctx) else {
-            return;
-        };
+        let msg = self.shared_place(i, msg, ctx)?;
         if let Some(b) = &mut self.service_bucket {
             let _ = b.try_acquire(now);
             if let Err(t) = b.check(now) {
@@ -567,11 +591,9 @@ impl Handler<Route> for BalancerActor {
         if let Some(t) = placed.token_due {
             self.wake_at(t);
         }
-        self.settle(ctx, now);
+        Some(now)
     }
-}
 
-impl BalancerActor {
     /// Puts a dispatch in node `i`'s outbox; the outboxes go out together
     /// when the balancer's turn ends ([`Flush`]): one message per node per
     /// turn, however many routes the turn placed there.

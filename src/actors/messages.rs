@@ -1,7 +1,7 @@
 //! The messages between the pipeline's actors, one type each.
 //!
 //! ```text
-//!  submit ─inbox+Intake─► QueueActor ──Route──► BalancerActor ──Dispatch──► NodeActor ──► backend
+//!  submit ─inbox+Intake─► QueueActor ──Route(s)──► BalancerActor ──Dispatch──► NodeActor ──► backend
 //!                            ▲  ▲ ◄──Credit/Gate──┘  ▲ ◄──────Completed──────┘
 //!                            │  └──Answer (+credit)──┘ ──GetLoad (every refresh)──► NodeActor
 //! ```
@@ -122,6 +122,14 @@ pub(crate) struct Route {
     /// When the queue sent it: the time the balancer and node decide at.
     pub at: Instant,
 }
+
+/// The tasks one pump of the queue hands over, in order: placed as the same
+/// [`Route`]s one by one would be, with one credit pass at the end (one
+/// message and one mailbox pass for the batch; a single task goes as a plain
+/// [`Route`]).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Routes(pub Vec<Route>);
 
 /// The balancer could not place the task after all: back to the queue's front.
 pub(crate) struct Bounce {

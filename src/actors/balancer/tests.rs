@@ -207,3 +207,30 @@ async fn a_lost_attempt_frees_its_slot_and_a_drained_node_leaves() {
         t.stop();
     }
 }
+
+/// The routes of one pump come as one `Routes`: placed as the same routes
+/// one by one would be (round robin spreads them, the one beyond the nodes'
+/// room bounces), with the credit settled once for the batch.
+#[actix_rt::test]
+async fn a_batch_of_routes_is_placed_as_single_routes_would_be() {
+    tokio::time::pause();
+    let (b, seen) = start(
+        r#"{"services":[{"name":"svc","mode":"round_robin","timeout":"60s",
+            "endpoints":[{"address":"http://127.0.0.1:9/a/","max_concurrent":1},
+                         {"address":"http://127.0.0.1:9/b/","max_concurrent":1}],
+            "breaker":{"enabled":false},"balancer":{"refresh_interval":"10s"}}]}"#,
+        Vec::new(),
+    );
+    settle().await;
+    assert_eq!(seen.lock().unwrap().credit, 2);
+    let now = Instant::now();
+    b.send(Routes(vec![route(1, now), route(2, now), route(3, now)]))
+        .await
+        .unwrap();
+    let stats = b.send(GetNodeStats).await.unwrap();
+    assert!(stats.iter().all(|n| n.in_flight == 1), "one attempt each");
+    settle().await;
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.bounces, vec![Seq { task: 3, round: 1 }]);
+    assert_eq!(seen.credit, 2, "no room left: no more credit");
+}

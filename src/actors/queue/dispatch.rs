@@ -4,12 +4,18 @@
 use super::*;
 
 impl QueueActor {
-    /// Sends ready tasks to the balancer while there is credit.
+    /// Sends ready tasks to the balancer while there is credit: all of
+    /// them in one message when the pump ends ([`Self::send_routes`]).
     pub(super) fn pump(&mut self, ctx: &mut Context<Self>) {
         if self.parked > 0 {
             self.admit_waiting();
         }
         let now = self.now();
+        if self.routes.capacity() == 0 && self.credit > 1 {
+            // The list went out with the last batch: room for this one.
+            self.routes
+                .reserve_exact(self.credit.min(self.ready.len()).min(MAX_BATCH));
+        }
         while self.credit > 0 && self.gate == Gate::Open {
             let Some(no) = self.ready.pop_front() else {
                 break;
@@ -46,18 +52,36 @@ impl QueueActor {
             self.queued -= 1;
             self.in_flight += 1;
             self.credit -= 1;
-            if !self.tell_balancer(route, ctx) {
-                return;
-            }
+            self.routes.push(route);
             if let Some(d) = hedge_after {
                 self.push_timer(time::add(now, d), no, Timer::Hedge(round), ctx);
             }
+        }
+        if !self.send_routes(ctx) {
+            return;
         }
         if self.parked > 0 {
             self.admit_waiting();
         }
         self.ready
             .retain_if_bloated(self.queued, |no| is_state(&self.tasks, no, State::Ready));
+    }
+
+    /// Sends the routes of this pump: one `Routes`, or a plain `Route` if
+    /// there is only one. False if the balancer is gone (the queue is then
+    /// declared dead and its tasks answered).
+    fn send_routes(&mut self, ctx: &mut Context<Self>) -> bool {
+        match self.routes.len() {
+            0 => true,
+            1 => match self.routes.pop() {
+                Some(route) => self.tell_balancer(route, ctx),
+                None => true,
+            },
+            _ => {
+                let batch = Routes(std::mem::take(&mut self.routes));
+                self.tell_balancer(batch, ctx)
+            }
+        }
     }
 
     pub(super) fn send_hedge(&mut self, no: TaskNo, now: Instant, ctx: &mut Context<Self>) {
@@ -134,6 +158,9 @@ impl QueueActor {
         }
     }
 }
+
+/// The most room a pump reserves for its routes up front (more grows).
+const MAX_BATCH: usize = 4096;
 
 /// The two attempts of a hedged round.
 pub(super) struct Race {

@@ -69,7 +69,9 @@ impl Inbox {
     }
 }
 
-/// Takes every submit of the inbox, in order.
+/// Takes every submit of the inbox, in order, and hands them over in one
+/// pump (one `Routes` to the balancer), or sooner if the queue runs out of
+/// room, so that a burst is refused no more than single submits would be.
 impl Handler<Intake> for QueueActor {
     type Result = ();
 
@@ -79,9 +81,19 @@ impl Handler<Intake> for QueueActor {
             let mut list = self.inbox.list.lock().unwrap_or_else(|e| e.into_inner());
             std::mem::swap(&mut *list, &mut batch);
         }
+        let mut due = false;
         for msg in batch.drain(..) {
             self.tick(Some(msg.task.job().submitted));
-            self.guarded(ctx, |act, ctx| act.submit(msg, ctx));
+            self.guarded(ctx, |act, ctx| {
+                if due && !act.has_room() {
+                    act.pump(ctx);
+                    due = false;
+                }
+                due |= act.take_in(msg, ctx);
+            });
+        }
+        if due {
+            self.guarded(ctx, |act, ctx| act.pump(ctx));
         }
         // Keep a small list for the next burst; give a big one back.
         if batch.capacity() <= 1024 {

@@ -5,27 +5,44 @@
 use super::*;
 
 impl QueueActor {
+    /// Takes one task in and hands over what credit allows.
     pub(super) fn submit(&mut self, msg: Submit, ctx: &mut Context<Self>) {
+        if self.take_in(msg, ctx) {
+            self.pump(ctx);
+        }
+    }
+
+    /// Whether a new task would join the queue (rather than wait or be
+    /// refused for room).
+    pub(super) fn has_room(&self) -> bool {
+        self.queued < self.cfg.queue.capacity && self.parked == 0
+    }
+
+    /// Takes one task in without handing anything over: true if it joined
+    /// the ready tasks (a pump is then due).
+    pub(super) fn take_in(&mut self, msg: Submit, ctx: &mut Context<Self>) -> bool {
         let now = self.now();
         if self.closed {
-            return self.reject_new(msg, Rejection::ShuttingDown, now);
+            self.reject_new(msg, Rejection::ShuttingDown, now);
+            return false;
         }
         if msg.task.job().deadline.is_some_and(|d| d <= now) {
-            return self.reject_new(msg, Rejection::DeadlinePassed, now);
+            self.reject_new(msg, Rejection::DeadlinePassed, now);
+            return false;
         }
         if let Gate::Reject(r) = &self.gate {
             let r = r.clone();
-            return self.reject_new(msg, r, now);
+            self.reject_new(msg, r, now);
+            return false;
         }
-        let room = self.queued < self.cfg.queue.capacity && self.parked == 0;
-        if !room {
+        if !self.has_room() {
             let wait = msg.wait || self.cfg.queue.on_full == OnFull::Wait;
             // The wait list is bounded too (`queue.max_waiting`).
             if wait && self.parked < self.cfg.queue.max_waiting {
                 let no = self.enter(msg, State::Waiting, ctx);
                 self.waiting.push_back(no);
                 self.parked += 1;
-                return;
+                return false;
             }
             if !self.full {
                 self.full = true;
@@ -36,11 +53,12 @@ impl QueueActor {
                     if wait { ", and the wait list too" } else { "" }
                 );
             }
-            return self.reject_new(msg, Rejection::QueueFull, now);
+            self.reject_new(msg, Rejection::QueueFull, now);
+            return false;
         }
         let no = self.enter(msg, State::Ready, ctx);
         self.admit(no);
-        self.pump(ctx);
+        true
     }
 
     /// Puts a new task in the map (and its deadline in the timers).

@@ -184,6 +184,9 @@ pub struct QueueActor {
     intake_spare: Vec<Submit>,
     pub(super) tasks: Tasks,
     ready: VecDeque<TaskNo>,
+    /// The routes of the pump under way, sent together when it ends (a
+    /// single one goes as a plain `Route`, and the list keeps its room).
+    routes: Vec<Route>,
     /// Tasks parked for room, in arrival order (entries of tasks answered
     /// while parked are skipped when reached).
     pub(super) waiting: VecDeque<TaskNo>,
@@ -271,6 +274,7 @@ impl QueueActor {
             intake_spare: Vec::new(),
             tasks: Tasks::default(),
             ready: VecDeque::new(),
+            routes: Vec::new(),
             waiting: VecDeque::new(),
             parked: 0,
             queued: 0,
@@ -339,6 +343,7 @@ impl QueueActor {
         }
         self.tasks.clear();
         self.ready.clear();
+        self.routes.clear();
         self.waiting.clear();
         self.parked = 0;
         self.timers = TimerStore::default();
@@ -407,6 +412,7 @@ impl QueueActor {
 /// the balancer's [`QueuePort`](super::balancer::QueuePort) is the other way).
 pub(crate) struct BalancerPort {
     pub route: Recipient<Route>,
+    pub routes: Recipient<Routes>,
     pub cancel: Recipient<CancelTask>,
     pub lost: Recipient<AttemptLost>,
     pub stop: Recipient<Stop>,
@@ -416,6 +422,7 @@ impl BalancerPort {
     pub fn of(balancer: &Addr<BalancerActor>) -> Self {
         BalancerPort {
             route: balancer.clone().recipient(),
+            routes: balancer.clone().recipient(),
             cancel: balancer.clone().recipient(),
             lost: balancer.clone().recipient(),
             stop: balancer.clone().recipient(),
@@ -431,6 +438,12 @@ pub(crate) trait ToBalancer: Message<Result = ()> + Send + Sized + 'static {
 impl ToBalancer for Route {
     fn to(port: &BalancerPort) -> &Recipient<Self> {
         &port.route
+    }
+}
+
+impl ToBalancer for Routes {
+    fn to(port: &BalancerPort) -> &Recipient<Self> {
+        &port.routes
     }
 }
 

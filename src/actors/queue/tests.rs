@@ -29,6 +29,15 @@ impl Handler<Route> for FakeBalancer {
     }
 }
 
+impl Handler<Routes> for FakeBalancer {
+    type Result = ();
+
+    fn handle(&mut self, msg: Routes, _ctx: &mut Self::Context) {
+        let mut seen = self.0.lock().unwrap();
+        seen.routes.extend(msg.0.iter().map(|r| (r.seq, r.hedge)));
+    }
+}
+
 impl Handler<CancelTask> for FakeBalancer {
     type Result = ();
 
@@ -58,6 +67,7 @@ fn start(json: &str) -> (Addr<QueueActor>, Arc<Mutex<Seen>>) {
     let b = FakeBalancer(seen.clone()).start();
     let port = BalancerPort {
         route: b.clone().recipient(),
+        routes: b.clone().recipient(),
         cancel: b.clone().recipient(),
         lost: b.clone().recipient(),
         stop: b.recipient(),
