@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::Cli;
 
 /// The order of the sections of `latest.md`.
-const ORDER: [&str; 7] = [
+const ORDER: [&str; 9] = [
     "micro",
     "overhead",
     "throughput",
@@ -17,6 +17,8 @@ const ORDER: [&str; 7] = [
     "peers",
     "slow-node",
     "memory",
+    "soak",
+    "cluster",
 ];
 
 /// One checked target.
