@@ -256,6 +256,15 @@ impl BalancerActor {
         self.recompute_all(Instant::now());
     }
 
+    /// Hands `route` back to the queue unplaced (its credit is not used).
+    pub(super) fn bounce(&self, route: &Route) {
+        self.queue.answer.do_send(Answer::Bounce(Bounce {
+            seq: route.seq,
+            hedge: route.hedge,
+            credit: 0,
+        }));
+    }
+
     /// Recomputes every node, the ejection cap and the wake-up timer.
     pub(super) fn recompute_all(&mut self, now: Instant) {
         self.nodes.refresh_all(now);
@@ -540,11 +549,7 @@ impl BalancerActor {
             .as_ref()
             .is_none_or(|b| b.check(now).is_ok());
         let Some(i) = service_ok.then(|| self.pick(&msg)).flatten() else {
-            self.queue.answer.do_send(Answer::Bounce(Bounce {
-                seq: msg.seq,
-                hedge: msg.hedge,
-                credit: 0,
-            }));
+            self.bounce(&msg);
             // The credit was granted on a view that, at this route's time,
             // has no room after all (a token not yet due at `now`, a stale
             // candidate): re-read it, so that the timer is set for when a

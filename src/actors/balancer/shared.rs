@@ -62,11 +62,7 @@ impl BalancerActor {
                 None
             }
             Admit::Bounce => {
-                self.queue.answer.do_send(Answer::Bounce(Bounce {
-                    seq: msg.seq,
-                    hedge: msg.hedge,
-                    credit: 0,
-                }));
+                self.bounce(&msg);
                 self.recompute_all(now);
                 self.settle(ctx, now);
                 None
@@ -232,11 +228,7 @@ impl Handler<Granted> for BalancerActor {
                 if !route.hedge {
                     self.granted = self.granted.saturating_sub(1);
                 }
-                self.queue.answer.do_send(Answer::Bounce(Bounce {
-                    seq: route.seq,
-                    hedge: route.hedge,
-                    credit: 0,
-                }));
+                self.bounce(&route);
             }
         }
         self.recompute_all(now);

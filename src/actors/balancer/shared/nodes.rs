@@ -65,11 +65,7 @@ impl BalancerActor {
                 None
             }
             Admit::Bounce => {
-                self.queue.answer.do_send(Answer::Bounce(Bounce {
-                    seq: msg.seq,
-                    hedge: msg.hedge,
-                    credit: 0,
-                }));
+                self.bounce(&msg);
                 self.recompute_all(now);
                 self.settle(ctx, now);
                 None
@@ -232,11 +228,7 @@ impl Handler<NodesGranted> for BalancerActor {
                     // Not paid: the node has no token before it is due;
                     // the route waits in the queue meanwhile.
                     self.shared_release(id, now);
-                    self.queue.answer.do_send(Answer::Bounce(Bounce {
-                        seq: route.seq,
-                        hedge: route.hedge,
-                        credit: 0,
-                    }));
+                    self.bounce(&route);
                 }
             }
         }
