@@ -1,0 +1,204 @@
+//! Sending: the routes from the queue are placed (one by one, or a pump's
+//! batch), each node's dispatches of a turn go out in one message, and a
+//! hedge's placement is told to the queue.
+
+use super::*;
+
+/// Places one task from the queue.
+impl Handler<Route> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Route, ctx: &mut Self::Context) {
+        if let Some(now) = self.route(msg, ctx) {
+            self.settle(ctx, now);
+        }
+    }
+}
+
+/// Places the tasks of one pump of the queue, in order, as the same single
+/// routes would be, with one settle (credit and gate) pass at the end.
+impl Handler<Routes> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Routes, ctx: &mut Self::Context) {
+        let mut settle_at = None;
+        for route in msg.0 {
+            if let Some(now) = self.route(route, ctx) {
+                settle_at = Some(now);
+            }
+        }
+        if let Some(now) = settle_at {
+            self.settle(ctx, now);
+        }
+    }
+}
+
+impl BalancerActor {
+    /// Places one route (or bounces it, or holds it for a shared token);
+    /// the time to settle at, unless the route is held.
+    pub(super) fn route(&mut self, msg: Route, ctx: &mut Context<Self>) -> Option<Instant> {
+        if !msg.hedge {
+            self.granted = self.granted.saturating_sub(1);
+        }
+        #[cfg(feature = "redis")]
+        let msg = self.shared_route(msg, ctx)?;
+        // Decide at the time the queue sent it (µs ago): one clock read less.
+        let now = msg.at;
+        let service_ok = self
+            .service_bucket
+            .as_ref()
+            .is_none_or(|b| b.check(now).is_ok());
+        let Some(i) = service_ok.then(|| self.pick(&msg)).flatten() else {
+            self.bounce(&msg);
+            // The credit was granted on a view that, at this route's time,
+            // has no room after all (a token not yet due at `now`, a stale
+            // candidate): re-read it, so that the timer is set for when a
+            // token is due instead of the task waiting for the next refresh.
+            self.recompute_all(now);
+            return Some(now);
+        };
+        // The node's shared bucket: a token in hand, or wait for one call.
+        #[cfg(feature = "redis")]
+        let msg = self.shared_place(i, msg, ctx)?;
+        if let Some(b) = &mut self.service_bucket {
+            let _ = b.try_acquire(now);
+            if let Err(t) = b.check(now) {
+                self.wake_at(t);
+            }
+        }
+        let placed = self.nodes.dispatch(i, now);
+        let n = self.nodes.node(i);
+        if self.cfg.hedge.is_some() {
+            self.working.entry(msg.seq).or_default().push(n.id);
+        }
+        log::debug!(
+            "service {}: task {} -> node {}",
+            self.service,
+            msg.job.id,
+            n.address
+        );
+        let id = n.id;
+        self.post(
+            i,
+            id,
+            Dispatch {
+                seq: msg.seq,
+                job: msg.job,
+                bypass_breaker: placed.bypass_breaker,
+                hedge: msg.hedge,
+                at: now,
+            },
+            ctx,
+        );
+        if msg.hedge {
+            self.tell_placed(msg.seq, i);
+        }
+        if let Some(t) = placed.token_due {
+            self.wake_at(t);
+        }
+        Some(now)
+    }
+
+    /// Puts a dispatch in node `i`'s outbox; the outboxes go out together
+    /// when the balancer's turn ends ([`Flush`]): one message per node per
+    /// turn, however many routes the turn placed there.
+    pub(super) fn post(&mut self, i: usize, id: NodeId, d: Dispatch, ctx: &mut Context<Self>) {
+        let outbox = &mut self.nodes.node_mut(i).outbox;
+        if outbox.is_empty() {
+            self.posted.push(id);
+        }
+        outbox.push(d);
+        if !self.flushing {
+            self.flushing = true;
+            ctx.spawn(Flush);
+        }
+    }
+
+    /// Sends every outbox (before anything that must reach a node after
+    /// the dispatches of this turn: a cancel, a stop).
+    pub(super) fn flush(&mut self) {
+        self.flushing = false;
+        for id in std::mem::take(&mut self.posted) {
+            if let Some(i) = self.nodes.position(id) {
+                let n = self.nodes.node_mut(i);
+                // One dispatch goes alone, and the outbox keeps its room
+                // (a pool much larger than the window sees mostly these).
+                if n.outbox.len() == 1 {
+                    if let Some(d) = n.outbox.pop() {
+                        n.addr.do_send(d);
+                    }
+                } else if !n.outbox.is_empty() {
+                    n.addr.do_send(Dispatches(std::mem::take(&mut n.outbox)));
+                }
+            }
+        }
+    }
+
+    /// Tells the queue where both attempts of a hedged round went (node `i`
+    /// took the hedge), so the one that loses the race is still listed in
+    /// the task's result. Hedges only: one message per hedge.
+    pub(super) fn tell_placed(&mut self, seq: Seq, i: usize) {
+        let n = self.nodes.node(i);
+        let (hedge, me) = (n.address.clone(), n.id);
+        let first = self
+            .working
+            .get(&seq)
+            .and_then(|w| w.iter().find(|id| **id != me))
+            .and_then(|id| self.nodes.position(*id))
+            .map(|j| self.nodes.node(j).address.clone());
+        if let Some(first) = first {
+            self.queue
+                .answer
+                .do_send(Answer::Placed(Placed { seq, first, hedge }));
+        }
+    }
+
+    /// Forgets that `node` works on `seq` (hedging only).
+    pub(super) fn done_working(&mut self, seq: Seq, node: NodeId) {
+        if let Some(w) = self.working.get_mut(&seq) {
+            w.retain(|id| *id != node);
+            if w.is_empty() {
+                self.working.remove(&seq);
+            }
+        }
+    }
+
+    /// One attempt on node `i` ended or was lost: free its slot, and let a
+    /// drained node leave.
+    pub(super) fn free_slot(&mut self, i: usize, load: Option<LoadReport>, now: Instant) {
+        self.free_slots(i, 1, load, now)
+    }
+
+    /// `n` attempts on node `i` ended (`load`: the node's report after
+    /// them): free their slots, and let a drained node leave.
+    pub(super) fn free_slots(&mut self, i: usize, n: u32, load: Option<LoadReport>, now: Instant) {
+        if self.nodes.attempts_ended(i, n, load, now) {
+            // A breaker changed kind: an open one sets the timer.
+            self.pending_wake = self.next_wake(now);
+        }
+        let n = self.nodes.node(i);
+        if n.draining && n.in_flight == 0 {
+            self.finish_removal(i);
+        }
+    }
+}
+
+/// Sends the outboxes once the balancer's mailbox is drained: spawned on
+/// its context by the turn's first dispatch, polled after the messages.
+struct Flush;
+
+impl ActorFuture<BalancerActor> for Flush {
+    type Output = ();
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        act: &mut BalancerActor,
+        _ctx: &mut Context<BalancerActor>,
+        _task: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if act.flushing {
+            act.flush();
+        }
+        std::task::Poll::Ready(())
+    }
+}
