@@ -75,15 +75,16 @@ pub(super) fn gcra_args(
     }
 }
 
-/// Reads `{ now, granted_1, due_1, ... }`.
-pub(super) fn gcra_answer(v: &[u64], asks: usize) -> (Vec<Got>, u64) {
+/// Reads `{ now, granted_1, due_1, ... }`, bounded where it enters: an ask
+/// is never granted more than it wanted (a confused or hostile answer must
+/// not hand out a lease past the limit), a due time is at most a minute.
+pub(super) fn gcra_answer(v: &[u64], asks: &[Ask]) -> (Vec<Got>, u64) {
     let now = v.first().copied().unwrap_or(0);
-    let got = (0..asks)
+    let got = (0..asks.len())
         .map(|a| Got {
-            granted: v
-                .get(1 + 2 * a)
-                .map_or(0, |g| u32::try_from(*g).unwrap_or(u32::MAX)),
-            // Bounded where it enters: at most a minute.
+            granted: v.get(1 + 2 * a).map_or(0, |g| {
+                u32::try_from(*g).unwrap_or(u32::MAX).min(asks[a].want)
+            }),
             due: Duration::from_micros(v.get(2 + 2 * a).copied().unwrap_or(0).min(60_000_000)),
         })
         .collect();
@@ -103,7 +104,7 @@ pub async fn take_many<C: redis::aio::ConnectionLike>(
     let mut inv = script.prepare_invoke();
     gcra_args(&mut inv, keys, asks, now_us);
     let v: Vec<u64> = inv.invoke_async(con).await?;
-    Ok(gcra_answer(&v, asks.len()))
+    Ok(gcra_answer(&v, asks))
 }
 
 /// Runs `gcra.lua` once: `want` tokens from every bucket of `keys` (each
@@ -124,4 +125,30 @@ pub async fn take_tokens<C: redis::aio::ConnectionLike>(
         retry_in: got[0].due,
         now_us: now,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ask(want: u32) -> Ask {
+        Ask {
+            buckets: vec![0],
+            want,
+        }
+    }
+
+    /// Redis's answer is input from outside: a grant is capped at what was
+    /// asked, a due time at a minute, and a short answer reads as nothing.
+    #[test]
+    fn a_hostile_answer_is_bounded_where_it_enters() {
+        let (got, now) = gcra_answer(&[7, u64::MAX, u64::MAX, 3, 5], &[ask(4), ask(2)]);
+        assert_eq!(now, 7);
+        assert_eq!(got[0].granted, 4, "never more than asked");
+        assert_eq!(got[0].due, Duration::from_secs(60));
+        assert_eq!(got[1].granted, 2);
+        assert_eq!(got[1].due, Duration::from_micros(5));
+        let (got, now) = gcra_answer(&[], &[ask(3)]);
+        assert_eq!((now, got[0].granted, got[0].due), (0, 0, Duration::ZERO));
+    }
 }

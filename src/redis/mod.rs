@@ -230,12 +230,12 @@ impl SharedLimits {
         let asked = Instant::now();
         actix::spawn(async move {
             let mut con = s.inner.conn.clone();
-            let ask = Ask {
+            let asks = [Ask {
                 buckets: vec![0],
                 want: want.max(1),
-            };
+            }];
             let mut inv = s.inner.gcra.prepare_invoke();
-            gcra_args(&mut inv, &keys, &[ask], None);
+            gcra_args(&mut inv, &keys, &asks, None);
             let r = s
                 .call(async move {
                     let v: Vec<u64> = inv.invoke_async(&mut con).await?;
@@ -243,7 +243,7 @@ impl SharedLimits {
                 })
                 .await;
             let taken = r.map(|v| {
-                let (got, now_us) = gcra_answer(&v, 1);
+                let (got, now_us) = gcra_answer(&v, &asks);
                 Taken {
                     granted: got[0].granted,
                     retry_in: got[0].due,
@@ -303,7 +303,7 @@ impl SharedLimits {
                     Ok(v)
                 })
                 .await;
-            let got = r.map(|v| gcra_answer(&v, calls.len()).0);
+            let got = r.map(|v| gcra_answer(&v, &calls).0);
             reply.do_send(NodesGranted { asks, got, asked });
         });
     }

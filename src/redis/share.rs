@@ -28,6 +28,7 @@ use super::node_tokens::{local_bucket, NodeTokens};
 use super::{Granted, SharedLimits};
 use crate::actors::messages::{NodeId, Route};
 use crate::algo::limiter::TokenBucket;
+use crate::algo::time;
 use crate::config::{BucketConfig, OnDown, ServiceConfig, SharedMode};
 
 /// What to do with a route, given the shared bucket.
@@ -266,7 +267,8 @@ impl ServiceShare {
                         // more than `lease` after Redis gave them (the
                         // routes they pay for go at once in any case).
                         self.tokens = t.granted;
-                        self.valid_until = (g.asked + lease).max(now + Duration::from_millis(1));
+                        self.valid_until =
+                            time::add(g.asked, lease).max(time::add(now, Duration::from_millis(1)));
                         t.granted
                             .min(u32::try_from(self.held.len()).unwrap_or(u32::MAX))
                     }
@@ -290,7 +292,7 @@ impl ServiceShare {
             return None;
         }
         let jitter = due.mul_f64(self.rng.random::<f64>() * 0.25);
-        Some(now + due + jitter)
+        Some(time::add(now, time::sum(due, jitter)))
     }
 
     /// Redis answered: shared limits apply again. Returns whether it was
@@ -320,7 +322,7 @@ impl ServiceShare {
                 self.local = Some(local_bucket(b, live, now));
             }
         }
-        self.retry_at = Some(now + timeout.max(Duration::from_millis(10)));
+        self.retry_at = Some(time::add(now, timeout.max(Duration::from_millis(10))));
         was_up
     }
 
@@ -360,7 +362,7 @@ impl ServiceShare {
     /// and at least, just long enough for the held routes they paid for
     /// to go back through the handler (at once).
     pub fn node_until(&self, asked: Instant, now: Instant) -> Instant {
-        let replay = now + Duration::from_millis(1);
+        let replay = time::add(now, Duration::from_millis(1));
         match self
             .handle
             .as_ref()

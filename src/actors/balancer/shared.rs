@@ -13,6 +13,7 @@
 use super::*;
 use crate::actors::view::SharedMirror;
 use crate::algo::breaker::BreakerState;
+use crate::algo::time;
 use crate::redis::{
     Admit, Granted, NodeTokens, ProbeClaimed, SharedBreakers, SharedState, UseShared,
 };
@@ -118,7 +119,7 @@ impl BalancerActor {
                 Some(false) => {
                     h.reopen(&self.service, &addr, br.open_for, br.max_open_for);
                     shared = Some(SharedMirror::Open {
-                        until: now + br.open_for,
+                        until: time::add(now, br.open_for),
                     });
                 }
                 None => {}
@@ -259,7 +260,9 @@ impl Handler<SharedBreakers> for BalancerActor {
                     s.probing.remove(&addr);
                     SharedMirror::Closed
                 }
-                SharedState::Open(d) => SharedMirror::Open { until: now + d },
+                SharedState::Open(d) => SharedMirror::Open {
+                    until: time::add(now, d),
+                },
                 SharedState::HalfOpen => match n.shared {
                     SharedMirror::HalfOpen { claimed } => SharedMirror::HalfOpen { claimed },
                     _ => SharedMirror::HalfOpen { claimed: false },

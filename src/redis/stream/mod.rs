@@ -254,7 +254,7 @@ impl Streams {
             .values()
             .cloned()
             .collect();
-        let deadline = tokio::time::Instant::now() + within;
+        let deadline = crate::algo::time::add(tokio::time::Instant::now(), within);
         for c in all {
             loop {
                 let idle = c.idle.notified();
