@@ -36,6 +36,51 @@ const DECODE_ROUNDS: usize = 4;
 /// Checks that a path is relative to its endpoint, stays under the
 /// endpoint's prefix, and is a valid URI path (with an optional query).
 pub fn check_path(path: &str) -> Result<(), String> {
+    if plainly_fine(path.as_bytes()) {
+        return Ok(());
+    }
+    check_path_fully(path)
+}
+
+/// The common path in one pass, without a copy: it starts with one `/`,
+/// has no `%`, `\`, `;` or `:` before its query, no `.` or `..`
+/// segment, and only bytes [`PathAndQuery`] takes as they are (so no CR,
+/// LF, NUL or `#`). Everything it accepts the full check accepts too (a
+/// property test holds them together); anything else, including every
+/// path that is refused, goes to [`check_path_fully`], which gives the
+/// reason.
+///
+/// [`PathAndQuery`]: awc::http::uri::PathAndQuery
+fn plainly_fine(path: &[u8]) -> bool {
+    if path.len() > 8192 || path.first() != Some(&b'/') || path.get(1) == Some(&b'/') {
+        return false;
+    }
+    // The current segment's length and how many of its bytes are dots.
+    let (mut len, mut dots) = (0usize, 0usize);
+    for (i, &b) in path.iter().enumerate() {
+        match b {
+            b'/' | b'?' => {
+                if len > 0 && len == dots && dots <= 2 {
+                    return false; // a `.` or `..` segment
+                }
+                if b == b'?' {
+                    return path[i + 1..].iter().all(|&q| QUERY_BYTES[usize::from(q)]);
+                }
+                (len, dots) = (0, 0);
+            }
+            b'%' | b'\\' | b';' | b':' => return false,
+            _ if PATH_BYTES[usize::from(b)] => {
+                len += 1;
+                dots += usize::from(b == b'.');
+            }
+            _ => return false,
+        }
+    }
+    !(len > 0 && len == dots && dots <= 2)
+}
+
+/// [`check_path`] for any path: every rule, with the reason of a refusal.
+fn check_path_fully(path: &str) -> Result<(), String> {
     // Bytes, not chars: these are ASCII, and a byte scan is much cheaper.
     if path.bytes().any(|b| matches!(b, b'\r' | b'\n' | 0)) {
         return Err("path contains CR, LF or NUL".into());
@@ -205,6 +250,47 @@ pub fn check_header_name(name: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The one-pass check never accepts what the full check refuses.
+        #[test]
+        fn the_fast_path_accepts_only_what_the_full_check_accepts(
+            path in "[/a-z.%;:?#\\\\=&2eEfF5cC\r\n ]{0,24}"
+        ) {
+            if plainly_fine(path.as_bytes()) {
+                prop_assert!(check_path_fully(&path).is_ok(), "{path:?}");
+            }
+        }
+
+        /// And it takes the plain paths tasks use (no fallback for them).
+        #[test]
+        fn plain_paths_take_the_fast_path(path in "(/[a-z0-9_-]{1,8}){1,4}(\\?[a-z]{1,4}=[a-z0-9./:]{0,8})?") {
+            prop_assert!(plainly_fine(path.as_bytes()), "{path:?}");
+            prop_assert!(check_path_fully(&path).is_ok(), "{path:?}");
+        }
+    }
+
+    #[test]
+    fn the_fast_path_leaves_every_refusal_to_the_full_check() {
+        for p in [
+            "/.", "/..", "/a/./b", "/a/../b", "/a/..?x", "/..;/a", "/%2e%2e", r"/a\..\b", "//evil",
+            "/a#f", "/a\r\nb", "/a b", "/x://y", "",
+        ] {
+            assert!(!plainly_fine(p.as_bytes()), "{p:?}");
+        }
+        for p in [
+            "/",
+            "/a",
+            "/a/b/",
+            "/a.b/..c/...",
+            "/v1/chat?next=http://x/../y",
+            "/a?",
+        ] {
+            assert!(plainly_fine(p.as_bytes()), "{p:?}");
+            assert!(check_path_fully(p).is_ok(), "{p:?}");
+        }
+    }
 
     #[test]
     fn dot_segments_in_every_spelling_are_refused() {
