@@ -245,11 +245,19 @@ pub(crate) enum Answer {
 }
 
 /// Balancer to queue: the attempts of one node that ended in one turn (two
-/// or more; a single one travels as [`Answer::Done`]). The credit they
-/// freed rides on the first.
+/// or more; a single one travels as [`Answer::Done`]), passed on as the
+/// node reported them: the list is not copied on the way.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct Answers(pub Vec<AttemptDone>);
+pub(crate) struct Answers {
+    pub node: NodeId,
+    pub address: Arc<str>,
+    /// Credit granted along with them (the slots they freed).
+    pub credit: usize,
+    /// When they ended.
+    pub at: Instant,
+    pub done: Vec<Ended>,
+}
 
 /// Balancer to queue: where the attempts of a hedged round went.
 pub(crate) struct Placed {

@@ -73,17 +73,13 @@ impl Handler<Completions> for BalancerActor {
         let now = msg.at;
         let Some(i) = self.nodes.position(msg.node) else {
             // A removed node's last attempts: the queue still needs the answers.
-            for d in msg.done {
-                self.queue.answer.do_send(Answer::Done(AttemptDone {
-                    seq: d.seq,
-                    node: msg.node,
-                    address: "removed".into(),
-                    hedge: d.hedge,
-                    report: d.report,
-                    credit: 0,
-                    at: now,
-                }));
-            }
+            self.queue.answers.do_send(Answers {
+                node: msg.node,
+                address: "removed".into(),
+                credit: 0,
+                at: now,
+                done: msg.done,
+            });
             return;
         };
         if !self.working.is_empty() {
@@ -96,26 +92,15 @@ impl Handler<Completions> for BalancerActor {
         let address = self.nodes.node(i).address.clone();
         // Every attempt of the batch frees its slot; one report for them all.
         self.free_slots(i, msg.done.len() as u32, Some(msg.load), now);
-        // The slots they freed travel with the first answer; the answers
-        // go in one message.
-        let mut credit = self.take_credit(now);
-        let node = msg.node;
-        let mut answers = msg.done.into_iter().map(|d| AttemptDone {
-            seq: d.seq,
-            node,
-            address: address.clone(),
-            hedge: d.hedge,
-            report: d.report,
-            credit: std::mem::take(&mut credit),
+        // The slots they freed travel with the answers, in one message.
+        let credit = self.take_credit(now);
+        self.queue.answers.do_send(Answers {
+            node: msg.node,
+            address,
+            credit,
             at: now,
+            done: msg.done,
         });
-        if answers.len() == 1 {
-            if let Some(one) = answers.next() {
-                self.queue.answer.do_send(Answer::Done(one));
-            }
-        } else {
-            self.queue.answers.do_send(Answers(answers.collect()));
-        }
         self.settle_gate(ctx, now);
     }
 }

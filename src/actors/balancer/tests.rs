@@ -44,7 +44,7 @@ impl Handler<Answers> for FakeQueue {
     type Result = ();
 
     fn handle(&mut self, msg: Answers, _ctx: &mut Self::Context) {
-        self.0.lock().unwrap().credit += msg.0.iter().map(|d| d.credit).sum::<usize>();
+        self.0.lock().unwrap().credit += msg.credit;
     }
 }
 

@@ -13,29 +13,36 @@ impl QueueActor {
             .filter(|p| p.state == State::InFlight && p.round == seq.round && p.outstanding > 0)
     }
 
-    pub(super) fn on_attempt(&mut self, msg: AttemptDone, ctx: &mut Context<Self>) {
-        let no = msg.seq.task;
-        let Some(p) = self.current(msg.seq) else {
+    /// Attempt `seq` (`hedge`) at `node` ended with `r`.
+    pub(super) fn on_attempt(
+        &mut self,
+        seq: Seq,
+        hedge: bool,
+        (node, address): (NodeId, &Arc<str>),
+        r: AttemptReport,
+        ctx: &mut Context<Self>,
+    ) {
+        let no = seq.task;
+        let Some(p) = self.current(seq) else {
             return; // answered already, or a late answer of an earlier round
         };
         p.outstanding -= 1;
-        if let Some(race) = p.race_mut().filter(|r| r.round == msg.seq.round) {
-            if msg.hedge {
+        if let Some(race) = p.race_mut().filter(|r| r.round == seq.round) {
+            if hedge {
                 race.hedge_done = true;
             } else {
                 race.first_done = true;
             }
         }
-        let r = msg.report;
         if p.attempts.capacity() == 0 {
             // Most tasks make one attempt: room for just that one.
             p.attempts.reserve_exact(1);
         }
         p.attempts.push(Attempt {
-            node: msg.address.clone(),
+            node: address.clone(),
             outcome: r.outcome,
             latency: r.latency,
-            hedge: msg.hedge,
+            hedge,
             protocol: r.reply.as_ref().and_then(|rep| rep.protocol),
         });
         let mut stream = r.stream;
@@ -43,7 +50,7 @@ impl QueueActor {
             status: rep.status,
             headers: rep.headers,
             body: rep.body,
-            node: msg.address.clone(),
+            node: address.clone(),
             stream: stream.take(),
         });
         if r.outcome.is_success() {
@@ -77,8 +84,8 @@ impl QueueActor {
             last.outcome = r.outcome;
             last.response = response;
             last.retry_after = r.retry_after;
-            if !last.avoid.contains(&msg.node) {
-                last.avoid.push(msg.node);
+            if !last.avoid.contains(&node) {
+                last.avoid.push(node);
             }
         }
         if p.outstanding == 0 {
@@ -260,10 +267,10 @@ impl Handler<Answers> for QueueActor {
 
     fn handle(&mut self, msg: Answers, ctx: &mut Self::Context) {
         self.guarded(ctx, |act, ctx| {
-            for done in msg.0 {
-                act.tick(Some(done.at));
-                act.credit = act.credit.saturating_add(done.credit);
-                act.on_attempt(done, ctx);
+            act.tick(Some(msg.at));
+            act.credit = act.credit.saturating_add(msg.credit);
+            for d in msg.done {
+                act.on_attempt(d.seq, d.hedge, (msg.node, &msg.address), d.report, ctx);
             }
             act.pump(ctx);
         });
@@ -279,7 +286,8 @@ impl Handler<Answer> for QueueActor {
                 Answer::Done(done) => {
                     act.tick(Some(done.at));
                     act.credit = act.credit.saturating_add(done.credit);
-                    act.on_attempt(done, ctx);
+                    let at = (done.node, &done.address);
+                    act.on_attempt(done.seq, done.hedge, at, done.report, ctx);
                 }
                 Answer::Bounce(b) => {
                     act.tick(None);

@@ -106,28 +106,20 @@ impl QueueActor {
             for _ in 0..outstanding {
                 // The balancer frees the slot each lost attempt held.
                 self.tell_balancer(AttemptLost { seq }, ctx);
-                self.on_attempt(
-                    AttemptDone {
-                        seq,
-                        node: NodeId(u32::MAX),
-                        address: "unknown".into(),
-                        hedge: false,
-                        report: AttemptReport {
-                            outcome: AttemptOutcome::Error(ErrorKind::Lost),
-                            latency: now.saturating_duration_since(
-                                self.tasks
-                                    .get(&seq.task)
-                                    .map_or(now, |p| self.epoch.at(p.sent_at)),
-                            ),
-                            reply: None,
-                            retry_after: None,
-                            stream: None,
-                        },
-                        credit: 0,
-                        at: now,
-                    },
-                    ctx,
+                let unknown: Arc<str> = "unknown".into();
+                let latency = now.saturating_duration_since(
+                    self.tasks
+                        .get(&seq.task)
+                        .map_or(now, |p| self.epoch.at(p.sent_at)),
                 );
+                let report = AttemptReport {
+                    outcome: AttemptOutcome::Error(ErrorKind::Lost),
+                    latency,
+                    reply: None,
+                    retry_after: None,
+                    stream: None,
+                };
+                self.on_attempt(seq, false, (NodeId(u32::MAX), &unknown), report, ctx);
             }
         }
         self.pump(ctx);
