@@ -431,9 +431,11 @@ impl BalancerActor {
         if let Some(i) = self.shared_pinned(route) {
             return Some(i);
         }
-        let working: &[NodeId] = match self.working.get(&route.seq) {
-            Some(w) if route.hedge => w,
-            _ => &[],
+        // Only a hedge avoids the node working on its task (and only
+        // hedging services keep that map): no lookup for the rest.
+        let working: &[NodeId] = match route.hedge {
+            true => self.working.get(&route.seq).map_or(&[], Vec::as_slice),
+            false => &[],
         };
         self.nodes.pick(
             &mut *self.strategy,

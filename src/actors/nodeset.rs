@@ -8,7 +8,7 @@
 //! type owns them, and its methods are the only way to change a node's room:
 //!
 //! * `capacity` is the sum of the nodes' rooms (free slots, probes, tokens:
-//!   see [`NodeView::compute_room`]), as of each node's last refresh;
+//!   see [`NodeView::room_and_flags`]), as of each node's last refresh;
 //! * `counts` is the sum of the nodes' [`Flags`], as of the same refresh;
 //! * `cands[i]` is node `i`'s [`Candidate`] for the strategy, eligible
 //!   exactly when its room is positive;
@@ -182,8 +182,7 @@ impl NodeSet {
         let t = self.tuning;
         let n = &mut self.views[i];
         n.expire(now, t.probes);
-        let room = n.compute_room(now);
-        let flags = n.flags(now);
+        let (room, flags) = n.room_and_flags(now);
         let slot = &mut self.slots[i];
         self.capacity = self.capacity - slot.room + room;
         self.eligible = self.eligible - usize::from(slot.room > 0) + usize::from(room > 0);

@@ -185,6 +185,32 @@ impl NodeView {
         }
     }
 
+    /// Room (see [`NodeView::compute_room`]) and flags (see
+    /// [`NodeView::flags`]) at `now`, reading the slots and tokens once.
+    pub fn room_and_flags(&self, now: Instant) -> (usize, Flags) {
+        let slots = self.slots(now);
+        let tokens = match &self.bucket {
+            Some(b) if slots > 0 => Some(b.available(now) as usize),
+            _ => None,
+        };
+        #[cfg(feature = "redis")]
+        let capped = self.shared_tokens.cap(slots, now);
+        #[cfg(not(feature = "redis"))]
+        let capped = slots;
+        // `capped > 0` means `slots > 0`: the tokens were read.
+        let room = match tokens {
+            Some(t) if capped > 0 => capped.min(t),
+            _ => capped,
+        };
+        let in_service = self.in_service();
+        let flags = Flags {
+            in_service,
+            open: in_service && self.is_open(now),
+            token_blocked: tokens == Some(0),
+        };
+        (room, flags)
+    }
+
     /// Free request slots, ignoring tokens.
     pub fn slots(&self, now: Instant) -> usize {
         if !self.in_service() {
@@ -208,7 +234,9 @@ impl NodeView {
         }
     }
 
-    /// Slots limited by the node's tokens.
+    /// Slots limited by the node's tokens: the plain definition, which the
+    /// node set's invariant test holds [`NodeView::room_and_flags`] to.
+    #[cfg(test)]
     pub fn compute_room(&self, now: Instant) -> usize {
         let slots = self.slots(now);
         #[cfg(feature = "redis")]
@@ -224,7 +252,9 @@ impl NodeView {
         self.slots(now) > 0 && self.bucket.as_ref().is_some_and(|b| b.available(now) == 0)
     }
 
-    /// What this node adds to the pool's [`Counts`] at `now`.
+    /// What this node adds to the pool's [`Counts`] at `now` (the plain
+    /// definition, as [`NodeView::compute_room`]).
+    #[cfg(test)]
     pub fn flags(&self, now: Instant) -> Flags {
         let in_service = self.in_service();
         Flags {
@@ -283,7 +313,9 @@ impl NodeView {
         // toward zero with the idle time, so that one bad spell does not
         // starve it for good: it is tried again, and its answers count.
         let idle = now.saturating_duration_since(self.load.rtt_at);
-        let fade = |x: f64| crate::algo::ewma::decay_idle(x, idle, decay);
+        // One factor for the three figures (1 while the node is busy).
+        let factor = crate::algo::ewma::decay_idle(1.0, idle, decay);
+        let fade = |x: f64| x * factor;
         Candidate {
             eligible,
             weight,

@@ -36,7 +36,7 @@ impl QueueActor {
         }
         if p.attempts.capacity() == 0 {
             // Most tasks make one attempt: room for just that one.
-            p.attempts.reserve_exact(1);
+            p.attempts = Vec::with_capacity(1);
         }
         p.attempts.push(Attempt {
             node: address.clone(),
