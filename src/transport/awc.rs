@@ -1,0 +1,357 @@
+//! [`AwcTransport`]: awc set up for an engine, one exchange per attempt,
+//! and awc's errors classified by what they mean for a retry (the rules are
+//! in the parent module's "Was the request sent?").
+//!
+//! The client follows no redirect (the node that answers must be the node
+//! the task was sent to), has no connection cap of its own (`limit(0)`:
+//! `max_concurrent` is the cap) and no awc timeout (the node bounds every
+//! attempt, head and body, with one timer of its own). Its TCP connector is
+//! wrapped ([`super::watch`]) so that an attempt knows whether it opened its
+//! connection; TLS handshake failures are found as rustls's error inside
+//! awc's `ConnectError::Io`.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::Duration;
+
+use actix_tls::connect::Resolver;
+use awc::error::{ConnectError, PayloadError, SendRequestError};
+use awc::http::header::HeaderMap;
+use bytes::Bytes;
+use futures::future::LocalBoxFuture;
+use futures::stream::StreamExt;
+
+#[cfg(feature = "tls")]
+use super::tls;
+use super::watch::{MarkOpened, Marked, Slot, WatchEof};
+use super::{ConnectionSettings, HttpReply, HttpRequest, StreamedReply, Transport, TransportError};
+use crate::outcome::{ErrorKind, Protocol};
+
+/// Largest request that awc writes in one piece (its write buffer's high
+/// water mark), so that a failed write means no byte of it left.
+const ONE_WRITE: usize = 8 * 1024;
+
+/// awc, set up for an engine: no redirects, no connection cap, own timeouts,
+/// connections kept as configured, and reuse known (see [the module
+/// docs](super)).
+pub struct AwcTransport {
+    client: RefCell<awc::Client>,
+    connect_timeout: Duration,
+    slot: Slot,
+    eof: Slot,
+}
+
+impl AwcTransport {
+    /// A client whose connects give up after `connect_timeout`, with the
+    /// default [`ConnectionSettings`].
+    pub fn new(connect_timeout: Duration) -> Self {
+        let (slot, eof) = (Slot::default(), Slot::default());
+        let client = client(connect_timeout, &ConnectionSettings::default(), &slot, &eof);
+        Self {
+            client: RefCell::new(client),
+            connect_timeout,
+            slot,
+            eof,
+        }
+    }
+}
+
+fn client(
+    connect_timeout: Duration,
+    settings: &ConnectionSettings,
+    slot: &Slot,
+    eof: &Slot,
+) -> awc::Client {
+    let tcp = MarkOpened {
+        inner: actix_tls::connect::Connector::new(Resolver::default()).service(),
+        slot: slot.clone(),
+        eof: eof.clone(),
+    };
+    let connector = awc::Connector::new()
+        .connector(tcp)
+        .limit(0)
+        .timeout(connect_timeout)
+        .conn_keep_alive(settings.keep_alive)
+        .conn_lifetime(settings.max_connection_age);
+    #[cfg(feature = "tls")]
+    let connector = match tls::client_config(settings.tls.as_ref()) {
+        Some(config) => connector.rustls_0_23(config),
+        None => connector,
+    };
+    // No awc timeout: the node bounds every attempt (head and body) with
+    // one timer of its own, so each request costs one timer, not two.
+    awc::Client::builder()
+        .disable_redirects()
+        .disable_timeout()
+        .connector(connector)
+        .finish()
+}
+
+impl Transport for AwcTransport {
+    fn configure(&self, settings: &ConnectionSettings) {
+        *self.client.borrow_mut() = client(self.connect_timeout, settings, &self.slot, &self.eof);
+    }
+
+    fn send(&self, req: HttpRequest) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
+        let max_body = req.max_body;
+        self.exchange(req, move |status, protocol, headers, mut res| {
+            Box::pin(async move {
+                let body = res.body().limit(max_body).await.map_err(classify_payload)?;
+                Ok(HttpReply {
+                    status,
+                    headers,
+                    body,
+                    protocol,
+                })
+            })
+        })
+    }
+
+    fn send_streaming(
+        &self,
+        req: HttpRequest,
+    ) -> LocalBoxFuture<'static, Result<StreamedReply, TransportError>> {
+        let slot = self.eof.clone();
+        self.exchange(req, move |status, protocol, headers, res| {
+            // A body framed by its length or chunks that meets the
+            // connection's end is cut; awc's HTTP/1 payload reports that
+            // as a clean end, so the reads of its poll are watched.
+            let framed = protocol == Some(Protocol::Http1)
+                && (headers.contains_key(awc::http::header::CONTENT_LENGTH)
+                    || headers.contains_key(awc::http::header::TRANSFER_ENCODING));
+            // The payload is read only as the node polls it: a dropped
+            // stream drops the unread body, which closes the connection.
+            let body = WatchEof {
+                inner: res.map(|chunk| chunk.map_err(classify_payload)),
+                seen: Rc::new(Cell::new(false)),
+                slot,
+                framed,
+                done: false,
+            }
+            .boxed_local();
+            Box::pin(std::future::ready(Ok(StreamedReply {
+                head: HttpReply {
+                    status,
+                    headers,
+                    body: Bytes::new(),
+                    protocol,
+                },
+                body,
+            })))
+        })
+    }
+}
+
+/// A response of awc's, its body unread.
+type AwcResponse = awc::ClientResponse;
+
+/// What follows the head of an answer: the status, protocol, headers (taken
+/// out of the response) and the response with its unread body.
+type AfterHead<T> = Box<
+    dyn FnOnce(
+        u16,
+        Option<Protocol>,
+        HeaderMap,
+        AwcResponse,
+    ) -> LocalBoxFuture<'static, Result<T, TransportError>>,
+>;
+
+impl AwcTransport {
+    /// Sends `req`, classifies a failure before the head (see the module
+    /// docs), then hands the head and the unread response to `then`.
+    fn exchange<T: 'static>(
+        &self,
+        req: HttpRequest,
+        then: impl FnOnce(
+                u16,
+                Option<Protocol>,
+                HeaderMap,
+                AwcResponse,
+            ) -> LocalBoxFuture<'static, Result<T, TransportError>>
+            + 'static,
+    ) -> LocalBoxFuture<'static, Result<T, TransportError>> {
+        let then: AfterHead<T> = Box::new(then);
+        let one_write = req.body.len()
+            + req.url.len()
+            + req
+                .headers
+                .iter()
+                .map(|(k, v)| k.as_str().len() + v.len() + 4)
+                .sum::<usize>()
+            + 256
+            <= ONE_WRITE;
+        let mut r = self.client.borrow().request(req.method, req.url.as_str());
+        // Append, not insert: a task's repeated headers (two `accept`) are kept.
+        for (k, v) in req.headers {
+            r = r.append_header((k, v));
+        }
+        let send = r.send_body(req.body);
+        let url = req.url;
+        let opened = Rc::new(Cell::new(false));
+        let mark = opened.clone();
+        let attempt = Box::pin(async move {
+            let res = send.await.map_err(|e| {
+                let mut err = classify_send(e, !opened.get(), one_write);
+                if err.kind == ErrorKind::Tls {
+                    err.detail = format!("TLS with {}: {}", authority(&url), err.detail);
+                }
+                err
+            })?;
+            let status = res.status().as_u16();
+            let protocol = Protocol::of(res.version());
+            // Take the headers out of the response head rather than cloning them.
+            let mut headers = HeaderMap::new();
+            let res = res.map_body(|head, payload| {
+                headers = std::mem::take(&mut head.headers);
+                payload
+            });
+            then(status, protocol, headers, res).await
+        });
+        Box::pin(Marked {
+            inner: attempt,
+            mark,
+            slot: self.slot.clone(),
+        })
+    }
+}
+
+/// awc's send errors by what they mean for a retry (see the module docs):
+/// `reused` when the attempt opened no connection, `one_write` when the
+/// request fits awc's write buffer.
+fn classify_send(e: SendRequestError, reused: bool, one_write: bool) -> TransportError {
+    if let Some(reason) = tls_failure(&e) {
+        return TransportError::new(ErrorKind::Tls, reason);
+    }
+    let kind = match &e {
+        // EOF before any byte of the answer.
+        SendRequestError::Connect(ConnectError::Disconnected) if reused => ErrorKind::NotSent,
+        SendRequestError::Connect(ConnectError::Disconnected) => ErrorKind::Reset,
+        SendRequestError::Connect(_) => ErrorKind::Connect,
+        // The write failed: the connection was reset before it.
+        SendRequestError::Send(_) if reused || one_write => ErrorKind::NotSent,
+        // A read error before the answer's head was complete.
+        SendRequestError::Response(p) if reused && is_io(p) => ErrorKind::NotSent,
+        SendRequestError::Timeout => ErrorKind::Timeout,
+        SendRequestError::Url(_) | SendRequestError::Http(_) | SendRequestError::Body(_) => {
+            ErrorKind::Invalid
+        }
+        _ => ErrorKind::Reset,
+    };
+    let conn = if reused { "reused" } else { "new" };
+    let detail = format!("{e} (on a {conn} connection)");
+    TransportError::new(kind, detail)
+}
+
+fn classify_payload(e: PayloadError) -> TransportError {
+    let kind = match &e {
+        PayloadError::Overflow => ErrorKind::Body,
+        PayloadError::Incomplete(_) | PayloadError::Io(_) => ErrorKind::Reset,
+        _ => ErrorKind::Body,
+    };
+    TransportError::new(kind, e.to_string())
+}
+
+/// `host:port` of a URL, for messages.
+fn authority(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    rest.split(['/', '?']).next().unwrap_or(rest)
+}
+
+/// Why the TLS handshake failed, when that is why the request failed:
+/// rustls's error inside awc's `ConnectError::Io`.
+#[cfg(feature = "tls")]
+fn tls_failure(e: &SendRequestError) -> Option<String> {
+    match e {
+        SendRequestError::Connect(ConnectError::Io(io)) => io
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            .map(tls::describe),
+        _ => None,
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_failure(_e: &SendRequestError) -> Option<String> {
+    None
+}
+
+/// Whether awc's `ParseError` (not exported) is its `Io` variant: a read
+/// that failed, rather than an answer that made no sense.
+fn is_io(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.source().is_some_and(|s| s.is::<std::io::Error>()) || e.to_string().starts_with("I/O error")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+
+    fn kind(e: SendRequestError, reused: bool, one_write: bool) -> ErrorKind {
+        classify_send(e, reused, one_write).kind
+    }
+
+    #[test]
+    fn closed_before_the_answer_is_not_sent_only_on_a_reused_connection() {
+        let eof = || SendRequestError::Connect(ConnectError::Disconnected);
+        let reset =
+            || SendRequestError::Response(io::Error::from(io::ErrorKind::ConnectionReset).into());
+        assert_eq!(kind(eof(), true, true), ErrorKind::NotSent);
+        assert_eq!(kind(eof(), false, true), ErrorKind::Reset);
+        assert_eq!(kind(reset(), true, false), ErrorKind::NotSent);
+        assert_eq!(kind(reset(), false, true), ErrorKind::Reset);
+        // A garbled answer is the node's doing, reused or not.
+        let bytes = vec![0xff_u8];
+        let utf8 = std::str::from_utf8(&bytes).unwrap_err();
+        assert_eq!(
+            kind(SendRequestError::Response(utf8.into()), true, true),
+            ErrorKind::Reset
+        );
+    }
+
+    #[test]
+    fn a_failed_write_is_not_sent_when_nothing_can_have_left() {
+        let write = || SendRequestError::Send(io::Error::from(io::ErrorKind::BrokenPipe));
+        assert_eq!(kind(write(), false, true), ErrorKind::NotSent);
+        assert_eq!(kind(write(), true, false), ErrorKind::NotSent);
+        assert_eq!(kind(write(), false, false), ErrorKind::Reset);
+    }
+
+    #[test]
+    fn connect_errors_and_timeouts_keep_their_kinds() {
+        let refused = SendRequestError::Connect(ConnectError::Io(io::Error::from(
+            io::ErrorKind::ConnectionRefused,
+        )));
+        assert_eq!(kind(refused, false, true), ErrorKind::Connect);
+        assert_eq!(
+            kind(
+                SendRequestError::Connect(ConnectError::Timeout),
+                false,
+                true
+            ),
+            ErrorKind::Connect
+        );
+        assert_eq!(
+            kind(SendRequestError::Timeout, true, true),
+            ErrorKind::Timeout
+        );
+    }
+
+    #[test]
+    fn payload_errors_split_body_from_reset() {
+        assert_eq!(
+            classify_payload(PayloadError::Overflow).kind,
+            ErrorKind::Body
+        );
+        assert_eq!(
+            classify_payload(PayloadError::Incomplete(None)).kind,
+            ErrorKind::Reset
+        );
+        assert_eq!(
+            classify_payload(PayloadError::Io(io::Error::from(
+                io::ErrorKind::ConnectionReset
+            )))
+            .kind,
+            ErrorKind::Reset
+        );
+    }
+}

@@ -1,0 +1,283 @@
+//! How one attempt reaches a backend: a small trait, and awc behind it.
+//!
+//! Every [`crate::actors::NodeActor`] owns one [`Transport`], made on the
+//! node's own thread by a [`TransportFactory`] (awc's `Client` is `!Send`)
+//! and then told its service's [`ConnectionSettings`] with
+//! [`Transport::configure`]. The default, [`AwcTransport`], disables
+//! redirects (the node that answers must be the node the task was sent to),
+//! lifts awc's 100-connection limit (`max_concurrent` is the cap), keeps idle
+//! connections `keep_alive` and any connection at most `max_connection_age`,
+//! reads the body under a size limit, and maps awc's errors onto
+//! [`ErrorKind`]s by what they mean for a retry.
+//!
+//! # Was the request sent?
+//!
+//! A pooling client meets one race with every HTTP/1.1 server: it reuses an
+//! idle connection just as the server closes it. The request then fails,
+//! though the server never read it, and a POST may only be retried if the
+//! engine knows that. What awc 3 (its pool and h1 dispatcher) reports, and
+//! what the engine makes of it:
+//!
+//! - **A pooled connection already seen closed** is never used: before
+//!   reusing one, awc's pool polls a read on it and drops it on EOF or error
+//!   (and on unexpected bytes). But it sees only what tokio's reactor has
+//!   noticed; a FIN that arrived since the last reactor turn is missed, so
+//!   the race remains.
+//! - **The write fails** (`SendRequestError::Send`): the connection was
+//!   already reset when the request was written. A request of at most 8 KiB
+//!   (awc's write buffer) goes out in one write, which then wrote nothing:
+//!   [`ErrorKind::NotSent`].
+//! - **EOF before any byte of the answer** (`SendRequestError::Connect(
+//!   ConnectError::Disconnected)`), or **a read error before the answer's
+//!   head** (`SendRequestError::Response(ParseError::Io)`, a reset): on a
+//!   reused connection this is the race (the server closed an idle
+//!   connection, or reset it with our request unread), so
+//!   [`ErrorKind::NotSent`], the rule of Chromium's `ShouldResendRequest`
+//!   and Firefox for reused connections, and Envoy's `reset-before-request`
+//!   in spirit. On a new connection it is ambiguous (the server may have
+//!   read the request and died): [`ErrorKind::Reset`].
+//! - **After the head, while reading the body** (`PayloadError::Incomplete`
+//!   or `Io`): [`ErrorKind::Reset`], a node failure. A body over `max_body`
+//!   (`PayloadError::Overflow`) or one that cannot be decoded is
+//!   [`ErrorKind::Body`]: the task's failure, not the node's.
+//! - Connect errors (refused, connect timeout, resolver) were never sent:
+//!   [`ErrorKind::Connect`].
+//!
+//! awc does not say whether it reused a connection. The engine learns it by
+//! wrapping awc's TCP connector: an attempt during whose polls no connection
+//! was opened went out on a pooled one (module `watch`).
+//!
+//! What the engine cannot tell: whether a server that closed a *reused*
+//! connection without answering had read the request (a server that reads a
+//! request, then dies before writing one byte of the answer, looks exactly
+//! like the race; such a request is retried, as browsers do), and, for a
+//! request over 8 KiB whose write failed on a new connection, how much of it
+//! left (then [`ErrorKind::Reset`]). HTTP/2 (with the `tls` feature) runs its
+//! connections on tasks of their own; its errors stay [`ErrorKind::Reset`].
+//!
+//! The race itself is avoided where it can be: `keep_alive` defaults to
+//! 1 s, below the idle timeouts of common servers (gunicorn 2 s; uvicorn,
+//! Node.js, Apache and actix-web 5 s; nginx 75 s), so the engine closes idle
+//! connections before the server does.
+//!
+//! # TLS (feature `tls`)
+//!
+//! Each node builds its own rustls `ClientConfig` from its
+//! [`ConnectionSettings::tls`] (the endpoint's settings, else the
+//! service's): the webpki roots plus the certificates of the configured
+//! `ca_file`, or a verifier that accepts any certificate for
+//! `insecure_skip_verify`; ALPN offers `h2` then `http/1.1`, so a server
+//! that offers HTTP/2 gets it ([`HttpReply::protocol`] says which was used).
+//! A failed handshake (a certificate from an unknown authority, expired, or
+//! for another name; no common protocol) is [`ErrorKind::Tls`]; its detail
+//! names the endpoint and the reason.
+//!
+//! # Streamed bodies
+//!
+//! [`Transport::send_streaming`] resolves at the answer's head and hands
+//! over the unread body as a stream (the node forwards its chunks; see
+//! [`crate::Task::stream`]). awc's HTTP/1 payload ends such a stream
+//! cleanly when the connection closes before a chunked or length-framed
+//! body is complete (its decoder sees an empty buffer at EOF). The engine
+//! catches that as it catches reuse, by watching its connections' reads: a
+//! framed body that ends after a read found the connection closed is cut
+//! ([`ErrorKind::Reset`]). A complete body never reads the close: its
+//! decoder finds the body's end first.
+//!
+//! Benchmarks and tests of pure scheduling may plug another transport with
+//! [`crate::DispatcherBuilder::transport`]; behaviour tests use the real one.
+//!
+//! # Layout
+//!
+//! `awc`: [`AwcTransport`], its client's setup, the exchange and the
+//! classification of awc's errors by the rules above; `watch`: the wrappers
+//! that tell a reused connection from a new one and a cut streamed body from
+//! a complete one; `tls`: the rustls config.
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+// `::awc`: the crate, not this module's `awc` file.
+use ::awc::http::header::{HeaderMap, HeaderName, HeaderValue};
+use ::awc::http::Method;
+use bytes::Bytes;
+use futures::future::LocalBoxFuture;
+use futures::stream::LocalBoxStream;
+
+use crate::config::TlsConfig;
+use crate::outcome::{ErrorKind, Protocol};
+
+mod awc;
+#[cfg(feature = "tls")]
+mod tls;
+mod watch;
+
+pub use self::awc::AwcTransport;
+
+/// One HTTP request of one attempt.
+#[derive(Debug, Clone)]
+pub struct HttpRequest {
+    /// Method.
+    pub method: Method,
+    /// Full URL: the endpoint address plus the task's path.
+    pub url: String,
+    /// Headers.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// Body.
+    pub body: Bytes,
+    /// Time allowed for the whole attempt, body included.
+    pub timeout: Duration,
+    /// Largest body read.
+    pub max_body: usize,
+}
+
+/// The answer to one attempt.
+#[derive(Debug, Clone)]
+pub struct HttpReply {
+    /// Status code.
+    pub status: u16,
+    /// Headers.
+    pub headers: HeaderMap,
+    /// Body.
+    pub body: Bytes,
+    /// The HTTP version the answer came over (`None`: the transport does
+    /// not say, as a test's stand-in).
+    pub protocol: Option<Protocol>,
+}
+
+/// The head of an answer whose body is still to come
+/// ([`Transport::send_streaming`]).
+pub struct StreamedReply {
+    /// Status, headers and protocol; `head.body` is empty.
+    pub head: HttpReply,
+    /// The body's chunks as the backend sends them. An error item ends it
+    /// ([`ErrorKind::Reset`] for a connection broken mid-body).
+    pub body: LocalBoxStream<'static, Result<Bytes, TransportError>>,
+}
+
+impl StreamedReply {
+    /// A buffered reply as a stream of one chunk (none when it is empty).
+    pub fn buffered(mut reply: HttpReply) -> Self {
+        let body = std::mem::take(&mut reply.body);
+        let chunks = (!body.is_empty()).then_some(Ok(body));
+        Self {
+            head: reply,
+            body: Box::pin(futures::stream::iter(chunks)),
+        }
+    }
+}
+
+impl std::fmt::Debug for StreamedReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamedReply")
+            .field("head", &self.head)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why an attempt got no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}: {detail}")]
+pub struct TransportError {
+    /// What it means for retries.
+    pub kind: ErrorKind,
+    /// The underlying message.
+    pub detail: String,
+}
+
+impl TransportError {
+    /// An error of `kind`.
+    pub fn new(kind: ErrorKind, detail: impl Into<String>) -> Self {
+        Self {
+            kind,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Sends one request. Implementations need not enforce `timeout`: the node
+/// wraps every attempt, body included, in its own.
+pub trait Transport {
+    /// Sends `req` and resolves to the reply or the error.
+    fn send(&self, req: HttpRequest) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>>;
+
+    /// Sends `req` and resolves as soon as the answer's head arrives, with
+    /// its body still to read ([`crate::Task::stream`]); the node reads it
+    /// chunk by chunk and enforces `max_body` itself. The default reads the
+    /// whole body with [`Transport::send`] and hands it over as one chunk,
+    /// so a transport without streaming still serves streamed tasks.
+    fn send_streaming(
+        &self,
+        req: HttpRequest,
+    ) -> LocalBoxFuture<'static, Result<StreamedReply, TransportError>> {
+        let reply = self.send(req);
+        Box::pin(async move { reply.await.map(StreamedReply::buffered) })
+    }
+
+    /// Takes the service's connection settings; the node calls it once,
+    /// right after the factory made the transport. The default ignores them
+    /// (a transport without connections of its own has nothing to keep).
+    fn configure(&self, _settings: &ConnectionSettings) {}
+}
+
+/// How a node's connections are made and kept (from its service's and
+/// endpoint's config).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionSettings {
+    /// Idle time after which a pooled connection is closed (zero: none is
+    /// reused).
+    pub keep_alive: Duration,
+    /// Longest life of a connection, idle or not.
+    pub max_connection_age: Duration,
+    /// Trusted authorities or skip-verify for `https://` (`None`: the
+    /// webpki roots, full verification).
+    pub tls: Option<TlsConfig>,
+}
+
+impl ConnectionSettings {
+    /// The settings of the node at `address`: its service's keep-alive, and
+    /// its endpoint's TLS settings, else its service's.
+    pub fn for_endpoint(cfg: &crate::config::ServiceConfig, address: &str) -> Self {
+        Self {
+            tls: cfg.tls_for(address).cloned(),
+            ..Self::from(cfg)
+        }
+    }
+
+    /// Whether certificates go unchecked (`insecure_skip_verify`).
+    pub fn skips_verify(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.insecure_skip_verify)
+    }
+}
+
+impl Default for ConnectionSettings {
+    /// The config's defaults: 1 s idle (below gunicorn's 2 s and the 5 s of
+    /// uvicorn and Node.js), 60 s of life.
+    fn default() -> Self {
+        Self {
+            keep_alive: Duration::from_secs(1),
+            max_connection_age: Duration::from_secs(60),
+            tls: None,
+        }
+    }
+}
+
+impl From<&crate::config::ServiceConfig> for ConnectionSettings {
+    /// The service's settings (its own `tls`, not an endpoint's).
+    fn from(cfg: &crate::config::ServiceConfig) -> Self {
+        Self {
+            keep_alive: cfg.keep_alive,
+            max_connection_age: cfg.max_connection_age,
+            tls: cfg.tls.clone(),
+        }
+    }
+}
+
+/// Builds a node's transport on the node's thread; gets the endpoint address.
+pub type TransportFactory = Arc<dyn Fn(&str) -> Rc<dyn Transport> + Send + Sync>;
+
+/// The default factory: one [`AwcTransport`] per node.
+pub fn awc_factory(connect_timeout: Duration) -> TransportFactory {
+    Arc::new(move |_addr: &str| Rc::new(AwcTransport::new(connect_timeout)) as Rc<dyn Transport>)
+}
