@@ -17,7 +17,10 @@
 //! The nodes, their rooms and the sums over them live in one
 //! [`NodeSet`](super::nodeset::NodeSet): this file keeps the node set, the
 //! credit, the gate and the pick; `routing` places routes and sends each
-//! node its turn's dispatches; `completions` takes what comes back.
+//! node its turn's dispatches and the queue its turn's answers (one message
+//! each when the turn ends); `reports` is the inbox the nodes' reports come
+//! through (one wake-up for all the nodes that report in a turn);
+//! `completions` takes what comes back.
 //!
 //! An attempt the queue's watchdog gave up on ([`AttemptLost`]) died with its
 //! node's thread, so the node will never report it: the balancer frees its
@@ -67,6 +70,11 @@ pub struct BalancerActor {
     pub(super) pending_wake: Option<Instant>,
     /// Nodes with dispatches in their outbox this turn (see `post`).
     pub(super) posted: Vec<NodeId>,
+    /// The queue's answers of this turn (see `answer`).
+    pub(super) answered: Vec<Answer>,
+    /// The nodes' reports inbox, and a spare list to take it with.
+    pub(super) reports: Arc<reports::Reports>,
+    pub(super) reports_spare: Vec<reports::Report>,
     /// A [`Flush`] is spawned for this turn.
     pub(super) flushing: bool,
     /// Nodes working on each task, kept only when the service hedges.
@@ -84,7 +92,7 @@ pub(crate) struct QueuePort {
     pub credit: Recipient<Credit>,
     pub gate: Recipient<SetGate>,
     pub answer: Recipient<Answer>,
-    pub answers: Recipient<Answers>,
+    pub answers: Recipient<AnswerList>,
 }
 
 impl QueuePort {
@@ -177,6 +185,9 @@ impl BalancerActor {
             wake: None,
             working: HashMap::new(),
             posted: Vec::new(),
+            answered: Vec::new(),
+            reports: Arc::default(),
+            reports_spare: Vec::new(),
             flushing: false,
             pending_wake: None,
             metrics,
@@ -199,7 +210,7 @@ impl BalancerActor {
         let service = self.service.clone();
         let address: Arc<str> = ep.address.as_str().into();
         let recipient = ctx.address().recipient();
-        let completions = ctx.address().recipient();
+        let completions = reports::ReportSender::new(&self.reports, ctx.address().recipient());
         let stream_ended = ctx.address().recipient();
         let factory = self.factory.clone();
         let max = ep.max_concurrent;
@@ -258,12 +269,13 @@ impl BalancerActor {
     }
 
     /// Hands `route` back to the queue unplaced (its credit is not used).
-    pub(super) fn bounce(&self, route: &Route) {
-        self.queue.answer.do_send(Answer::Bounce(Bounce {
+    pub(super) fn bounce(&mut self, route: &Route, ctx: &mut Context<Self>) {
+        let back = Answer::Bounce(Bounce {
             seq: route.seq,
             hedge: route.hedge,
             credit: 0,
-        }));
+        });
+        self.answer(back, ctx);
     }
 
     /// Recomputes every node, the ejection cap and the wake-up timer.
@@ -374,6 +386,8 @@ impl BalancerActor {
                 Gate::Reject(r) => log::warn!("service {}: rejecting tasks: {r}", self.service),
             }
             self.gate = gate.clone();
+            // The answers of the turn so far first, as they happened.
+            self.send_answers();
             self.queue.gate.do_send(SetGate(gate));
         }
         if let Some(t) = self.pending_wake.take() {
@@ -533,6 +547,7 @@ impl BalancerActor {
 }
 
 mod completions;
+pub(crate) mod reports;
 mod routing;
 #[cfg(feature = "redis")]
 mod shared;

@@ -242,13 +242,20 @@ pub(crate) enum Answer {
     /// hedges only, so that the attempt that loses the race can still be
     /// listed in the task's result).
     Placed(Placed),
+    /// Attempts of one node that ended together.
+    Batch(Answers),
 }
 
-/// Balancer to queue: the attempts of one node that ended in one turn (two
-/// or more; a single one travels as [`Answer::Done`]), passed on as the
-/// node reported them: the list is not copied on the way.
+/// Balancer to queue: the answers of one turn of the balancer, in order
+/// (a turn with one answer sends it as a plain [`Answer`]): whatever number
+/// of nodes reported in the turn, the queue gets one message and pumps once.
 #[derive(Message)]
 #[rtype(result = "()")]
+pub(crate) struct AnswerList(pub Vec<Answer>);
+
+/// The attempts of one node that ended in one turn (two or more; a single
+/// one travels as [`Answer::Done`]), passed on as the node reported them:
+/// the list is not copied on the way.
 pub(crate) struct Answers {
     pub node: NodeId,
     pub address: Arc<str>,

@@ -14,7 +14,9 @@
 //! node are accounted (counters, breaker, EWMA) and reported to the balancer
 //! together: one [`Completions`] with one fresh [`LoadReport`] (an attempt
 //! that ends alone, the usual case under light load or in a large pool,
-//! travels as a [`Completed`], with no list to allocate).
+//! travels as a [`Completed`], with no list to allocate). Reports go through
+//! the balancer's reports inbox (`balancer::reports`): the nodes that finish
+//! in the same turn wake the balancer with one message between them.
 //!
 //! A streamed attempt ([`crate::Task::stream`], module `stream`) runs as a
 //! task of its own (it lives as long as its body) and reports
@@ -36,6 +38,7 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::balancer::reports::{Report, ReportSender};
 use super::messages::*;
 use crate::algo::breaker::{Breaker, CallOutcome, Permit};
 use crate::algo::ewma::{Ewma, PeakEwma};
@@ -66,7 +69,8 @@ struct NodeCore {
     cfg: Arc<ServiceConfig>,
     balancer: Recipient<Completed>,
     /// Where attempts that ended are reported ([`Completions`]).
-    completions: Recipient<Completions>,
+    /// The balancer's reports inbox (finished attempts).
+    completions: ReportSender,
     /// Where a streamed body's end is reported ([`StreamEnded`]).
     stream_ended: Recipient<StreamEnded>,
     max_concurrent: u32,
@@ -102,7 +106,7 @@ pub(crate) struct NodeSpec {
     pub max_concurrent: u32,
     pub cfg: Arc<ServiceConfig>,
     pub balancer: Recipient<Completed>,
-    pub completions: Recipient<Completions>,
+    pub completions: ReportSender,
     pub stream_ended: Recipient<StreamEnded>,
     pub factory: TransportFactory,
     pub metrics: crate::metrics::NodeMetrics,
@@ -290,12 +294,12 @@ impl NodeCore {
                 self.finish(f.seq, f.hedge, f.permit, latency, f.result, now)
             })
             .collect();
-        self.completions.do_send(Completions {
+        self.completions.send(Report::Many(Completions {
             node: self.id,
             done,
             load: self.report(now),
             at: now,
-        });
+        }));
     }
 
     /// Accounts one finished attempt (ended at `now`) and reports it alone
@@ -310,14 +314,14 @@ impl NodeCore {
         now: Instant,
     ) {
         let done = self.finish(seq, hedge, permit, latency, result, now);
-        self.balancer.do_send(Completed {
+        self.completions.send(Report::One(Completed {
             node: self.id,
             seq: done.seq,
             hedge: done.hedge,
             report: Some(done.report),
             load: self.report(now),
             at: now,
-        });
+        }));
     }
 
     /// Accounts one finished attempt (ended at `now`): counters, breaker,

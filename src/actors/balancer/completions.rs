@@ -13,7 +13,7 @@ impl Handler<Completed> for BalancerActor {
         let Some(i) = self.nodes.position(msg.node) else {
             // A removed node's last attempt: the queue still needs the answer.
             let (seq, hedge) = (msg.seq, msg.hedge);
-            self.queue.answer.do_send(match msg.report {
+            let answer = match msg.report {
                 Some(report) => Answer::Done(AttemptDone {
                     seq,
                     node: msg.node,
@@ -28,7 +28,8 @@ impl Handler<Completed> for BalancerActor {
                     hedge,
                     credit: 0,
                 }),
-            });
+            };
+            self.answer(answer, ctx);
             return;
         };
         self.done_working(msg.seq, msg.node);
@@ -42,10 +43,10 @@ impl Handler<Completed> for BalancerActor {
             0
         } else {
             self.free_slot(i, Some(msg.load), now);
-            // The slot this attempt freed travels with its answer: one message.
+            // The slot this attempt freed travels with its answer.
             self.take_credit(now)
         };
-        self.queue.answer.do_send(match msg.report {
+        let answer = match msg.report {
             Some(report) => Answer::Done(AttemptDone {
                 seq: msg.seq,
                 node: msg.node,
@@ -60,7 +61,8 @@ impl Handler<Completed> for BalancerActor {
                 hedge: msg.hedge,
                 credit,
             }),
-        });
+        };
+        self.answer(answer, ctx);
         self.settle_gate(ctx, now);
     }
 }
@@ -73,13 +75,14 @@ impl Handler<Completions> for BalancerActor {
         let now = msg.at;
         let Some(i) = self.nodes.position(msg.node) else {
             // A removed node's last attempts: the queue still needs the answers.
-            self.queue.answers.do_send(Answers {
+            let answers = Answers {
                 node: msg.node,
                 address: "removed".into(),
                 credit: 0,
                 at: now,
                 done: msg.done,
-            });
+            };
+            self.answer(Answer::Batch(answers), ctx);
             return;
         };
         if !self.working.is_empty() {
@@ -92,15 +95,16 @@ impl Handler<Completions> for BalancerActor {
         let address = self.nodes.node(i).address.clone();
         // Every attempt of the batch frees its slot; one report for them all.
         self.free_slots(i, msg.done.len() as u32, Some(msg.load), now);
-        // The slots they freed travel with the answers, in one message.
+        // The slots they freed travel with the answers.
         let credit = self.take_credit(now);
-        self.queue.answers.do_send(Answers {
+        let answers = Answers {
             node: msg.node,
             address,
             credit,
             at: now,
             done: msg.done,
-        });
+        };
+        self.answer(Answer::Batch(answers), ctx);
         self.settle_gate(ctx, now);
     }
 }

@@ -49,7 +49,7 @@ impl BalancerActor {
             .as_ref()
             .is_none_or(|b| b.check(now).is_ok());
         let Some(i) = service_ok.then(|| self.pick(&msg)).flatten() else {
-            self.bounce(&msg);
+            self.bounce(&msg, ctx);
             // The credit was granted on a view that, at this route's time,
             // has no room after all (a token not yet due at `now`, a stale
             // candidate): re-read it, so that the timer is set for when a
@@ -91,7 +91,7 @@ impl BalancerActor {
             ctx,
         );
         if msg.hedge {
-            self.tell_placed(msg.seq, i);
+            self.tell_placed(msg.seq, i, ctx);
         }
         if let Some(t) = placed.token_due {
             self.wake_at(t);
@@ -108,9 +108,36 @@ impl BalancerActor {
             self.posted.push(id);
         }
         outbox.push(d);
+        self.flush_at_turn_end(ctx);
+    }
+
+    /// Puts an answer for the queue in the turn's outbox: the turn's
+    /// answers go in one message when it ends ([`Flush`]).
+    pub(super) fn answer(&mut self, a: Answer, ctx: &mut Context<Self>) {
+        self.answered.push(a);
+        self.flush_at_turn_end(ctx);
+    }
+
+    fn flush_at_turn_end(&mut self, ctx: &mut Context<Self>) {
         if !self.flushing {
             self.flushing = true;
             ctx.spawn(Flush);
+        }
+    }
+
+    /// Sends the turn's answers so far (one message).
+    pub(super) fn send_answers(&mut self) {
+        match self.answered.len() {
+            0 => {}
+            1 => {
+                if let Some(a) = self.answered.pop() {
+                    self.queue.answer.do_send(a);
+                }
+            }
+            _ => {
+                let list = std::mem::take(&mut self.answered);
+                self.queue.answers.do_send(AnswerList(list));
+            }
         }
     }
 
@@ -118,6 +145,7 @@ impl BalancerActor {
     /// the dispatches of this turn: a cancel, a stop).
     pub(super) fn flush(&mut self) {
         self.flushing = false;
+        self.send_answers();
         for id in std::mem::take(&mut self.posted) {
             if let Some(i) = self.nodes.position(id) {
                 let n = self.nodes.node_mut(i);
@@ -137,7 +165,7 @@ impl BalancerActor {
     /// Tells the queue where both attempts of a hedged round went (node `i`
     /// took the hedge), so the one that loses the race is still listed in
     /// the task's result. Hedges only: one message per hedge.
-    pub(super) fn tell_placed(&mut self, seq: Seq, i: usize) {
+    pub(super) fn tell_placed(&mut self, seq: Seq, i: usize, ctx: &mut Context<Self>) {
         let n = self.nodes.node(i);
         let (hedge, me) = (n.address.clone(), n.id);
         let first = self
@@ -147,9 +175,7 @@ impl BalancerActor {
             .and_then(|id| self.nodes.position(*id))
             .map(|j| self.nodes.node(j).address.clone());
         if let Some(first) = first {
-            self.queue
-                .answer
-                .do_send(Answer::Placed(Placed { seq, first, hedge }));
+            self.answer(Answer::Placed(Placed { seq, first, hedge }), ctx);
         }
     }
 

@@ -63,7 +63,7 @@ impl BalancerActor {
                 None
             }
             Admit::Bounce => {
-                self.bounce(&msg);
+                self.bounce(&msg, ctx);
                 self.recompute_all(now);
                 self.settle(ctx, now);
                 None
@@ -229,7 +229,7 @@ impl Handler<Granted> for BalancerActor {
                 if !route.hedge {
                     self.granted = self.granted.saturating_sub(1);
                 }
-                self.bounce(&route);
+                self.bounce(&route, ctx);
             }
         }
         self.recompute_all(now);

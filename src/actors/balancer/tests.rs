@@ -40,11 +40,13 @@ impl Handler<SetGate> for FakeQueue {
     fn handle(&mut self, _msg: SetGate, _ctx: &mut Self::Context) {}
 }
 
-impl Handler<Answers> for FakeQueue {
+impl Handler<AnswerList> for FakeQueue {
     type Result = ();
 
-    fn handle(&mut self, msg: Answers, _ctx: &mut Self::Context) {
-        self.0.lock().unwrap().credit += msg.credit;
+    fn handle(&mut self, msg: AnswerList, ctx: &mut Self::Context) {
+        for a in msg.0 {
+            <Self as Handler<Answer>>::handle(self, a, ctx);
+        }
     }
 }
 
@@ -58,6 +60,8 @@ impl Handler<Answer> for FakeQueue {
         } else if let Answer::Bounce(b) = &msg {
             seen.credit += b.credit;
             seen.bounces.push(b.seq);
+        } else if let Answer::Batch(b) = &msg {
+            seen.credit += b.credit;
         }
     }
 }

@@ -260,44 +260,57 @@ impl Pending {
     }
 }
 
-/// What became of a routed task: an attempt ended, or it bounced.
-/// Several attempts ended together: each as one `Answer::Done`, one pump.
-impl Handler<Answers> for QueueActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: Answers, ctx: &mut Self::Context) {
-        self.guarded(ctx, |act, ctx| {
-            act.tick(Some(msg.at));
-            act.credit = act.credit.saturating_add(msg.credit);
-            for d in msg.done {
-                act.on_attempt(d.seq, d.hedge, (msg.node, &msg.address), d.report, ctx);
+impl QueueActor {
+    /// Takes one answer of the balancer in (the caller pumps).
+    fn take_answer(&mut self, msg: Answer, ctx: &mut Context<Self>) {
+        match msg {
+            Answer::Done(done) => {
+                self.tick(Some(done.at));
+                self.credit = self.credit.saturating_add(done.credit);
+                let at = (done.node, &done.address);
+                self.on_attempt(done.seq, done.hedge, at, done.report, ctx);
             }
-            act.pump(ctx);
-        });
+            Answer::Batch(b) => {
+                self.tick(Some(b.at));
+                self.credit = self.credit.saturating_add(b.credit);
+                for d in b.done {
+                    self.on_attempt(d.seq, d.hedge, (b.node, &b.address), d.report, ctx);
+                }
+            }
+            Answer::Bounce(b) => {
+                self.tick(None);
+                self.credit = self.credit.saturating_add(b.credit);
+                self.on_bounce(b, ctx);
+            }
+            Answer::Placed(p) => {
+                self.tick(None);
+                self.on_placed(p);
+            }
+        }
     }
 }
 
+/// What became of a routed task: an attempt ended, it bounced, or a hedge
+/// was placed.
 impl Handler<Answer> for QueueActor {
     type Result = ();
 
     fn handle(&mut self, msg: Answer, ctx: &mut Self::Context) {
         self.guarded(ctx, |act, ctx| {
-            match msg {
-                Answer::Done(done) => {
-                    act.tick(Some(done.at));
-                    act.credit = act.credit.saturating_add(done.credit);
-                    let at = (done.node, &done.address);
-                    act.on_attempt(done.seq, done.hedge, at, done.report, ctx);
-                }
-                Answer::Bounce(b) => {
-                    act.tick(None);
-                    act.credit = act.credit.saturating_add(b.credit);
-                    act.on_bounce(b, ctx);
-                }
-                Answer::Placed(p) => {
-                    act.tick(None);
-                    act.on_placed(p);
-                }
+            act.take_answer(msg, ctx);
+            act.pump(ctx);
+        });
+    }
+}
+
+/// A turn's answers: each taken in order, then one pump.
+impl Handler<AnswerList> for QueueActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: AnswerList, ctx: &mut Self::Context) {
+        self.guarded(ctx, |act, ctx| {
+            for a in msg.0 {
+                act.take_answer(a, ctx);
             }
             act.pump(ctx);
         });

@@ -65,7 +65,7 @@ impl BalancerActor {
                 None
             }
             Admit::Bounce => {
-                self.bounce(&msg);
+                self.bounce(&msg, ctx);
                 self.recompute_all(now);
                 self.settle(ctx, now);
                 None
@@ -228,7 +228,7 @@ impl Handler<NodesGranted> for BalancerActor {
                     // Not paid: the node has no token before it is due;
                     // the route waits in the queue meanwhile.
                     self.shared_release(id, now);
-                    self.bounce(&route);
+                    self.bounce(&route, ctx);
                 }
             }
         }
