@@ -127,10 +127,13 @@ impl PeakEwma {
             self.estimate_ns = rtt_ns;
         } else {
             let elapsed_ns = nanos(now.saturating_duration_since(self.last));
-            let keep = if self.decay_ns > 0.0 {
-                (-elapsed_ns / self.decay_ns).exp()
-            } else {
+            let keep = if self.decay_ns <= 0.0 {
                 0.0
+            } else if elapsed_ns == 0.0 {
+                // Samples of one turn share their time: exp(0), without the call.
+                1.0
+            } else {
+                (-elapsed_ns / self.decay_ns).exp()
             };
             self.estimate_ns = rtt_ns + (self.estimate_ns - rtt_ns) * keep;
         }
