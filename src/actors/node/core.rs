@@ -1,0 +1,309 @@
+//! The node's state and its accounting: admission (slots, bucket,
+//! breaker), what an attempt that ended does to the counters, the EWMAs and
+//! the breaker, and the load report the balancer gets.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::attempts;
+use super::retry_after::retry_after;
+use crate::actors::balancer::reports::{Report, ReportSender};
+use crate::actors::messages::*;
+use crate::algo::breaker::{Breaker, CallOutcome, Permit};
+use crate::algo::ewma::{Ewma, PeakEwma};
+use crate::algo::limiter::TokenBucket;
+use crate::config::{HeaderSet, ServiceConfig};
+use crate::outcome::{AttemptOutcome, ErrorKind};
+use crate::transport::{HttpReply, TransportError};
+
+/// The node's state, shared by the actor and its attempts in flight.
+pub(super) struct NodeCore {
+    pub(super) id: NodeId,
+    pub(super) service: Arc<str>,
+    pub(super) address: Arc<str>,
+    pub(super) cfg: Arc<ServiceConfig>,
+    pub(super) balancer: Recipient<Completed>,
+    /// Where attempts that ended are reported ([`Completions`]): the
+    /// balancer's reports inbox.
+    pub(super) completions: ReportSender,
+    /// Where a streamed body's end is reported ([`StreamEnded`]).
+    pub(super) stream_ended: Recipient<StreamEnded>,
+    pub(super) max_concurrent: u32,
+    pub(super) in_flight: u32,
+    pub(super) total: u64,
+    pub(super) errors: u64,
+    pub(super) latency: Ewma,
+    pub(super) error_rate: Ewma,
+    pub(super) rtt: PeakEwma,
+    pub(super) last_latency: Duration,
+    pub(super) breaker: Option<Breaker>,
+    /// Open for the cluster until then (a shared breaker, feature `redis`):
+    /// the more severe of this and the local breaker admits.
+    pub(super) shared_open: Option<Instant>,
+    pub(super) bucket: Option<TokenBucket>,
+    pub(super) restarts: u32,
+    /// The last report's version (see [`LoadReport::version`]).
+    pub(super) reports: std::cell::Cell<u64>,
+    /// Cancel switches of attempts in flight (only when the service hedges).
+    pub(super) cancels: HashMap<(Seq, bool), oneshot::Sender<()>>,
+    /// The configured headers of every attempt (the endpoint's over the
+    /// service's), resolved once; usually empty.
+    pub(super) headers: HeaderSet,
+    /// Prometheus series (no-op without `metrics`).
+    pub(super) metrics: crate::metrics::NodeMetrics,
+}
+
+impl NodeCore {
+    pub(super) fn report(&self, now: Instant) -> LoadReport {
+        self.reports.set(self.reports.get() + 1);
+        LoadReport {
+            version: self.reports.get(),
+            in_flight: self.in_flight,
+            total: self.total,
+            errors: self.errors,
+            latency_ewma: self.latency.get_or(0.0),
+            last_latency: self.last_latency,
+            error_rate: self.error_rate.get_or(0.0),
+            rtt: self.rtt.get_secs(),
+            rtt_at: self.rtt.last_observed(),
+            breaker: self
+                .breaker
+                .as_ref()
+                .map(|b| b.state())
+                .unwrap_or(crate::algo::breaker::BreakerState::Closed),
+            trips: self.breaker.as_ref().map_or(0, |b| b.trips()),
+            tokens: self.bucket.as_ref().map(|b| b.available(now)),
+            restarts: self.restarts,
+        }
+    }
+
+    pub(super) fn poll_breaker(&mut self, now: Instant) {
+        if let Some(b) = &mut self.breaker {
+            if let Some(t) = b.poll(now) {
+                log_transition(&self.service, &self.address, &t);
+                self.metrics.transition(&t.from, &t.to);
+            }
+        }
+    }
+
+    pub(super) fn refuse(&self, seq: Seq, hedge: bool, now: Instant) {
+        self.balancer.do_send(Completed {
+            node: self.id,
+            seq,
+            hedge,
+            report: None,
+            load: self.report(now),
+            at: now,
+        });
+    }
+
+    /// Checks slots, bucket (before the breaker) and breaker; takes a slot.
+    #[allow(clippy::result_unit_err)]
+    pub(super) fn admit(
+        &mut self,
+        bypass_breaker: bool,
+        now: Instant,
+    ) -> Result<Option<Permit>, ()> {
+        self.poll_breaker(now);
+        if self.in_flight >= self.max_concurrent {
+            return Err(());
+        }
+        if self.bucket.as_ref().is_some_and(|b| b.check(now).is_err()) {
+            self.metrics.rate_limited();
+            return Err(());
+        }
+        if !bypass_breaker && self.shared_open.is_some_and(|t| t > now) {
+            return Err(());
+        }
+        let permit = match &mut self.breaker {
+            Some(b) if !bypass_breaker => Some(b.admit(now).map_err(|_| ())?),
+            _ => None,
+        };
+        if let Some(b) = &mut self.bucket {
+            let _ = b.try_acquire(now);
+        }
+        self.in_flight += 1;
+        self.metrics.in_flight(self.in_flight);
+        Ok(permit)
+    }
+
+    /// Counts one attempt that says something about the node's health:
+    /// totals, latency, error rate, peak-EWMA cost and the breaker.
+    pub(super) fn record_health(
+        &mut self,
+        outcome: &AttemptOutcome,
+        permit: Option<Permit>,
+        latency: Duration,
+        now: Instant,
+    ) {
+        let failed = outcome.is_node_failure();
+        self.total += 1;
+        self.last_latency = latency;
+        self.latency.observe(latency.as_secs_f64());
+        self.error_rate.observe(if failed { 1.0 } else { 0.0 });
+        if failed {
+            self.errors += 1;
+            self.rtt
+                .observe_failure(latency, self.cfg.balancer.failure_penalty, now);
+        } else {
+            self.rtt.observe(latency, now);
+        }
+        if let (Some(b), Some(p)) = (&mut self.breaker, permit) {
+            let call = if failed {
+                CallOutcome::Failure
+            } else {
+                CallOutcome::Success
+            };
+            if let Some(t) = b.record(p, call, latency, now) {
+                log_transition(&self.service, &self.address, &t);
+                self.metrics.transition(&t.from, &t.to);
+            }
+        }
+    }
+
+    /// Accounts the attempts that finished in one turn (at `now`) and
+    /// reports them in one message.
+    /// `finished` is left empty, its room kept for the next turn.
+    pub(super) fn finish_all(&mut self, finished: &mut Vec<attempts::Finished>, now: Instant) {
+        if finished.len() == 1 {
+            if let Some(f) = finished.pop() {
+                let latency = now.saturating_duration_since(f.sent);
+                self.finish_one(f.seq, f.hedge, f.permit, latency, f.result, now);
+            }
+            return;
+        }
+        let done = finished
+            .drain(..)
+            .map(|f| {
+                let latency = now.saturating_duration_since(f.sent);
+                self.finish(f.seq, f.hedge, f.permit, latency, f.result, now)
+            })
+            .collect();
+        self.completions.send(Report::Many(Completions {
+            node: self.id,
+            done,
+            load: self.report(now),
+            at: now,
+        }));
+    }
+
+    /// Accounts one finished attempt (ended at `now`) and reports it alone
+    /// (a [`Completed`]: no list to allocate).
+    pub(super) fn finish_one(
+        &mut self,
+        seq: Seq,
+        hedge: bool,
+        permit: Option<Permit>,
+        latency: Duration,
+        result: Result<HttpReply, TransportError>,
+        now: Instant,
+    ) {
+        let done = self.finish(seq, hedge, permit, latency, result, now);
+        self.completions.send(Report::One(Completed {
+            node: self.id,
+            seq: done.seq,
+            hedge: done.hedge,
+            report: Some(done.report),
+            load: self.report(now),
+            at: now,
+        }));
+    }
+
+    /// Accounts one finished attempt (ended at `now`): counters, breaker,
+    /// EWMA; returns its report.
+    pub(super) fn finish(
+        &mut self,
+        seq: Seq,
+        hedge: bool,
+        permit: Option<Permit>,
+        latency: Duration,
+        result: Result<HttpReply, TransportError>,
+        now: Instant,
+    ) -> Ended {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.metrics.in_flight(self.in_flight);
+        if !self.cancels.is_empty() {
+            self.cancels.remove(&(seq, hedge));
+        }
+        let outcome = match &result {
+            Ok(r) => AttemptOutcome::Status(r.status),
+            Err(e) => AttemptOutcome::Error(e.kind),
+        };
+        self.metrics.attempt(&outcome, latency);
+        // A cancelled hedge says nothing about the node. A request not sent
+        // (a keep-alive connection closed under it) counts as an attempt but
+        // says nothing about the node's health either: no latency, no error
+        // rate, no breaker record (a probe's permit left unrecorded ends at
+        // the probe deadline, the breaker's safe side).
+        if outcome == AttemptOutcome::Error(ErrorKind::NotSent) {
+            self.total += 1;
+        } else if outcome != AttemptOutcome::Error(ErrorKind::Cancelled) {
+            self.record_health(&outcome, permit, latency, now);
+        }
+        if let Err(e) = &result {
+            log::debug!(
+                "service {}: node {}: attempt failed: {e}",
+                self.service,
+                self.address
+            );
+        }
+        let (reply, retry_after) = match result {
+            Ok(r) => {
+                let ra = retry_after(&r);
+                (Some(r), ra)
+            }
+            Err(_) => (None, None),
+        };
+        Ended {
+            seq,
+            hedge,
+            report: AttemptReport {
+                outcome,
+                latency,
+                reply,
+                retry_after,
+                stream: None,
+            },
+        }
+    }
+}
+
+pub(super) fn log_transition(service: &str, node: &str, t: &crate::algo::breaker::Transition) {
+    use crate::algo::breaker::BreakerState::*;
+    match t.to {
+        Open { until } => log::warn!(
+            "service {service}: node {node}: breaker {} -> open for {:?} ({})",
+            state_name(&t.from),
+            round_ms(until.saturating_duration_since(Instant::now())),
+            t.reason
+        ),
+        HalfOpen => log::info!(
+            "service {service}: node {node}: breaker open -> half-open ({})",
+            t.reason
+        ),
+        Closed => log::info!(
+            "service {service}: node {node}: breaker {} -> closed ({})",
+            state_name(&t.from),
+            t.reason
+        ),
+    }
+}
+
+/// A duration rounded to whole milliseconds, for log lines.
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(((d.as_micros() + 500) / 1000) as u64)
+}
+
+fn state_name(s: &crate::algo::breaker::BreakerState) -> &'static str {
+    use crate::algo::breaker::BreakerState::*;
+    match s {
+        Closed => "closed",
+        Open { .. } => "open",
+        HalfOpen => "half-open",
+    }
+}
