@@ -44,19 +44,21 @@ mod answers;
 mod dispatch;
 mod inbox;
 mod intake;
+mod port;
+mod state;
 mod tasks;
 #[cfg(test)]
 mod tests;
 mod timing;
 
 pub(crate) use self::inbox::{Inbox, InboxSender};
+pub(crate) use self::port::{BalancerPort, ToBalancer};
+pub(in crate::actors) use self::state::{Counters, Epoch, Pending, State, TaskNo};
 
-use self::answers::LastFailure;
-use self::dispatch::{list_cancelled_twin, Race};
+use self::dispatch::list_cancelled_twin;
 use self::tasks::Tasks;
 use self::timing::Timer;
 use super::balancer::BalancerActor;
-use super::hedge::CancelTask;
 use super::messages::*;
 use super::timers::TimerStore;
 use crate::algo::policy::{Decision, Ended, RetryPolicy};
@@ -69,108 +71,6 @@ use crate::outcome::{
 use crate::stats::QueueStats;
 use crate::task::{Job, Task};
 use crate::transport::TransportFactory;
-
-/// A task's number in its queue.
-pub(super) type TaskNo = u64;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum State {
-    /// Parked until the queue has room (not yet counted as submitted).
-    Waiting,
-    Ready,
-    Backoff,
-    InFlight,
-}
-
-pub(super) struct Pending {
-    /// The task's job, and the duty to answer it (one allocation holds
-    /// both, and the slot the caller waits on).
-    task: ReplyTx,
-    pub attempts: Vec<Attempt>,
-    /// When this round was sent out.
-    sent_at: Stamp,
-    /// What most tasks never need (boxed, so a queued task's slot stays
-    /// small): their last failure, and a hedged round's race.
-    rare: Option<Box<Rare>>,
-    /// Bumped at each dispatch; answers of other rounds are stale.
-    round: u32,
-    /// The low 32 bits of the task's arrival count (its number's high half).
-    arrival: u32,
-    pub state: State,
-    /// Attempts out right now (2 while hedged).
-    outstanding: u8,
-    hedged: bool,
-    /// Whether an attempt of this round failed (else the round bounced).
-    round_failed: bool,
-}
-
-/// An instant as nanoseconds since the queue's [`Epoch`]: 8 bytes in a
-/// task's slot instead of the 16 of an `Instant`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct Stamp(u64);
-
-/// The queue's start, which [`Stamp`]s count from.
-pub(super) struct Epoch(Instant);
-
-impl Epoch {
-    pub(super) fn stamp(&self, t: Instant) -> Stamp {
-        let nanos = t.saturating_duration_since(self.0).as_nanos();
-        Stamp(u64::try_from(nanos).unwrap_or(u64::MAX))
-    }
-
-    pub(super) fn at(&self, s: Stamp) -> Instant {
-        time::add(self.0, Duration::from_nanos(s.0))
-    }
-}
-
-/// The rarely needed part of a task's state.
-#[derive(Default)]
-pub(super) struct Rare {
-    /// The last failed attempt of this task, the nodes that failed it and
-    /// its retries so far.
-    last: Option<LastFailure>,
-    /// Where a hedged round's attempts went, and which have reported.
-    race: Option<Race>,
-}
-
-impl Pending {
-    /// The task's job.
-    pub(super) fn job(&self) -> &Arc<Job> {
-        self.task.job()
-    }
-
-    fn rare_mut(&mut self) -> &mut Rare {
-        self.rare.get_or_insert_with(Default::default)
-    }
-
-    fn last(&self) -> Option<&LastFailure> {
-        self.rare.as_ref()?.last.as_ref()
-    }
-
-    fn last_mut(&mut self) -> Option<&mut LastFailure> {
-        self.rare.as_mut()?.last.as_mut()
-    }
-
-    fn race(&self) -> Option<&Race> {
-        self.rare.as_ref()?.race.as_ref()
-    }
-
-    fn race_mut(&mut self) -> Option<&mut Race> {
-        self.rare.as_mut()?.race.as_mut()
-    }
-}
-
-#[derive(Debug, Default, Clone)]
-pub(super) struct Counters {
-    pub submitted: u64,
-    pub succeeded: u64,
-    pub failed: u64,
-    pub rejected: u64,
-    pub retried: u64,
-    pub fallbacks: u64,
-    pub hedged: u64,
-    pub peak_queued: usize,
-}
 
 /// The queue of one service. Also answers [`Task`] messages sent straight to it.
 pub struct QueueActor {
@@ -405,57 +305,6 @@ impl QueueActor {
                 Gate::Reject(r) => Some(r.to_string()),
             },
         }
-    }
-}
-
-/// Where the queue's messages to its balancer go (a stand-in, in tests;
-/// the balancer's [`QueuePort`](super::balancer::QueuePort) is the other way).
-pub(crate) struct BalancerPort {
-    pub route: Recipient<Route>,
-    pub routes: Recipient<Routes>,
-    pub cancel: Recipient<CancelTask>,
-    pub lost: Recipient<AttemptLost>,
-    pub stop: Recipient<Stop>,
-}
-
-impl BalancerPort {
-    pub fn of(balancer: &Addr<BalancerActor>) -> Self {
-        BalancerPort {
-            route: balancer.clone().recipient(),
-            routes: balancer.clone().recipient(),
-            cancel: balancer.clone().recipient(),
-            lost: balancer.clone().recipient(),
-            stop: balancer.clone().recipient(),
-        }
-    }
-}
-
-/// A message the queue sends its balancer, and the port's way for it.
-pub(crate) trait ToBalancer: Message<Result = ()> + Send + Sized + 'static {
-    fn to(port: &BalancerPort) -> &Recipient<Self>;
-}
-
-impl ToBalancer for Route {
-    fn to(port: &BalancerPort) -> &Recipient<Self> {
-        &port.route
-    }
-}
-
-impl ToBalancer for Routes {
-    fn to(port: &BalancerPort) -> &Recipient<Self> {
-        &port.routes
-    }
-}
-
-impl ToBalancer for CancelTask {
-    fn to(port: &BalancerPort) -> &Recipient<Self> {
-        &port.cancel
-    }
-}
-
-impl ToBalancer for AttemptLost {
-    fn to(port: &BalancerPort) -> &Recipient<Self> {
-        &port.lost
     }
 }
 

@@ -5,6 +5,7 @@
 use std::sync::Mutex;
 
 use super::*;
+use crate::actors::hedge::CancelTask;
 use crate::config::Config;
 use crate::outcome::AttemptOutcome;
 

@@ -1,0 +1,115 @@
+//! A queued task's state (one slab slot each: kept small, the rare parts
+//! boxed), the compact instants it keeps, and the queue's counters.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::answers::LastFailure;
+use super::dispatch::Race;
+use crate::algo::time;
+use crate::outcome::Attempt;
+use crate::task::{Job, ReplyTx};
+
+/// A task's number in its queue.
+pub(in crate::actors) type TaskNo = u64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::actors) enum State {
+    /// Parked until the queue has room (not yet counted as submitted).
+    Waiting,
+    Ready,
+    Backoff,
+    InFlight,
+}
+
+pub(in crate::actors) struct Pending {
+    /// The task's job, and the duty to answer it (one allocation holds
+    /// both, and the slot the caller waits on).
+    pub(super) task: ReplyTx,
+    pub attempts: Vec<Attempt>,
+    /// When this round was sent out.
+    pub(super) sent_at: Stamp,
+    /// What most tasks never need (boxed, so a queued task's slot stays
+    /// small): their last failure, and a hedged round's race.
+    pub(super) rare: Option<Box<Rare>>,
+    /// Bumped at each dispatch; answers of other rounds are stale.
+    pub(super) round: u32,
+    /// The low 32 bits of the task's arrival count (its number's high half).
+    pub(super) arrival: u32,
+    pub state: State,
+    /// Attempts out right now (2 while hedged).
+    pub(super) outstanding: u8,
+    pub(super) hedged: bool,
+    /// Whether an attempt of this round failed (else the round bounced).
+    pub(super) round_failed: bool,
+}
+
+/// An instant as nanoseconds since the queue's [`Epoch`]: 8 bytes in a
+/// task's slot instead of the 16 of an `Instant`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(in crate::actors) struct Stamp(pub(super) u64);
+
+/// The queue's start, which [`Stamp`]s count from.
+pub(in crate::actors) struct Epoch(pub(super) Instant);
+
+impl Epoch {
+    pub(super) fn stamp(&self, t: Instant) -> Stamp {
+        let nanos = t.saturating_duration_since(self.0).as_nanos();
+        Stamp(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
+    pub(super) fn at(&self, s: Stamp) -> Instant {
+        time::add(self.0, Duration::from_nanos(s.0))
+    }
+}
+
+/// The rarely needed part of a task's state.
+#[derive(Default)]
+pub(in crate::actors) struct Rare {
+    /// The last failed attempt of this task, the nodes that failed it and
+    /// its retries so far.
+    pub(super) last: Option<LastFailure>,
+    /// Where a hedged round's attempts went, and which have reported.
+    pub(super) race: Option<Race>,
+}
+
+impl Pending {
+    /// The task's job.
+    pub(super) fn job(&self) -> &Arc<Job> {
+        self.task.job()
+    }
+
+    pub(super) fn rare_mut(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Default::default)
+    }
+
+    pub(super) fn last(&self) -> Option<&LastFailure> {
+        self.rare.as_ref()?.last.as_ref()
+    }
+
+    pub(super) fn last_mut(&mut self) -> Option<&mut LastFailure> {
+        self.rare.as_mut()?.last.as_mut()
+    }
+
+    pub(super) fn race(&self) -> Option<&Race> {
+        self.rare.as_ref()?.race.as_ref()
+    }
+
+    pub(super) fn race_mut(&mut self) -> Option<&mut Race> {
+        self.rare.as_mut()?.race.as_mut()
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+pub(in crate::actors) struct Counters {
+    pub submitted: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub rejected: u64,
+    pub retried: u64,
+    pub fallbacks: u64,
+    pub hedged: u64,
+    pub peak_queued: usize,
+}
