@@ -1,0 +1,105 @@
+//! [`Dispatcher::shutdown`]: close intake, drain for a grace period, answer
+//! what is left, and report it.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::{Dispatcher, ServiceHandle};
+use crate::actors::messages::*;
+use crate::outcome::Attempt;
+use crate::stats::Stats;
+use crate::task::{Task, TaskId};
+
+/// A task the dispatcher could not finish before shutting down.
+#[derive(Debug, Clone)]
+pub struct Unfinished {
+    /// The task's id.
+    pub id: TaskId,
+    /// Its service.
+    pub service: String,
+    /// The task as submitted, to resubmit elsewhere.
+    pub task: Task,
+    /// Attempts it made.
+    pub attempts: Vec<Attempt>,
+    /// Whether an attempt was out when the grace period ended.
+    pub was_in_flight: bool,
+}
+
+/// What [`Dispatcher::shutdown`] did.
+#[derive(Debug, Clone)]
+pub struct ShutdownReport {
+    /// Whether everything finished within the grace period.
+    pub drained: bool,
+    /// Every task that was not finished (each also answered `ShuttingDown`).
+    pub unfinished: Vec<Unfinished>,
+    /// Final counters.
+    pub stats: Stats,
+}
+
+impl Dispatcher {
+    /// Stops intake, lets queued and in-flight tasks finish for up to
+    /// `grace`, then answers every remaining task `ShuttingDown`, stops the
+    /// actors and returns the report (which lists those tasks).
+    pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
+        self.inner.closed.store(true, Ordering::Release);
+        let handles: Vec<Arc<ServiceHandle>> = self
+            .inner
+            .services
+            .read()
+            .expect("lock")
+            .values()
+            .cloned()
+            .collect();
+        let mut drains = Vec::new();
+        for h in &handles {
+            h.queue.do_send(CloseIntake);
+            let (tx, rx) = oneshot::channel();
+            h.queue.do_send(Drain { reply: tx });
+            drains.push(rx);
+        }
+        let drained = tokio::time::timeout(grace, futures::future::join_all(drains))
+            .await
+            .is_ok();
+        let mut unfinished = Vec::new();
+        for h in &handles {
+            if let Ok(left) = h.queue.send(Abort).await {
+                unfinished.extend(left);
+            }
+        }
+        // Every task answered: the stream's result writes finish.
+        #[cfg(feature = "redis")]
+        self.inner.streams.settle().await;
+        let stats = self.stats().await;
+        for h in &handles {
+            h.queue.do_send(Stop);
+        }
+        for a in self.inner.node_threads.lock().expect("lock").drain(..) {
+            a.stop();
+        }
+        let done: u64 = stats
+            .services
+            .iter()
+            .map(|s| s.queue.succeeded + s.queue.failed)
+            .sum();
+        let submitted: u64 = stats.services.iter().map(|s| s.queue.submitted).sum();
+        log::info!(
+            "dispatcher shut down: {} submitted, {} finished, {} unfinished{}",
+            submitted,
+            done,
+            unfinished.len(),
+            if drained {
+                ""
+            } else {
+                " (grace period ran out)"
+            }
+        );
+        ShutdownReport {
+            drained,
+            unfinished,
+            stats,
+        }
+    }
+}

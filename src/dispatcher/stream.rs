@@ -1,0 +1,74 @@
+//! The durable task streams (feature `redis`): [`Dispatcher::consume`] and
+//! [`Dispatcher::enqueue_durable`].
+
+use std::sync::atomic::Ordering;
+
+use super::Dispatcher;
+
+#[cfg(feature = "redis")]
+impl Dispatcher {
+    /// Consumes the durable task streams of the services (every one, or
+    /// `cfg.services`) through the config's `redis` section, with
+    /// at-least-once calls to backends and exactly one recorded result per
+    /// task (see [`crate::redis::stream`]). Runs on the calling arbiter
+    /// until [`Dispatcher::shutdown`], which leaves unfinished entries
+    /// pending for other instances to claim.
+    pub async fn consume(
+        &self,
+        cfg: crate::redis::stream::StreamConfig,
+    ) -> Result<(), crate::redis::stream::StreamError> {
+        use crate::redis::stream::{start, StreamError};
+        let redis = self
+            .inner
+            .shared
+            .as_ref()
+            .map(|s| s.config().clone())
+            .ok_or(StreamError::NoRedis)?;
+        let names = if cfg.services.is_empty() {
+            self.service_names()
+        } else {
+            cfg.services.clone()
+        };
+        for n in names {
+            let h = self
+                .handle(&n)
+                .ok_or_else(|| StreamError::UnknownService(n.clone()))?;
+            let prom = self.inner.metrics.stream(&h.cfg.name);
+            start(
+                self.clone(),
+                &self.inner.streams,
+                &redis,
+                &h.cfg,
+                &cfg,
+                prom,
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Adds a task line to its service's durable stream (`XADD`, field
+    /// `task`); returns the entry id. Any instance consuming the stream
+    /// runs it.
+    pub async fn enqueue_durable(
+        &self,
+        task: &crate::codec::TaskLine,
+    ) -> Result<String, crate::redis::stream::StreamError> {
+        use crate::redis::stream::StreamError;
+        let redis = self
+            .inner
+            .shared
+            .as_ref()
+            .map(|s| s.config().clone())
+            .ok_or(StreamError::NoRedis)?;
+        let h = self
+            .handle(&task.service)
+            .ok_or_else(|| StreamError::UnknownService(task.service.clone()))?;
+        self.inner.streams.enqueue(&redis, &h.cfg.name, task).await
+    }
+
+    /// Whether shutdown has begun.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+}

@@ -1,0 +1,169 @@
+//! Submitting tasks: [`Dispatcher::submit`], [`Dispatcher::feed`] and the
+//! [`Submission`] future that waits for a task's one result.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use tokio::time::Instant;
+
+use super::Dispatcher;
+use crate::actors::messages::*;
+use crate::config::OnFull;
+use crate::outcome::{Outcome, Rejection, TaskResult};
+use crate::task::{Job, ReplyTx, Task, TaskId};
+
+impl Dispatcher {
+    /// Submits one task; the returned future resolves to its result. The
+    /// task is checked and handed to its service's queue at once, when
+    /// `submit` is called (not when the future is first polled), so the
+    /// future only waits for the answer and is small. It never fails:
+    /// problems come back as a rejection or failure inside the result.
+    pub fn submit(&self, task: Task) -> Submission {
+        self.submit_inner(task, false)
+    }
+
+    fn submit_inner(&self, task: Task, wait: bool) -> Submission {
+        let now = Instant::now();
+        let id = self.inner.ids.fetch_add(1, Ordering::Relaxed);
+        let Some(h) = self.handle(task.service()) else {
+            self.inner.refused.fetch_add(1, Ordering::Relaxed);
+            let id = task.given_id().unwrap_or(id);
+            let service: Arc<str> = task.service().into();
+            let why = Rejection::UnknownService(task.service().to_owned());
+            return Submission::ready(rejected(id, service, why, now));
+        };
+        if self.inner.closed.load(Ordering::Acquire) {
+            self.inner.refused.fetch_add(1, Ordering::Relaxed);
+            let id = task.given_id().unwrap_or(id);
+            return Submission::ready(rejected(id, h.name.clone(), Rejection::ShuttingDown, now));
+        }
+        let job = match task.prepare(id, now) {
+            Ok(job) => job,
+            Err((id, reason)) => {
+                self.inner.refused.fetch_add(1, Ordering::Relaxed);
+                let why = Rejection::InvalidTask(reason);
+                return Submission::ready(rejected(id, h.name.clone(), why, now));
+            }
+        };
+        if !h.alive() {
+            self.rebuild(&h);
+            let why = Rejection::Internal(
+                "the service's pipeline stopped; it is being rebuilt, submit again".into(),
+            );
+            return Submission::ready(rejected(job.id, h.name.clone(), why, now));
+        }
+        // One allocation for the task's state and the slot of its result.
+        let job = Arc::new(job);
+        let submission = Submission::waiting(job.clone(), h.name.clone());
+        h.inbox.send(Submit {
+            task: ReplyTx::new(job),
+            wait: wait || h.cfg.queue.on_full == OnFull::Wait,
+        });
+        submission
+    }
+
+    /// Consumes a (possibly endless) stream of tasks and yields their results
+    /// as they finish. Backpressure: it pulls a task only while fewer than
+    /// the largest queue capacity are unanswered, and waits for room instead
+    /// of taking `QueueFull`, so no queue ever holds more than its capacity.
+    pub fn feed<S>(&self, tasks: S) -> impl Stream<Item = TaskResult> + 'static
+    where
+        S: Stream<Item = Task> + 'static,
+    {
+        let window = self
+            .inner
+            .services
+            .read()
+            .expect("lock")
+            .values()
+            .map(|h| h.cfg.queue.capacity)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let d = self.clone();
+        tasks
+            .map(move |t| d.submit_inner(t, true))
+            .buffer_unordered(window)
+    }
+
+    /// Submits and, when the queue is full, waits for room.
+    #[cfg(feature = "redis")]
+    pub(crate) fn submit_waiting(&self, task: Task) -> Submission {
+        self.submit_inner(task, true)
+    }
+}
+
+/// The result of one submitted task, on its way: resolves to exactly one
+/// [`TaskResult`]. It waits on the result slot inside the task's own
+/// allocation (no channel per task; see `task/reply.rs`). A queue that
+/// let go of the task unanswered (its pipeline died) answers `Internal`.
+#[must_use = "the task is already submitted; await this to get its result"]
+pub struct Submission(SubmissionState);
+
+enum SubmissionState {
+    Ready(Box<TaskResult>),
+    Waiting { job: Arc<Job>, service: Arc<str> },
+    Done,
+}
+
+impl Submission {
+    pub(crate) fn ready(result: TaskResult) -> Self {
+        Submission(SubmissionState::Ready(Box::new(result)))
+    }
+
+    /// Waits for `job`'s answer (the queue holds its [`ReplyTx`]).
+    pub(crate) fn waiting(job: Arc<Job>, service: Arc<str>) -> Self {
+        Submission(SubmissionState::Waiting { job, service })
+    }
+}
+
+impl std::future::Future for Submission {
+    type Output = TaskResult;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<TaskResult> {
+        use std::task::Poll;
+        let out = match &mut self.0 {
+            SubmissionState::Ready(_) => {
+                let SubmissionState::Ready(r) =
+                    std::mem::replace(&mut self.0, SubmissionState::Done)
+                else {
+                    unreachable!()
+                };
+                return Poll::Ready(*r);
+            }
+            SubmissionState::Waiting { job, service } => match job.reply.poll_take(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(r)) => *r,
+                Poll::Ready(None) => {
+                    // The queue went away without answering: only a dead
+                    // pipeline does that (shutdown answers every task).
+                    let why = "the service's queue stopped before answering".to_owned();
+                    let (id, since) = (job.id, job.submitted);
+                    rejected(id, service.clone(), Rejection::Internal(why), since)
+                }
+            },
+            SubmissionState::Done => panic!("Submission polled after it resolved"),
+        };
+        self.0 = SubmissionState::Done;
+        Poll::Ready(out)
+    }
+}
+
+pub(crate) fn rejected(
+    id: TaskId,
+    service: Arc<str>,
+    reason: Rejection,
+    since: Instant,
+) -> TaskResult {
+    TaskResult {
+        id,
+        service,
+        outcome: Outcome::Rejected(reason),
+        attempts: Vec::new(),
+        total: since.elapsed(),
+    }
+}
