@@ -10,7 +10,8 @@
 //! connection; TLS handshake failures are found as rustls's error inside
 //! awc's `ConnectError::Io`.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
+use std::future::Future;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -23,7 +24,7 @@ use futures::stream::StreamExt;
 
 #[cfg(feature = "tls")]
 use super::tls;
-use super::watch::{MarkOpened, Marked, Slot, WatchEof};
+use super::watch::{Counts, Sending, WatchEof, WatchedConnector};
 use super::{ConnectionSettings, HttpReply, HttpRequest, StreamedReply, Transport, TransportError};
 use crate::outcome::{ErrorKind, Protocol};
 
@@ -37,21 +38,19 @@ const ONE_WRITE: usize = 8 * 1024;
 pub struct AwcTransport {
     client: RefCell<awc::Client>,
     connect_timeout: Duration,
-    slot: Slot,
-    eof: Slot,
+    counts: Rc<Counts>,
 }
 
 impl AwcTransport {
     /// A client whose connects give up after `connect_timeout`, with the
     /// default [`ConnectionSettings`].
     pub fn new(connect_timeout: Duration) -> Self {
-        let (slot, eof) = (Slot::default(), Slot::default());
-        let client = client(connect_timeout, &ConnectionSettings::default(), &slot, &eof);
+        let counts = Rc::<Counts>::default();
+        let client = client(connect_timeout, &ConnectionSettings::default(), &counts);
         Self {
             client: RefCell::new(client),
             connect_timeout,
-            slot,
-            eof,
+            counts,
         }
     }
 }
@@ -59,14 +58,12 @@ impl AwcTransport {
 fn client(
     connect_timeout: Duration,
     settings: &ConnectionSettings,
-    slot: &Slot,
-    eof: &Slot,
+    counts: &Rc<Counts>,
 ) -> awc::Client {
-    let tcp = MarkOpened {
-        inner: actix_tls::connect::Connector::new(Resolver::default()).service(),
-        slot: slot.clone(),
-        eof: eof.clone(),
-    };
+    let tcp = WatchedConnector::new(
+        actix_tls::connect::Connector::new(Resolver::default()).service(),
+        counts.clone(),
+    );
     let connector = awc::Connector::new()
         .connector(tcp)
         .limit(0)
@@ -87,22 +84,29 @@ fn client(
         .finish()
 }
 
+// Each method boxes one future: the exchange up to the head is inlined in
+// it, not boxed on its own.
 impl Transport for AwcTransport {
     fn configure(&self, settings: &ConnectionSettings) {
-        *self.client.borrow_mut() = client(self.connect_timeout, settings, &self.slot, &self.eof);
+        *self.client.borrow_mut() = client(self.connect_timeout, settings, &self.counts);
     }
 
     fn send(&self, req: HttpRequest) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
         let max_body = req.max_body;
-        self.exchange(req, move |status, protocol, headers, mut res| {
-            Box::pin(async move {
-                let body = res.body().limit(max_body).await.map_err(classify_payload)?;
-                Ok(HttpReply {
-                    status,
-                    headers,
-                    body,
-                    protocol,
-                })
+        let head = self.exchange(req);
+        Box::pin(async move {
+            let Head {
+                status,
+                protocol,
+                headers,
+                mut res,
+            } = head.await?;
+            let body = res.body().limit(max_body).await.map_err(classify_payload)?;
+            Ok(HttpReply {
+                status,
+                headers,
+                body,
+                protocol,
             })
         })
     }
@@ -111,8 +115,15 @@ impl Transport for AwcTransport {
         &self,
         req: HttpRequest,
     ) -> LocalBoxFuture<'static, Result<StreamedReply, TransportError>> {
-        let slot = self.eof.clone();
-        self.exchange(req, move |status, protocol, headers, res| {
+        let head = self.exchange(req);
+        let counts = self.counts.clone();
+        Box::pin(async move {
+            let Head {
+                status,
+                protocol,
+                headers,
+                res,
+            } = head.await?;
             // A body framed by its length or chunks that meets the
             // connection's end is cut; awc's HTTP/1 payload reports that
             // as a clean end, so the reads of its poll are watched.
@@ -121,15 +132,13 @@ impl Transport for AwcTransport {
                     || headers.contains_key(awc::http::header::TRANSFER_ENCODING));
             // The payload is read only as the node polls it: a dropped
             // stream drops the unread body, which closes the connection.
-            let body = WatchEof {
-                inner: res.map(|chunk| chunk.map_err(classify_payload)),
-                seen: Rc::new(Cell::new(false)),
-                slot,
+            let body = WatchEof::new(
+                res.map(|chunk| chunk.map_err(classify_payload)),
+                counts,
                 framed,
-                done: false,
-            }
+            )
             .boxed_local();
-            Box::pin(std::future::ready(Ok(StreamedReply {
+            Ok(StreamedReply {
                 head: HttpReply {
                     status,
                     headers,
@@ -137,40 +146,24 @@ impl Transport for AwcTransport {
                     protocol,
                 },
                 body,
-            })))
+            })
         })
     }
 }
 
-/// A response of awc's, its body unread.
-type AwcResponse = awc::ClientResponse;
-
-/// What follows the head of an answer: the status, protocol, headers (taken
-/// out of the response) and the response with its unread body.
-type AfterHead<T> = Box<
-    dyn FnOnce(
-        u16,
-        Option<Protocol>,
-        HeaderMap,
-        AwcResponse,
-    ) -> LocalBoxFuture<'static, Result<T, TransportError>>,
->;
+/// The head of an answer: status, protocol, headers (taken out of the
+/// response) and the response with its body unread.
+struct Head {
+    status: u16,
+    protocol: Option<Protocol>,
+    headers: HeaderMap,
+    res: awc::ClientResponse,
+}
 
 impl AwcTransport {
-    /// Sends `req`, classifies a failure before the head (see the module
-    /// docs), then hands the head and the unread response to `then`.
-    fn exchange<T: 'static>(
-        &self,
-        req: HttpRequest,
-        then: impl FnOnce(
-                u16,
-                Option<Protocol>,
-                HeaderMap,
-                AwcResponse,
-            ) -> LocalBoxFuture<'static, Result<T, TransportError>>
-            + 'static,
-    ) -> LocalBoxFuture<'static, Result<T, TransportError>> {
-        let then: AfterHead<T> = Box::new(then);
+    /// Sends `req` and waits for the answer's head, classifying a failure
+    /// before it (see the module docs).
+    fn exchange(&self, req: HttpRequest) -> impl Future<Output = Result<Head, TransportError>> {
         let one_write = req.body.len()
             + req.url.len()
             + req
@@ -181,17 +174,20 @@ impl AwcTransport {
             + 256
             <= ONE_WRITE;
         let mut r = self.client.borrow().request(req.method, req.url.as_str());
-        // Append, not insert: a task's repeated headers (two `accept`) are kept.
-        for (k, v) in req.headers {
-            r = r.append_header((k, v));
+        if !req.headers.is_empty() {
+            // Append, not insert: a task's repeated headers (two `accept`)
+            // are kept.
+            let headers = r.headers_mut();
+            for (k, v) in req.headers {
+                headers.append(k, v);
+            }
         }
-        let send = r.send_body(req.body);
+        let sending = Sending::new(r.send_body(req.body), self.counts.clone());
         let url = req.url;
-        let opened = Rc::new(Cell::new(false));
-        let mark = opened.clone();
-        let attempt = Box::pin(async move {
-            let res = send.await.map_err(|e| {
-                let mut err = classify_send(e, !opened.get(), one_write);
+        async move {
+            let (res, reused) = sending.await;
+            let res = res.map_err(|e| {
+                let mut err = classify_send(e, reused, one_write);
                 if err.kind == ErrorKind::Tls {
                     err.detail = format!("TLS with {}: {}", authority(&url), err.detail);
                 }
@@ -205,13 +201,13 @@ impl AwcTransport {
                 headers = std::mem::take(&mut head.headers);
                 payload
             });
-            then(status, protocol, headers, res).await
-        });
-        Box::pin(Marked {
-            inner: attempt,
-            mark,
-            slot: self.slot.clone(),
-        })
+            Ok(Head {
+                status,
+                protocol,
+                headers,
+                res,
+            })
+        }
     }
 }
 

@@ -5,17 +5,22 @@
 //!
 //! awc opens and writes HTTP/1.1 connections inside the poll of the
 //! request's own future, on the node's thread, and its HTTP/1 payload reads
-//! its connection inside the poll of the body. So the engine wraps awc's
-//! TCP connector ([`MarkOpened`]): while an attempt's future is polled,
-//! [`Marked`] puts the attempt's mark in the transport's slot, and the
-//! connector raises it when awc opens a connection. An attempt left
-//! unmarked went out on a pooled connection. Each connection is wrapped in
-//! the same way ([`WatchedIo`]): a read that finds it closed raises the mark
-//! of the streamed body being polled ([`WatchEof`]), and a framed body that
-//! ends after such a read is cut, though awc ends the stream as if it were
-//! complete.
+//! its connection inside the poll of the body. So the transport wraps awc's
+//! TCP connector ([`WatchedConnector`]) and each connection it opens
+//! ([`WatchedIo`]), and they count what they see in the transport's
+//! [`Counts`]: connections opened, and reads that found a connection
+//! closed. A future reads a count before and after each poll of its own;
+//! what changed in between happened inside that poll, on its behalf (one
+//! thread, one poll at a time). So [`Sending`] knows whether its attempt
+//! opened a connection (one that opened none went out on a pooled
+//! connection), and [`WatchEof`] whether its body's reads met the
+//! connection's end: a framed body that ends after such a read is cut,
+//! though awc ends the stream as if it were complete.
+//!
+//! Per request this costs two reads of a `Cell` per poll and one count held
+//! by the request's future; per read of a connection, one comparison.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -30,46 +35,81 @@ use futures::future::LocalBoxFuture;
 use super::TransportError;
 use crate::outcome::ErrorKind;
 
-/// The mark of the attempt being polled, if any: set by [`Marked`] around
-/// each poll, raised by [`MarkOpened`] when awc opens a connection.
-pub(super) type Slot = Rc<RefCell<Option<Rc<Cell<bool>>>>>;
-
-// === impl Marked ===
-
-/// An attempt's future, with its mark in the transport's slot while it is
-/// polled: awc opens a connection (and writes an HTTP/1.1 request) inside
-/// the poll of the request's own future.
-pub(super) struct Marked<F> {
-    pub(super) inner: F,
-    pub(super) mark: Rc<Cell<bool>>,
-    pub(super) slot: Slot,
+/// What a transport's connector and connections saw, counted (wrapping):
+/// a future compares a count across its own poll.
+#[derive(Debug, Default)]
+pub(super) struct Counts {
+    /// Connections opened by the connector.
+    opened: Cell<u32>,
+    /// Reads that found their connection closed.
+    closed: Cell<u32>,
 }
 
-impl<F: Future + Unpin> Future for Marked<F> {
-    type Output = F::Output;
+fn bump(count: &Cell<u32>) {
+    count.set(count.get().wrapping_add(1));
+}
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+// === impl Sending ===
+
+/// An attempt's future until the answer's head, noting whether awc opened a
+/// connection inside one of its polls; resolves to its output and whether
+/// the attempt went out on a reused connection (it opened none).
+pub(super) struct Sending<F> {
+    inner: F,
+    counts: Rc<Counts>,
+    opened: bool,
+}
+
+impl<F> Sending<F> {
+    pub(super) fn new(inner: F, counts: Rc<Counts>) -> Self {
+        Self {
+            inner,
+            counts,
+            opened: false,
+        }
+    }
+}
+
+impl<F: Future + Unpin> Future for Sending<F> {
+    /// The output, and whether the connection was a reused one.
+    type Output = (F::Output, bool);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        let outer = this.slot.replace(Some(this.mark.clone()));
+        let before = this.counts.opened.get();
         let out = Pin::new(&mut this.inner).poll(cx);
-        *this.slot.borrow_mut() = outer;
-        out
+        this.opened |= this.counts.opened.get() != before;
+        out.map(|out| (out, !this.opened))
     }
 }
 
 // === impl WatchEof ===
 
-/// A streamed body, with its mark in the transport's EOF slot while it is
-/// polled (awc's HTTP/1 payload reads its connection inside that poll): a
-/// framed body whose poll met the connection's end before the body's own
-/// end was cut, though awc ends the stream as if it were complete.
+/// A streamed body that notes whether a read inside one of its polls found
+/// the connection closed (awc's HTTP/1 payload reads its connection inside
+/// that poll): a framed body whose poll met the connection's end before the
+/// body's own end was cut, though awc ends the stream as if it were
+/// complete.
 pub(super) struct WatchEof<S> {
-    pub(super) inner: S,
-    pub(super) seen: Rc<Cell<bool>>,
-    pub(super) slot: Slot,
+    inner: S,
+    counts: Rc<Counts>,
+    /// A read found the connection closed.
+    seen: bool,
     /// Whether the body has a length or chunks (not ended by the close).
-    pub(super) framed: bool,
-    pub(super) done: bool,
+    framed: bool,
+    done: bool,
+}
+
+impl<S> WatchEof<S> {
+    pub(super) fn new(inner: S, counts: Rc<Counts>, framed: bool) -> Self {
+        Self {
+            inner,
+            counts,
+            seen: false,
+            framed,
+            done: false,
+        }
+    }
 }
 
 impl<S> futures::Stream for WatchEof<S>
@@ -83,11 +123,11 @@ where
         if this.done {
             return Poll::Ready(None);
         }
-        let outer = this.slot.replace(Some(this.seen.clone()));
+        let before = this.counts.closed.get();
         let out = Pin::new(&mut this.inner).poll_next(cx);
-        *this.slot.borrow_mut() = outer;
+        this.seen |= this.counts.closed.get() != before;
         match out {
-            Poll::Ready(None) if this.framed && this.seen.get() => {
+            Poll::Ready(None) if this.framed && this.seen => {
                 this.done = true;
                 Poll::Ready(Some(Err(TransportError::new(
                     ErrorKind::Reset,
@@ -105,12 +145,12 @@ where
 
 // === impl WatchedIo ===
 
-/// A TCP connection that raises the mark in its transport's EOF slot when a
-/// read finds it closed (see [`WatchEof`]).
+/// A TCP connection that counts the reads that find it closed (see
+/// [`WatchEof`]).
 #[derive(Debug)]
 pub(super) struct WatchedIo {
     io: actix_rt::net::TcpStream,
-    eof: Slot,
+    counts: Rc<Counts>,
 }
 
 impl tokio::io::AsyncRead for WatchedIo {
@@ -120,13 +160,11 @@ impl tokio::io::AsyncRead for WatchedIo {
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
-        let before = buf.filled().len();
+        let room = buf.remaining();
         let out = Pin::new(&mut this.io).poll_read(cx, buf);
-        if matches!(out, Poll::Ready(Ok(()))) && buf.filled().len() == before && buf.remaining() > 0
-        {
-            if let Some(mark) = this.eof.borrow().as_ref() {
-                mark.set(true);
-            }
+        // Nothing read into a buffer with room: the connection's end.
+        if room > 0 && buf.remaining() == room && matches!(out, Poll::Ready(Ok(()))) {
+            bump(&this.counts.closed);
         }
         out
     }
@@ -175,19 +213,23 @@ impl actix_rt::net::ActixStream for WatchedIo {
     }
 }
 
-// === impl MarkOpened ===
+// === impl WatchedConnector ===
 
-/// awc's TCP connector, raising the polled attempt's mark when it opens a
-/// connection (an attempt left unmarked went out on a pooled connection),
-/// and watching each connection's end for streamed bodies ([`WatchedIo`]).
+/// awc's TCP connector, counting the connections it opens (see
+/// [`Sending`]) and wrapping each in a [`WatchedIo`].
 #[derive(Clone)]
-pub(super) struct MarkOpened<S> {
-    pub(super) inner: S,
-    pub(super) slot: Slot,
-    pub(super) eof: Slot,
+pub(super) struct WatchedConnector<S> {
+    inner: S,
+    counts: Rc<Counts>,
 }
 
-impl<S> Service<ConnectInfo<Uri>> for MarkOpened<S>
+impl<S> WatchedConnector<S> {
+    pub(super) fn new(inner: S, counts: Rc<Counts>) -> Self {
+        Self { inner, counts }
+    }
+}
+
+impl<S> Service<ConnectInfo<Uri>> for WatchedConnector<S>
 where
     S: Service<
         ConnectInfo<Uri>,
@@ -203,14 +245,13 @@ where
     actix_service::forward_ready!(inner);
 
     fn call(&self, req: ConnectInfo<Uri>) -> Self::Future {
-        if let Some(mark) = self.slot.borrow().as_ref() {
-            mark.set(true);
-        }
+        bump(&self.counts.opened);
         let connect = self.inner.call(req);
-        let eof = self.eof.clone();
+        let counts = self.counts.clone();
+        // One box per connection, not per request.
         Box::pin(async move {
             let (io, conn) = connect.await?.replace_io(());
-            Ok(conn.replace_io(WatchedIo { io, eof }).1)
+            Ok(conn.replace_io(WatchedIo { io, counts }).1)
         })
     }
 }
