@@ -18,6 +18,7 @@ use std::time::Duration;
 use actix_tls::connect::Resolver;
 use awc::error::{ConnectError, PayloadError, SendRequestError};
 use awc::http::header::HeaderMap;
+use awc::http::uri::Authority;
 use bytes::Bytes;
 use futures::future::LocalBoxFuture;
 use futures::stream::StreamExt;
@@ -173,7 +174,10 @@ impl AwcTransport {
                 .sum::<usize>()
             + 256
             <= ONE_WRITE;
-        let mut r = self.client.borrow().request(req.method, req.url.as_str());
+        // The URL moves into awc's `Uri` without a copy; the endpoint is
+        // kept (a shared count) for the message of a failed handshake.
+        let mut r = self.client.borrow().request(req.method, req.url);
+        let endpoint = r.get_uri().authority().cloned();
         if !req.headers.is_empty() {
             // Append, not insert: a task's repeated headers (two `accept`)
             // are kept.
@@ -183,13 +187,13 @@ impl AwcTransport {
             }
         }
         let sending = Sending::new(r.send_body(req.body), self.counts.clone());
-        let url = req.url;
         async move {
             let (res, reused) = sending.await;
             let res = res.map_err(|e| {
                 let mut err = classify_send(e, reused, one_write);
                 if err.kind == ErrorKind::Tls {
-                    err.detail = format!("TLS with {}: {}", authority(&url), err.detail);
+                    let endpoint = endpoint.as_ref().map_or("", Authority::as_str);
+                    err.detail = format!("TLS with {endpoint}: {}", err.detail);
                 }
                 err
             })?;
@@ -245,12 +249,6 @@ fn classify_payload(e: PayloadError) -> TransportError {
         _ => ErrorKind::Body,
     };
     TransportError::new(kind, e.to_string())
-}
-
-/// `host:port` of a URL, for messages.
-fn authority(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    rest.split(['/', '?']).next().unwrap_or(rest)
 }
 
 /// Why the TLS handshake failed, when that is why the request failed:
