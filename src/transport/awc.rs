@@ -99,10 +99,13 @@ impl Transport for AwcTransport {
             let Head {
                 status,
                 protocol,
-                headers,
                 mut res,
             } = head.await?;
-            let body = res.body().limit(max_body).await.map_err(classify_payload)?;
+            // The body's reader first: it refuses a declared length over
+            // the limit before reading a byte, which needs the headers.
+            let body = res.body().limit(max_body);
+            let (headers, _) = take_headers(res);
+            let body = body.await.map_err(classify_payload)?;
             Ok(HttpReply {
                 status,
                 headers,
@@ -122,9 +125,9 @@ impl Transport for AwcTransport {
             let Head {
                 status,
                 protocol,
-                headers,
                 res,
             } = head.await?;
+            let (headers, res) = take_headers(res);
             // A body framed by its length or chunks that meets the
             // connection's end is cut; awc's HTTP/1 payload reports that
             // as a clean end, so the reads of its poll are watched.
@@ -152,13 +155,23 @@ impl Transport for AwcTransport {
     }
 }
 
-/// The head of an answer: status, protocol, headers (taken out of the
-/// response) and the response with its body unread.
+/// The head of an answer: status, protocol, and the response with its
+/// headers and its body unread.
 struct Head {
     status: u16,
     protocol: Option<Protocol>,
-    headers: HeaderMap,
     res: awc::ClientResponse,
+}
+
+/// The headers of `res`, taken out of its head rather than cloned, and the
+/// response without them.
+fn take_headers(res: awc::ClientResponse) -> (HeaderMap, awc::ClientResponse) {
+    let mut headers = HeaderMap::new();
+    let res = res.map_body(|head, payload| {
+        headers = std::mem::take(&mut head.headers);
+        payload
+    });
+    (headers, res)
 }
 
 impl AwcTransport {
@@ -199,16 +212,9 @@ impl AwcTransport {
             })?;
             let status = res.status().as_u16();
             let protocol = Protocol::of(res.version());
-            // Take the headers out of the response head rather than cloning them.
-            let mut headers = HeaderMap::new();
-            let res = res.map_body(|head, payload| {
-                headers = std::mem::take(&mut head.headers);
-                payload
-            });
             Ok(Head {
                 status,
                 protocol,
-                headers,
                 res,
             })
         }
@@ -328,6 +334,37 @@ mod tests {
             kind(SendRequestError::Timeout, true, true),
             ErrorKind::Timeout
         );
+    }
+
+    #[actix_rt::test]
+    async fn a_declared_length_over_max_body_fails_before_the_body() {
+        use std::io::{Read, Write};
+        // A server that announces more than `max_body` and sends none of it,
+        // then waits for the client to close.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut buf = [0_u8; 1024];
+            let _ = conn.read(&mut buf);
+            conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 1000000\r\n\r\n")
+                .unwrap();
+            while conn.read(&mut buf).is_ok_and(|n| n > 0) {}
+        });
+        let transport = AwcTransport::new(Duration::from_secs(1));
+        let req = HttpRequest {
+            method: awc::http::Method::GET,
+            url: format!("http://{addr}/big"),
+            headers: Vec::new(),
+            body: Bytes::new(),
+            timeout: Duration::from_secs(5),
+            max_body: 1024,
+        };
+        let sent = tokio::time::timeout(Duration::from_secs(5), transport.send(req)).await;
+        let err = sent.expect("refused at the head").unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Body);
+        drop(transport);
+        server.join().unwrap();
     }
 
     #[test]
