@@ -64,7 +64,36 @@ impl Drop for Instance {
     }
 }
 
-fn config(redis: &str, backends: &[&Backend], service_extra: &str) -> Config {
+/// How long instances are given to connect to Redis and heartbeat before a
+/// test's clock starts.
+const SETTLE: Duration = Duration::from_millis(300);
+
+/// A redis-server of the test's own (with the logs on), or `None`: skip.
+fn redis_server() -> Option<RedisServer> {
+    support::init_logs();
+    RedisServer::start()
+}
+
+/// `n` instances of `cfg`, each on its own thread and System, given
+/// [`SETTLE`] to connect and heartbeat.
+fn start_instances(cfg: &Config, n: usize) -> Vec<Instance> {
+    let instances = (0..n).map(|_| Instance::start(cfg.clone())).collect();
+    thread::sleep(SETTLE);
+    instances
+}
+
+/// One instance of `cfg`, given [`SETTLE`] to connect and heartbeat.
+fn start_instance(cfg: Config) -> Instance {
+    let instance = Instance::start(cfg);
+    thread::sleep(SETTLE);
+    instance
+}
+
+/// The config of service `svc` (round robin over `backends`, with
+/// `service_extra`), its `redis` section `srv`'s url and `redis` (more
+/// `"key":value` pairs).
+fn config(srv: &RedisServer, redis: &str, backends: &[&Backend], service_extra: &str) -> Config {
+    let redis = format!(r#"{{"url":"{}",{redis}}}"#, srv.url());
     let eps: Vec<String> = backends
         .iter()
         .map(|b| format!(r#"{{"address":"{}","max_concurrent":20}}"#, b.url()))
@@ -106,6 +135,27 @@ fn submit_many(d: &Dispatcher, n: usize) -> Vec<actix_dispatch::Submission> {
     (0..n)
         .map(|i| d.submit(Task::get("svc", format!("/t/{i}"))))
         .collect()
+}
+
+/// Waits (at most `limit`) for the results of `tasks`: no task may be stuck.
+fn all_answered(
+    rt: &actix::SystemRunner,
+    limit: Duration,
+    tasks: Vec<actix_dispatch::Submission>,
+) -> Vec<TaskResult> {
+    rt.block_on(async {
+        tokio::time::timeout(limit, futures::future::join_all(tasks))
+            .await
+            .expect("no task stuck")
+    })
+}
+
+/// The Redis round trips of `instances` so far.
+fn round_trips(rt: &actix::SystemRunner, instances: &[Instance]) -> u64 {
+    instances
+        .iter()
+        .map(|i| rt.block_on(i.d.stats()).shared.expect("shared").round_trips)
+        .sum()
 }
 
 // === the script against the local GCRA ===
@@ -363,37 +413,26 @@ async fn gcra_script_takes_from_both_buckets_or_neither() {
 /// waits longer than the timeout, `on_down: local` would rightly add the
 /// local fallback's admissions, which is not what these tests measure.
 fn three_instances_share_one_limit(mode: &str) -> (u64, u64) {
-    support::init_logs();
-    let Some(srv) = RedisServer::start() else {
+    let Some(srv) = redis_server() else {
         return (0, 0);
     };
     let backend = Backend::start();
-    let redis = format!(
-        r#"{{"url":"{}","prefix":"{mode}","timeout":"1s","mode":"{mode}","lease":"100ms"}}"#,
-        srv.url()
-    );
     let cfg = config(
-        &redis,
+        &srv,
+        &format!(r#""prefix":"{mode}","timeout":"1s","mode":"{mode}","lease":"100ms""#),
         &[&backend],
         r#""rate_limit":{"service":{"rate":50,"burst":10},"shared":true},"queue":{"capacity":2000}"#,
     );
-    let instances: Vec<Instance> = (0..3).map(|_| Instance::start(cfg.clone())).collect();
-    // Let every instance connect and heartbeat before the clock starts.
-    thread::sleep(Duration::from_millis(300));
+    let instances = start_instances(&cfg, 3);
     assert_eq!(backend.hits(), 0);
     let rt = actix::System::new();
-    let trips = |inst: &[Instance]| -> u64 {
-        inst.iter()
-            .map(|i| rt.block_on(i.d.stats()).shared.expect("shared").round_trips)
-            .sum()
-    };
-    let trips0 = trips(&instances);
+    let trips0 = round_trips(&rt, &instances);
     let t0 = Instant::now();
     let pending: Vec<_> = instances.iter().map(|i| submit_many(&i.d, 300)).collect();
     thread::sleep(Duration::from_secs(2).saturating_sub(t0.elapsed()));
     let hits = backend.hits();
     let elapsed = t0.elapsed();
-    let trips = trips(&instances) - trips0;
+    let trips = round_trips(&rt, &instances) - trips0;
     // Every instance heartbeated (once a second): three are live.
     let shared = rt.block_on(instances[0].d.stats()).shared.expect("shared");
     assert_eq!(shared.live_instances, 3, "{shared:?}");
@@ -446,22 +485,17 @@ fn three_instances_share_one_limit_exact() {
 /// beside two idle ones gets at least 90 % of burst + rate·T.
 #[test]
 fn idle_instances_take_no_tokens() {
-    support::init_logs();
-    let Some(srv) = RedisServer::start() else {
+    let Some(srv) = redis_server() else {
         return;
     };
     let backend = Backend::start();
-    let redis = format!(
-        r#"{{"url":"{}","prefix":"idle","timeout":"1s","mode":"lease","lease":"100ms"}}"#,
-        srv.url()
-    );
     let cfg = config(
-        &redis,
+        &srv,
+        r#""prefix":"idle","timeout":"1s","mode":"lease","lease":"100ms""#,
         &[&backend],
         r#""rate_limit":{"service":{"rate":50,"burst":10},"shared":true},"queue":{"capacity":2000}"#,
     );
-    let instances: Vec<Instance> = (0..3).map(|_| Instance::start(cfg.clone())).collect();
-    thread::sleep(Duration::from_millis(300));
+    let instances = start_instances(&cfg, 3);
     let t0 = Instant::now();
     let pending = submit_many(&instances[0].d, 300);
     thread::sleep(Duration::from_secs(2).saturating_sub(t0.elapsed()));
@@ -483,38 +517,28 @@ fn idle_instances_take_no_tokens() {
 /// lease mode) and at least 90 % of burst + rate·T. Returns the Redis
 /// round trips per admitted task. A long `timeout`, as above.
 fn three_instances_share_node_limits(mode: &str, nodes: usize, rate: u64, burst: u64) -> f64 {
-    support::init_logs();
-    let Some(srv) = RedisServer::start() else {
+    let Some(srv) = redis_server() else {
         return 0.0;
     };
     let backends: Vec<Backend> = (0..nodes).map(|_| Backend::start()).collect();
-    let redis = format!(
-        r#"{{"url":"{}","prefix":"n{mode}","timeout":"1s","mode":"{mode}","lease":"100ms"}}"#,
-        srv.url()
-    );
     let cfg = config(
-        &redis,
+        &srv,
+        &format!(r#""prefix":"n{mode}","timeout":"1s","mode":"{mode}","lease":"100ms""#),
         &backends.iter().collect::<Vec<_>>(),
         &format!(
             r#""rate_limit":{{"per_node":{{"rate":{rate},"burst":{burst}}},"service":{{"rate":1000,"burst":100}},"shared":true}},
                "queue":{{"capacity":2000}}"#
         ),
     );
-    let instances: Vec<Instance> = (0..3).map(|_| Instance::start(cfg.clone())).collect();
-    thread::sleep(Duration::from_millis(300));
+    let instances = start_instances(&cfg, 3);
     let rt = actix::System::new();
-    let trips = |inst: &[Instance]| -> u64 {
-        inst.iter()
-            .map(|i| rt.block_on(i.d.stats()).shared.expect("shared").round_trips)
-            .sum()
-    };
-    let trips0 = trips(&instances);
+    let trips0 = round_trips(&rt, &instances);
     let t0 = Instant::now();
     let pending: Vec<_> = instances.iter().map(|i| submit_many(&i.d, 300)).collect();
     thread::sleep(Duration::from_secs(2).saturating_sub(t0.elapsed()));
     let hits: Vec<u64> = backends.iter().map(|b| b.hits()).collect();
     let elapsed = t0.elapsed();
-    let trips = trips(&instances) - trips0;
+    let trips = round_trips(&rt, &instances) - trips0;
     drop(instances);
     drop(pending);
     // rate·lease, at least 1, at most the burst.
@@ -564,22 +588,17 @@ fn a_node_asks_again_when_its_next_batch_is_due() {
 /// shared buckets are back after `kill -CONT`.
 #[test]
 fn a_paused_redis_loses_no_task_with_shared_node_limits() {
-    support::init_logs();
-    let Some(srv) = RedisServer::start() else {
+    let Some(srv) = redis_server() else {
         return;
     };
     let (a, b) = (Backend::start(), Backend::start());
-    let redis = format!(
-        r#"{{"url":"{}","prefix":"nstop","timeout":"50ms","on_down":"local","mode":"exact"}}"#,
-        srv.url()
-    );
     let cfg = config(
-        &redis,
+        &srv,
+        r#""prefix":"nstop","timeout":"50ms","on_down":"local","mode":"exact""#,
         &[&a, &b],
         r#""rate_limit":{"per_node":{"rate":25,"burst":5},"shared":true}"#,
     );
-    let inst = Instance::start(cfg);
-    thread::sleep(Duration::from_millis(300));
+    let inst = start_instance(cfg);
     let rt = actix::System::new();
     let all = submit_many(&inst.d, 150);
     thread::sleep(Duration::from_millis(500));
@@ -593,11 +612,7 @@ fn a_paused_redis_loses_no_task_with_shared_node_limits() {
     assert!(h2 - h1 >= 10, "local limits serve: {}", h2 - h1);
     assert!(h2 - h1 <= 50, "local limits hold: {}", h2 - h1);
     srv.resume();
-    let rs: Vec<TaskResult> = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(20), futures::future::join_all(all))
-            .await
-            .expect("no task stuck")
-    });
+    let rs: Vec<TaskResult> = all_answered(&rt, Duration::from_secs(20), all);
     assert_eq!(rs.len(), 150);
     assert!(rs.iter().all(|r| r.is_success()), "every task served");
     assert_eq!(a.hits() + b.hits(), 150, "each task once");
@@ -611,26 +626,21 @@ fn a_paused_redis_loses_no_task_with_shared_node_limits() {
 /// success closes it for all.
 #[test]
 fn a_trip_by_one_instance_stops_the_others_and_one_probe_goes() {
-    support::init_logs();
-    let Some(srv) = RedisServer::start() else {
+    let Some(srv) = redis_server() else {
         return;
     };
     let good = Backend::start();
     let bad = Backend::start();
-    let redis = format!(
-        r#"{{"url":"{}","prefix":"br","timeout":"200ms"}}"#,
-        srv.url()
-    );
     let cfg = config(
-        &redis,
+        &srv,
+        r#""prefix":"br","timeout":"200ms""#,
         &[&good, &bad],
         r#""balancer":{"refresh_interval":"100ms"},
            "retry":{"max_retries":0},
            "breaker":{"consecutive_failures":3,"open_for":"1s","max_open_for":"4s",
                       "probe_timeout":"1s","half_open_probes":1,"shared":true}"#,
     );
-    let inst: Vec<Instance> = (0..3).map(|_| Instance::start(cfg.clone())).collect();
-    thread::sleep(Duration::from_millis(300));
+    let inst = start_instances(&cfg, 3);
     bad.set_status(Some(500));
     let rt = actix::System::new();
     // A alone trips the bad node (round robin: every other task).
@@ -701,22 +711,17 @@ fn a_trip_by_one_instance_stops_the_others_and_one_probe_goes() {
 /// fallback applies within the timeout, and after `kill -CONT` it is back.
 #[test]
 fn a_paused_redis_falls_back_to_local_limits_and_recovers() {
-    support::init_logs();
-    let Some(srv) = RedisServer::start() else {
+    let Some(srv) = redis_server() else {
         return;
     };
     let backend = Backend::start();
-    let redis = format!(
-        r#"{{"url":"{}","prefix":"stop","timeout":"50ms","on_down":"local"}}"#,
-        srv.url()
-    );
     let cfg = config(
-        &redis,
+        &srv,
+        r#""prefix":"stop","timeout":"50ms","on_down":"local""#,
         &[&backend],
         r#""rate_limit":{"service":{"rate":50,"burst":10},"shared":true}"#,
     );
-    let a = Instance::start(cfg);
-    thread::sleep(Duration::from_millis(300));
+    let a = start_instance(cfg);
     let rt = actix::System::new();
     let t0 = Instant::now();
     let all = submit_many(&a.d, 150);
@@ -742,11 +747,7 @@ fn a_paused_redis_falls_back_to_local_limits_and_recovers() {
     );
     srv.resume();
     eprintln!("paused for {:?}", paused.elapsed());
-    let rs: Vec<TaskResult> = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(15), futures::future::join_all(all))
-            .await
-            .expect("no task stuck")
-    });
+    let rs: Vec<TaskResult> = all_answered(&rt, Duration::from_secs(15), all);
     assert_eq!(rs.len(), 150);
     assert!(rs.iter().all(|r| r.is_success()), "every task served");
     wait_up(&rt, &a.d);
@@ -767,19 +768,18 @@ fn on_down_deny_rejects_with_shared_node_limits() {
 }
 
 fn on_down_deny(rate_limit: &str) {
-    support::init_logs();
-    let Some(srv) = RedisServer::start() else {
+    let Some(srv) = redis_server() else {
         return;
     };
     let backend = Backend::start();
-    let redis = format!(
-        r#"{{"url":"{}","prefix":"deny","timeout":"50ms","on_down":"deny","mode":"exact"}}"#,
-        srv.url()
+    let cfg = config(
+        &srv,
+        r#""prefix":"deny","timeout":"50ms","on_down":"deny","mode":"exact""#,
+        &[&backend],
+        rate_limit,
     );
-    let cfg = config(&redis, &[&backend], rate_limit);
-    let a = Instance::start(cfg);
+    let a = start_instance(cfg);
     let rt = actix::System::new();
-    thread::sleep(Duration::from_millis(300));
     // Served while Redis answers (on a starved machine a 50 ms call can
     // time out and deny: then the next one serves).
     let t = Instant::now();
@@ -829,25 +829,20 @@ fn on_down_deny(rate_limit: &str) {
 /// it, and the third instance stops sending.
 #[test]
 fn a_trip_is_shared_only_once_the_quorum_reports_it() {
-    support::init_logs();
-    let Some(srv) = RedisServer::start() else {
+    let Some(srv) = redis_server() else {
         return;
     };
     let good = Backend::start();
     let bad = Backend::start();
-    let redis = format!(
-        r#"{{"url":"{}","prefix":"q","timeout":"200ms"}}"#,
-        srv.url()
-    );
     let cfg = config(
-        &redis,
+        &srv,
+        r#""prefix":"q","timeout":"200ms""#,
         &[&good, &bad],
         r#""balancer":{"refresh_interval":"100ms"},
            "retry":{"max_retries":0},
            "breaker":{"consecutive_failures":3,"open_for":"3s","shared":true,"quorum":2}"#,
     );
-    let inst: Vec<Instance> = (0..3).map(|_| Instance::start(cfg.clone())).collect();
-    thread::sleep(Duration::from_millis(300));
+    let inst = start_instances(&cfg, 3);
     bad.set_status(Some(500));
     let rt = actix::System::new();
     let send = |i: usize, n: usize| {
@@ -871,33 +866,21 @@ fn a_trip_is_shared_only_once_the_quorum_reports_it() {
 /// applied (tasks go at once, past the 5/s limit), and nothing is stuck.
 #[test]
 fn on_down_allow_admits_while_redis_is_paused() {
-    support::init_logs();
-    let Some(srv) = RedisServer::start() else {
+    let Some(srv) = redis_server() else {
         return;
     };
     let backend = Backend::start();
-    let redis = format!(
-        r#"{{"url":"{}","prefix":"allow","timeout":"50ms","on_down":"allow","mode":"exact"}}"#,
-        srv.url()
-    );
     let cfg = config(
-        &redis,
+        &srv,
+        r#""prefix":"allow","timeout":"50ms","on_down":"allow","mode":"exact""#,
         &[&backend],
         r#""rate_limit":{"service":{"rate":5,"burst":1},"shared":true}"#,
     );
-    let a = Instance::start(cfg);
+    let a = start_instance(cfg);
     let rt = actix::System::new();
-    thread::sleep(Duration::from_millis(300));
     srv.pause();
     let t = Instant::now();
-    let rs: Vec<TaskResult> = rt.block_on(async {
-        tokio::time::timeout(
-            Duration::from_secs(5),
-            futures::future::join_all(submit_many(&a.d, 20)),
-        )
-        .await
-        .expect("no task stuck")
-    });
+    let rs: Vec<TaskResult> = all_answered(&rt, Duration::from_secs(5), submit_many(&a.d, 20));
     assert!(rs.iter().all(|r| r.is_success()), "every task admitted");
     assert!(
         t.elapsed() < Duration::from_secs(2),
@@ -938,23 +921,18 @@ fn on_limit_reject_with_shared_node_buckets() {
 /// take 20 s); the admitted ones within burst + rate·T (+ one lease per
 /// instance, and a margin); the others `RateLimited` with a retry-after.
 fn on_limit_reject(rate_limit: &str, mode: &str) {
-    support::init_logs();
-    let Some(srv) = RedisServer::start() else {
+    let Some(srv) = redis_server() else {
         return;
     };
     let backend = Backend::start();
-    let redis = format!(
-        r#"{{"url":"{}","prefix":"reject-{mode}","timeout":"1s","mode":"{mode}","lease":"100ms"}}"#,
-        srv.url()
-    );
     let cfg = config(
-        &redis,
+        &srv,
+        &format!(r#""prefix":"reject-{mode}","timeout":"1s","mode":"{mode}","lease":"100ms""#),
         &[&backend],
         &format!(r#"{rate_limit},"queue":{{"capacity":2000}}"#),
     );
-    let inst: Vec<Instance> = (0..2).map(|_| Instance::start(cfg.clone())).collect();
+    let inst = start_instances(&cfg, 2);
     let rt = actix::System::new();
-    thread::sleep(Duration::from_millis(300));
     let t0 = Instant::now();
     let mut all = [Vec::new(), Vec::new()];
     for _ in 0..20 {
@@ -1010,23 +988,18 @@ fn on_limit_reject(rate_limit: &str, mode: &str) {
 /// local bucket beside it would show its full burst), a lease's rest after.
 #[test]
 fn node_stats_show_the_shared_tokens_held() {
-    support::init_logs();
-    let Some(srv) = RedisServer::start() else {
+    let Some(srv) = redis_server() else {
         return;
     };
     let backend = Backend::start();
-    let redis = format!(
-        r#"{{"url":"{}","prefix":"shown","timeout":"1s","mode":"lease","lease":"30s"}}"#,
-        srv.url()
-    );
     let cfg = config(
-        &redis,
+        &srv,
+        r#""prefix":"shown","timeout":"1s","mode":"lease","lease":"30s""#,
         &[&backend],
         r#""rate_limit":{"per_node":{"rate":10,"burst":10},"shared":true}"#,
     );
-    let a = Instance::start(cfg);
+    let a = start_instance(cfg);
     let rt = actix::System::new();
-    thread::sleep(Duration::from_millis(300));
     let tokens = |d: &Dispatcher| rt.block_on(d.stats()).services[0].nodes[0].tokens;
     assert_eq!(tokens(&a.d), Some(0), "none held before a task");
     let r = rt.block_on(a.d.submit(Task::get("svc", "/one")));

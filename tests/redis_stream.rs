@@ -19,6 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use actix_dispatch::redis::stream::StreamConfig;
+use actix_dispatch::{Config, Dispatcher};
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use redis_server::RedisServer;
 
@@ -182,6 +184,19 @@ fn write_config_with(
     p
 }
 
+/// The config written by [`write_config`], read back as the worker reads it.
+fn load_config(dir: &std::path::Path, redis: &str, port: u16, capacity: usize) -> Config {
+    let path = write_config(dir, redis, port, capacity);
+    Config::from_file(&path).expect("config")
+}
+
+/// An instance on the current System, consuming the stream as `sc` says.
+async fn start_consuming(cfg: Config, sc: StreamConfig) -> Dispatcher {
+    let d = Dispatcher::start(cfg).expect("start");
+    d.consume(sc).await.expect("consume");
+    d
+}
+
 fn temp_dir(name: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("ad-stream-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&d).expect("temp dir");
@@ -220,18 +235,38 @@ fn xlen(c: &mut redis::Connection, key: &str) -> usize {
     redis::cmd("XLEN").arg(key).query(c).expect("xlen")
 }
 
+/// Every entry of the stream `key` (`XRANGE key - +`): id and fields.
+fn entries(c: &mut redis::Connection, key: &str) -> Vec<(String, HashMap<String, String>)> {
+    let raw: redis::Value = redis::cmd("XRANGE")
+        .arg(key)
+        .arg("-")
+        .arg("+")
+        .query(c)
+        .expect("xrange");
+    redis::from_redis_value(raw).expect("entries")
+}
+
+/// The entries of the task stream delivered to `consumer` and not
+/// acknowledged, at most `count` (`XPENDING` in its extended form).
+fn pending_at(
+    c: &mut redis::Connection,
+    consumer: &str,
+    count: usize,
+) -> redis::RedisResult<Vec<(String, String, u64, u64)>> {
+    redis::cmd("XPENDING")
+        .arg("t:{svc}:tasks")
+        .arg("dispatch")
+        .arg("-")
+        .arg("+")
+        .arg(count)
+        .arg(consumer)
+        .query(c)
+}
+
 /// `(entry, task id)` of every result.
 fn results(c: &mut redis::Connection) -> Vec<(String, String)> {
-    let v: Vec<(String, HashMap<String, String>)> = {
-        let raw: redis::Value = redis::cmd("XRANGE")
-            .arg("t:{svc}:results")
-            .arg("-")
-            .arg("+")
-            .query(c)
-            .expect("xrange");
-        redis::from_redis_value(raw).expect("entries")
-    };
-    v.into_iter()
+    entries(c, "t:{svc}:results")
+        .into_iter()
         .map(|(_, f)| (f["entry"].clone(), f["id"].clone()))
         .collect()
 }
@@ -271,29 +306,13 @@ fn ten_thousand_tasks_three_instances_one_killed_every_result_once() {
     });
     w2.kill9();
     // The killed instance's unfinished entries, as the group sees them.
-    let pending: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
-        .arg("t:{svc}:tasks")
-        .arg("dispatch")
-        .arg("-")
-        .arg("+")
-        .arg(N)
-        .arg("w2")
-        .query(&mut c)
-        .expect("xpending");
+    let pending = pending_at(&mut c, "w2", N).expect("xpending");
     let orphans: HashSet<String> = pending.into_iter().map(|p| p.0).collect();
     let killed_at = xlen(&mut c, "t:{svc}:results");
     // The others claim them after claim_after; then the killed one comes
     // back under its name and takes part again.
     wait_until("the orphans claimed", Duration::from_secs(30), || {
-        let p: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
-            .arg("t:{svc}:tasks")
-            .arg("dispatch")
-            .arg("-")
-            .arg("+")
-            .arg(N)
-            .arg("w2")
-            .query(&mut c)
-            .expect("xpending");
+        let p = pending_at(&mut c, "w2", N).expect("xpending");
         p.is_empty()
     });
     let mut w2 = Worker::spawn(&cfg, "w2", &fast);
@@ -390,15 +409,7 @@ fn a_restarted_instance_resumes_its_own_pending_entries() {
     let slow = ["--claim-after", "60s", "--max-deliveries", "9"];
     let mut w = Worker::spawn(&cfg_down, "w1", &slow);
     wait_until("entries pending at w1", Duration::from_secs(10), || {
-        let v: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
-            .arg("t:{svc}:tasks")
-            .arg("dispatch")
-            .arg("-")
-            .arg("+")
-            .arg(100)
-            .arg("w1")
-            .query(&mut c)
-            .unwrap_or_default();
+        let v = pending_at(&mut c, "w1", 100).unwrap_or_default();
         v.len() == 50
     });
     w.kill9();
@@ -445,13 +456,7 @@ fn a_backend_that_always_fails_sends_its_tasks_to_the_dead_letters() {
     assert_eq!(xlen(&mut c, "t:{svc}:dead"), N);
     assert_eq!(xlen(&mut c, "t:{svc}:results"), 0);
     assert_eq!(xlen(&mut c, "t:{svc}:tasks"), 0);
-    let raw: redis::Value = redis::cmd("XRANGE")
-        .arg("t:{svc}:dead")
-        .arg("-")
-        .arg("+")
-        .query(&mut c)
-        .expect("xrange");
-    let dead: Vec<(String, HashMap<String, String>)> = redis::from_redis_value(raw).expect("dead");
+    let dead = entries(&mut c, "t:{svc}:dead");
     for (_, f) in &dead {
         assert_eq!(f["deliveries"], "3", "{f:?}");
         assert!(f["error"].contains("500"), "{f:?}");
@@ -471,17 +476,16 @@ fn enqueue_durable_consume_and_stats_in_process() {
     };
     let backend = KeyedBackend::start();
     let dir = temp_dir("inproc");
-    let cfg_path = write_config(&dir, &server.url(), backend.port, 100);
-    let cfg = actix_dispatch::Config::from_file(&cfg_path).expect("config");
+    let cfg = load_config(&dir, &server.url(), backend.port, 100);
     let stats = actix::System::new().block_on(async move {
-        let d = actix_dispatch::Dispatcher::start(cfg).expect("start");
+        let d = Dispatcher::start(cfg).expect("start");
         for i in 0..20 {
             // The service named in another case reaches `svc`'s stream.
             let line = format!(r#"{{"id":"t{i}","service":"SVC","path":"/ok"}}"#);
             let line = actix_dispatch::codec::TaskLine::parse(&line).expect("line");
             d.enqueue_durable(&line).await.expect("enqueue");
         }
-        let sc = actix_dispatch::redis::stream::StreamConfig {
+        let sc = StreamConfig {
             consumer: "in-process".into(),
             claim_every: Some(Duration::from_millis(100)),
             ..Default::default()
@@ -554,14 +558,7 @@ fn the_cli_enqueue_adds_task_lines_and_reports_bad_ones() {
         "{err}"
     );
     let mut c = con(&server.url());
-    let raw: redis::Value = redis::cmd("XRANGE")
-        .arg("t:{svc}:tasks")
-        .arg("-")
-        .arg("+")
-        .query(&mut c)
-        .expect("xrange");
-    let entries: Vec<(String, HashMap<String, String>)> =
-        redis::from_redis_value(raw).expect("entries");
+    let entries = entries(&mut c, "t:{svc}:tasks");
     assert_eq!(entries.len(), 2);
     assert_eq!(
         entries[0].1["task"],
@@ -601,17 +598,15 @@ fn run_then_shut_down(
     pause_redis: Option<&RedisServer>,
 ) {
     let dir = temp_dir(&format!("shutdown-{n}-{seen}-{}", grace.as_millis()));
-    let cfg_path = write_config(&dir, url, backend.port, 1000);
-    let cfg = actix_dispatch::Config::from_file(&cfg_path).expect("config");
+    let cfg = load_config(&dir, url, backend.port, 1000);
     add_tasks(&mut con(url), "/slow", n);
     let calls = backend.calls.clone();
     actix::System::new().block_on(async move {
-        let d = actix_dispatch::Dispatcher::start(cfg).expect("start");
-        let sc = actix_dispatch::redis::stream::StreamConfig {
+        let sc = StreamConfig {
             consumer: "leaving".into(),
             ..Default::default()
         };
-        d.consume(sc).await.expect("consume");
+        let d = start_consuming(cfg, sc).await;
         let start = tokio::time::Instant::now();
         while calls.lock().unwrap().len() < seen && start.elapsed() < Duration::from_secs(10) {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -694,18 +689,16 @@ fn tasks_in_flight_at_shutdown_are_recorded_once_or_left_pending() {
     );
     // Another instance claims what was left (claim_after 100 ms).
     let dir = temp_dir("shutdown-after");
-    let cfg_path = write_config(&dir, &server.url(), backend.port, 1000);
-    let cfg = actix_dispatch::Config::from_file(&cfg_path).expect("config");
+    let cfg = load_config(&dir, &server.url(), backend.port, 1000);
     let url = server.url();
     actix::System::new().block_on(async move {
-        let d = actix_dispatch::Dispatcher::start(cfg).expect("start");
-        let sc = actix_dispatch::redis::stream::StreamConfig {
+        let sc = StreamConfig {
             consumer: "taking-over".into(),
             claim_after: Some(Duration::from_millis(100)),
             claim_every: Some(Duration::from_millis(100)),
             ..Default::default()
         };
-        d.consume(sc).await.expect("consume");
+        let d = start_consuming(cfg, sc).await;
         let mut c = con(&url);
         let start = tokio::time::Instant::now();
         while results(&mut c).len() < n && start.elapsed() < Duration::from_secs(20) {
