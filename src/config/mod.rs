@@ -11,6 +11,12 @@
 //! longer than [`crate::algo::time::MAX_DURATION`] (365 days). Nothing in it
 //! panics, whatever the input.
 //!
+//! The optional top-level `redis` section (instances sharing limits and
+//! breakers) may hold a `stream` object: the settings of the durable task
+//! stream's consumer (`RedisConfig::stream`, feature `redis`; see the
+//! `redis` section's docs), checked like the rest, so that a config file
+//! holds everything an instance runs with.
+//!
 //! As in the seed, service names match case-insensitively (two names that
 //! differ only in case are a duplicate), a repeated endpoint address keeps
 //! its first entry (with a warning), and `IsActive` is an alias of `active`.
@@ -30,6 +36,8 @@
 mod headers;
 mod raw;
 mod redis;
+#[cfg(test)]
+mod stream_tests;
 #[cfg(test)]
 mod tests;
 mod tls;

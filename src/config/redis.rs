@@ -11,6 +11,36 @@
 //! [`crate::redis`] with the `redis` cargo feature). Without the section, or
 //! without the flags, nothing is shared and no Redis is needed. A build
 //! without the `redis` feature refuses the section with a config error.
+//!
+//! ## `redis.stream`: the durable task stream's settings
+//!
+//! The optional `stream` object holds the settings of the durable task
+//! stream's consumer (`Dispatcher::consume`, feature `redis`): every field
+//! of `crate::redis::stream::StreamConfig` under the same name, durations
+//! as humantime strings. Every field is optional and defaults as
+//! `StreamConfig::default()`. `null` for an optional one (`consumer`,
+//! `claim_after`, `claim_every`, `max_in_flight`) is its default, except
+//! that `idempotency_header: null` sends no header at all.
+//!
+//! ```json
+//! "redis": { "url": "redis://127.0.0.1:6379/0",
+//!            "stream": { "consumer": "worker-1", "group": "dispatch", "services": ["api"],
+//!                        "claim_after": "30s", "claim_every": "1s", "max_deliveries": 5,
+//!                        "idempotency_header": "Idempotency-Key", "block": "1s",
+//!                        "done_ttl": "24h", "max_in_flight": 500 } }
+//! ```
+//!
+//! Values the consumer would otherwise clamp are refused, naming the field
+//! (`redis.stream.block`, ...): `block` in 10 ms..=60 s, `claim_after` in
+//! 100 ms..=7 days, `claim_every` in 100 ms..=10 s, `done_ttl` in
+//! 1 s..=365 days, `max_deliveries` at least 1, `max_in_flight` in
+//! 1..=1 000 000, `group` and `consumer` not blank, `idempotency_header` a
+//! valid header name, and each of `services` a configured service
+//! (case-insensitively), listed once. Unknown fields are refused.
+//!
+//! `Dispatcher::consume_configured` consumes with these settings, and
+//! `RedisConfig::stream_config` returns them (the defaults without the
+//! object) for a caller to override some before `Dispatcher::consume`.
 
 use std::time::Duration;
 
@@ -33,6 +63,51 @@ pub(crate) struct RawRedis {
     pub lease: Duration,
     #[serde(default = "default_heartbeat", with = "humantime_serde")]
     pub heartbeat: Duration,
+    #[serde(default)]
+    pub stream: Option<RawStream>,
+}
+
+/// The `redis.stream` object as written; defaults as `StreamConfig`'s.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawStream {
+    #[serde(default)]
+    pub consumer: Option<String>,
+    #[serde(default = "default_group")]
+    pub group: String,
+    #[serde(default)]
+    pub services: Vec<String>,
+    #[serde(default, with = "humantime_serde")]
+    pub claim_after: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub claim_every: Option<Duration>,
+    #[serde(default = "default_max_deliveries")]
+    pub max_deliveries: u32,
+    /// Absent: the default header; `null`: none.
+    #[serde(default = "default_idempotency_header")]
+    pub idempotency_header: Option<String>,
+    #[serde(default = "default_block", with = "humantime_serde")]
+    pub block: Duration,
+    #[serde(default = "default_done_ttl", with = "humantime_serde")]
+    pub done_ttl: Duration,
+    #[serde(default)]
+    pub max_in_flight: Option<usize>,
+}
+
+fn default_group() -> String {
+    "dispatch".into()
+}
+fn default_max_deliveries() -> u32 {
+    5
+}
+fn default_idempotency_header() -> Option<String> {
+    Some("Idempotency-Key".into())
+}
+fn default_block() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_done_ttl() -> Duration {
+    Duration::from_secs(24 * 3600)
 }
 
 fn default_prefix() -> String {
@@ -100,6 +175,121 @@ pub struct RedisConfig {
     /// Membership heartbeat period (default 1 s); an instance silent for
     /// three periods no longer counts as live.
     pub heartbeat: Duration,
+    /// The durable task stream's settings, `redis.stream` (none by
+    /// default: [`RedisConfig::stream_config`] gives the defaults).
+    #[cfg(feature = "redis")]
+    pub stream: Option<crate::redis::stream::StreamConfig>,
+}
+
+#[cfg(feature = "redis")]
+impl RedisConfig {
+    /// The settings of [`Dispatcher::consume`](crate::Dispatcher::consume)
+    /// from `redis.stream`, or `StreamConfig::default()` when the config
+    /// has no such object. Change fields of the result to override the
+    /// file (as `actix-dispatch-worker`'s flags do).
+    pub fn stream_config(&self) -> crate::redis::stream::StreamConfig {
+        self.stream.clone().unwrap_or_default()
+    }
+}
+
+/// Checks `redis.stream` (all but whether `services` are configured, which
+/// [`super::validate`] checks once the services are read).
+fn validate_stream(raw: &RawStream) -> Result<(), (String, String)> {
+    let err = |f: &str, m: String| Err((format!("redis.stream.{f}"), m));
+    if raw.consumer.as_deref().is_some_and(|c| c.trim().is_empty()) {
+        return err(
+            "consumer",
+            "must not be empty (leave it out for `<pid>-<random>`)".into(),
+        );
+    }
+    if raw.group.trim().is_empty() {
+        return err("group", "must not be empty".into());
+    }
+    let ms = Duration::from_millis;
+    let ranges = [
+        (
+            "block",
+            Some(raw.block),
+            ms(10),
+            Duration::from_secs(60),
+            "10ms",
+            "60s",
+        ),
+        (
+            "claim_after",
+            raw.claim_after,
+            ms(100),
+            Duration::from_secs(7 * 86_400),
+            "100ms",
+            "7days",
+        ),
+        (
+            "claim_every",
+            raw.claim_every,
+            ms(100),
+            Duration::from_secs(10),
+            "100ms",
+            "10s",
+        ),
+        (
+            "done_ttl",
+            Some(raw.done_ttl),
+            Duration::from_secs(1),
+            crate::algo::time::MAX_DURATION,
+            "1s",
+            "365days",
+        ),
+    ];
+    for (field, d, lo, hi, los, his) in ranges {
+        if let Some(d) = d {
+            if d < lo || d > hi {
+                return err(field, format!("{d:?} is not in {los}..={his}"));
+            }
+        }
+    }
+    if raw.max_deliveries == 0 {
+        return err("max_deliveries", "must be at least 1".into());
+    }
+    if let Some(n) = raw.max_in_flight {
+        if !(1..=1_000_000).contains(&n) {
+            return err("max_in_flight", "must be in 1..=1000000".into());
+        }
+    }
+    if let Some(h) = &raw.idempotency_header {
+        if awc::http::header::HeaderName::from_bytes(h.as_bytes()).is_err() {
+            return err(
+                "idempotency_header",
+                format!("{h:?} is not a valid header name (null sends none)"),
+            );
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (i, s) in raw.services.iter().enumerate() {
+        if !seen.insert(s.trim().to_lowercase()) {
+            return err(
+                &format!("services[{i}]"),
+                format!("service {s:?} is listed twice"),
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(feature = "redis")]
+fn stream_config(raw: RawStream) -> crate::redis::stream::StreamConfig {
+    let d = crate::redis::stream::StreamConfig::default();
+    crate::redis::stream::StreamConfig {
+        consumer: raw.consumer.unwrap_or(d.consumer),
+        group: raw.group,
+        services: raw.services.iter().map(|s| s.trim().to_owned()).collect(),
+        claim_after: raw.claim_after,
+        claim_every: raw.claim_every,
+        max_deliveries: raw.max_deliveries,
+        idempotency_header: raw.idempotency_header,
+        block: raw.block,
+        done_ttl: raw.done_ttl,
+        max_in_flight: raw.max_in_flight,
+    }
 }
 
 /// Validates the section; errors are `(field, message)`.
@@ -136,6 +326,9 @@ pub(crate) fn validate(raw: RawRedis) -> Result<RedisConfig, (String, String)> {
         "exact" => SharedMode::Exact,
         _ => return err("mode", "expected lease or exact"),
     };
+    if let Some(s) = &raw.stream {
+        validate_stream(s)?;
+    }
     if !cfg!(feature = "redis") {
         return err("url", "this build has no `redis` cargo feature");
     }
@@ -147,6 +340,8 @@ pub(crate) fn validate(raw: RawRedis) -> Result<RedisConfig, (String, String)> {
         mode,
         lease: raw.lease,
         heartbeat: raw.heartbeat,
+        #[cfg(feature = "redis")]
+        stream: raw.stream.map(stream_config),
     })
 }
 

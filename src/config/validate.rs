@@ -137,7 +137,32 @@ pub(super) fn parse(json: &str) -> Result<Config, ConfigError> {
             message: "shared limits or breakers need a top-level `redis` section".into(),
         });
     }
-    Ok(Config { services, redis })
+    let config = Config { services, redis };
+    check_stream_services(&config)?;
+    Ok(config)
+}
+
+/// Refuses a `redis.stream.services` entry that names no configured service.
+#[cfg(feature = "redis")]
+fn check_stream_services(config: &Config) -> Result<(), ConfigError> {
+    let Some(stream) = config.redis.as_ref().and_then(|r| r.stream.as_ref()) else {
+        return Ok(());
+    };
+    for (i, s) in stream.services.iter().enumerate() {
+        if config.service(s).is_none() {
+            return Err(top(
+                &format!("redis.stream.services[{i}]"),
+                format!("unknown service {s:?}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Without the feature a `redis` section is refused before this.
+#[cfg(not(feature = "redis"))]
+fn check_stream_services(_: &Config) -> Result<(), ConfigError> {
+    Ok(())
 }
 
 struct Ctx<'a> {

@@ -1,5 +1,6 @@
-//! The durable task streams (feature `redis`): [`Dispatcher::consume`] and
-//! [`Dispatcher::enqueue_durable`].
+//! The durable task streams (feature `redis`): [`Dispatcher::consume`],
+//! [`Dispatcher::consume_configured`] (the config file's `redis.stream`
+//! settings) and [`Dispatcher::enqueue_durable`].
 
 use std::sync::atomic::Ordering;
 
@@ -45,6 +46,29 @@ impl Dispatcher {
             .await?;
         }
         Ok(())
+    }
+
+    /// [`Dispatcher::consume`] with the config's settings: its
+    /// `redis.stream` object, or `StreamConfig::default()` when it has none
+    /// (see [`crate::config::RedisConfig::stream_config`]). To override some
+    /// of them, change that value and call [`Dispatcher::consume`]:
+    ///
+    /// ```no_run
+    /// # async fn run(d: actix_dispatch::Dispatcher, cfg: &actix_dispatch::Config) {
+    /// let mut sc = cfg.redis.as_ref().expect("redis section").stream_config();
+    /// sc.consumer = "worker-1".into();
+    /// d.consume(sc).await.expect("consume");
+    /// # }
+    /// ```
+    pub async fn consume_configured(&self) -> Result<(), crate::redis::stream::StreamError> {
+        use crate::redis::stream::StreamError;
+        let cfg = self
+            .inner
+            .shared
+            .as_ref()
+            .map(|s| s.config().stream_config())
+            .ok_or(StreamError::NoRedis)?;
+        self.consume(cfg).await
     }
 
     /// Adds a task line to its service's durable stream (`XADD`, field

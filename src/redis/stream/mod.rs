@@ -86,7 +86,12 @@ pub const RECORD_LUA: &str = include_str!("../record.lua");
 pub const TASK_FIELD: &str = "task";
 
 /// Options of [`Dispatcher::consume`](crate::Dispatcher::consume).
-#[derive(Debug, Clone)]
+///
+/// A config file gives them as the `redis.stream` object (same field names,
+/// durations as humantime strings; see [`crate::config`]'s `redis` section),
+/// read into [`RedisConfig::stream`] and used by
+/// [`Dispatcher::consume_configured`](crate::Dispatcher::consume_configured).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamConfig {
     /// This instance's consumer name in the group (default
     /// `<pid>-<random>`). Give a stable name to resume the same pending
