@@ -2,9 +2,12 @@
 //! streams of its config (feature `redis`).
 //!
 //! ```sh
-//! actix-dispatch-worker --config cfg.json [--consumer NAME] \
+//! actix-dispatch-worker --config cfg.json [--consumer NAME] [--group G] \
 //!     [--claim-after 30s] [--claim-every 1s] [--max-deliveries 5] [--grace 5s]
 //! ```
+//!
+//! The stream's settings are the config's `redis.stream` object (the
+//! defaults without it); each flag given overrides its field.
 //!
 //! It runs until its standard input closes (or the process is killed), then
 //! shuts down with the grace period, leaving unfinished entries pending for
@@ -22,8 +25,38 @@ use actix_dispatch::{Config, Dispatcher};
 
 struct Args {
     config: String,
-    stream: StreamConfig,
+    overrides: Overrides,
     grace: Duration,
+}
+
+/// The stream settings given as flags, over the config's `redis.stream`.
+#[derive(Default)]
+struct Overrides {
+    consumer: Option<String>,
+    group: Option<String>,
+    claim_after: Option<Duration>,
+    claim_every: Option<Duration>,
+    max_deliveries: Option<u32>,
+}
+
+impl Overrides {
+    fn apply(self, s: &mut StreamConfig) {
+        if let Some(v) = self.consumer {
+            s.consumer = v;
+        }
+        if let Some(v) = self.group {
+            s.group = v;
+        }
+        if let Some(v) = self.claim_after {
+            s.claim_after = Some(v);
+        }
+        if let Some(v) = self.claim_every {
+            s.claim_every = Some(v);
+        }
+        if let Some(v) = self.max_deliveries {
+            s.max_deliveries = v;
+        }
+    }
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -32,19 +65,19 @@ fn duration(s: &str) -> Result<Duration, String> {
 
 fn parse() -> Result<Args, String> {
     let mut config = None;
-    let mut stream = StreamConfig::default();
+    let mut stream = Overrides::default();
     let mut grace = Duration::from_secs(5);
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
             "--config" | "-c" => config = Some(value()?),
-            "--consumer" => stream.consumer = value()?,
-            "--group" => stream.group = value()?,
+            "--consumer" => stream.consumer = Some(value()?),
+            "--group" => stream.group = Some(value()?),
             "--claim-after" => stream.claim_after = Some(duration(&value()?)?),
             "--claim-every" => stream.claim_every = Some(duration(&value()?)?),
             "--max-deliveries" => {
-                stream.max_deliveries = value()?.parse().map_err(|e| format!("{e}"))?
+                stream.max_deliveries = Some(value()?.parse().map_err(|e| format!("{e}"))?)
             }
             "--grace" => grace = duration(&value()?)?,
             "--help" | "-h" => {
@@ -57,7 +90,7 @@ fn parse() -> Result<Args, String> {
     }
     Ok(Args {
         config: config.ok_or("--config is required")?,
-        stream,
+        overrides: stream,
         grace,
     })
 }
@@ -80,6 +113,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The config's `redis.stream` settings, the flags over them.
+    let mut stream = cfg
+        .redis
+        .as_ref()
+        .map(|r| r.stream_config())
+        .unwrap_or_default();
+    args.overrides.apply(&mut stream);
     // Standard input closing is the signal to stop.
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     std::thread::spawn(move || {
@@ -95,7 +135,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-        if let Err(e) = d.consume(args.stream).await {
+        if let Err(e) = d.consume(stream).await {
             eprintln!("actix-dispatch-worker: {e}");
             return ExitCode::from(2);
         }
