@@ -333,6 +333,10 @@ impl BalancerActor {
         self.shared_turn(ctx, now);
         let credit = self.take_credit(now);
         if credit > 0 {
+            // The answers of the turn so far first (a bounced task goes back
+            // to the queue's front before the credit is spent), as before
+            // the outbox.
+            self.send_answers();
             self.queue.credit.do_send(Credit(credit));
         }
         self.settle_gate(ctx, now);
