@@ -8,6 +8,17 @@ use super::Dispatcher;
 
 #[cfg(feature = "redis")]
 impl Dispatcher {
+    /// The config's `redis` section, or `NoRedis`.
+    fn redis_config(
+        &self,
+    ) -> Result<&crate::config::RedisConfig, crate::redis::stream::StreamError> {
+        self.inner
+            .shared
+            .as_ref()
+            .map(|s| s.config())
+            .ok_or(crate::redis::stream::StreamError::NoRedis)
+    }
+
     /// Consumes the durable task streams of the services (every one, or
     /// `cfg.services`) through the config's `redis` section, with
     /// at-least-once calls to backends and exactly one recorded result per
@@ -19,12 +30,7 @@ impl Dispatcher {
         cfg: crate::redis::stream::StreamConfig,
     ) -> Result<(), crate::redis::stream::StreamError> {
         use crate::redis::stream::{start, StreamError};
-        let redis = self
-            .inner
-            .shared
-            .as_ref()
-            .map(|s| s.config().clone())
-            .ok_or(StreamError::NoRedis)?;
+        let redis = self.redis_config()?.clone();
         let names = if cfg.services.is_empty() {
             self.service_names()
         } else {
@@ -61,13 +67,7 @@ impl Dispatcher {
     /// # }
     /// ```
     pub async fn consume_configured(&self) -> Result<(), crate::redis::stream::StreamError> {
-        use crate::redis::stream::StreamError;
-        let cfg = self
-            .inner
-            .shared
-            .as_ref()
-            .map(|s| s.config().stream_config())
-            .ok_or(StreamError::NoRedis)?;
+        let cfg = self.redis_config()?.stream_config();
         self.consume(cfg).await
     }
 
@@ -79,12 +79,7 @@ impl Dispatcher {
         task: &crate::codec::TaskLine,
     ) -> Result<String, crate::redis::stream::StreamError> {
         use crate::redis::stream::StreamError;
-        let redis = self
-            .inner
-            .shared
-            .as_ref()
-            .map(|s| s.config().clone())
-            .ok_or(StreamError::NoRedis)?;
+        let redis = self.redis_config()?.clone();
         let h = self
             .handle(&task.service)
             .ok_or_else(|| StreamError::UnknownService(task.service.clone()))?;
