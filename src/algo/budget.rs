@@ -103,6 +103,10 @@ pub struct RetryBudget {
     floor: f64,
     /// Latest slot number seen.
     head: u64,
+    /// The last instant counted and its slot number: a queue counts each
+    /// turn's dispatches at one instant, so the division is done once per
+    /// turn rather than once per task.
+    memo: (Instant, u64),
     slots: [Slot; SLOTS as usize],
 }
 
@@ -125,6 +129,7 @@ impl RetryBudget {
         RetryBudget {
             config,
             origin: now,
+            memo: (now, 0),
             slot_ns,
             floor,
             head: 0,
@@ -171,14 +176,23 @@ impl RetryBudget {
 
     /// Slot number of `now`, never before the latest one seen.
     fn current(&self, now: Instant) -> u64 {
+        self.slot_of(now).max(self.head)
+    }
+
+    /// Slot number of `now` counted from the origin.
+    fn slot_of(&self, now: Instant) -> u64 {
+        if now == self.memo.0 {
+            return self.memo.1;
+        }
         let elapsed = now.saturating_duration_since(self.origin).as_nanos();
-        let slot = u64::try_from(elapsed / self.slot_ns).unwrap_or(u64::MAX);
-        slot.max(self.head)
+        u64::try_from(elapsed / self.slot_ns).unwrap_or(u64::MAX)
     }
 
     /// The slot of `now`, emptied first if it last held an older slot's counts.
     fn slot_mut(&mut self, now: Instant) -> &mut Slot {
-        let index = self.current(now);
+        let slot = self.slot_of(now);
+        self.memo = (now, slot);
+        let index = slot.max(self.head);
         self.head = index;
         let slot = &mut self.slots[(index % SLOTS) as usize];
         if slot.index != index {

@@ -1,11 +1,10 @@
 //! [`DispatcherBuilder`]: the options of [`Dispatcher::start`], and the start.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use super::{Dispatcher, Inner};
+use super::{Dispatcher, Inner, Services};
 use crate::config::{Config, ConfigError};
 use crate::transport::{awc_factory, TransportFactory};
 
@@ -62,7 +61,7 @@ impl DispatcherBuilder {
                 message: e.to_string(),
             })?;
         let inner = Arc::new(Inner {
-            services: RwLock::new(HashMap::new()),
+            services: RwLock::new(Services::default()),
             order: RwLock::new(Vec::new()),
             factory,
             ids: Arc::new(AtomicU64::new(1)),

@@ -202,7 +202,7 @@ impl QueueActor {
             dead: false,
             latencies: super::hedge::LatencyWindow::new(1024),
             clock: None,
-            epoch: Epoch(now),
+            epoch: Epoch::new(now),
             cfg,
         }
     }

@@ -1,6 +1,7 @@
 //! A queued task's state (one slab slot each: kept small, the rare parts
 //! boxed), the compact instants it keeps, and the queue's counters.
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,17 +52,35 @@ pub(in crate::actors) struct Pending {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(in crate::actors) struct Stamp(pub(super) u64);
 
-/// The queue's start, which [`Stamp`]s count from.
-pub(in crate::actors) struct Epoch(pub(super) Instant);
+/// The queue's start, which [`Stamp`]s count from, and the last instant
+/// stamped: the tasks of one turn share its instant, so the subtraction is
+/// done once per turn.
+pub(in crate::actors) struct Epoch {
+    start: Instant,
+    last: Cell<(Instant, Stamp)>,
+}
 
 impl Epoch {
+    pub(super) fn new(start: Instant) -> Self {
+        Epoch {
+            start,
+            last: Cell::new((start, Stamp(0))),
+        }
+    }
+
     pub(super) fn stamp(&self, t: Instant) -> Stamp {
-        let nanos = t.saturating_duration_since(self.0).as_nanos();
-        Stamp(u64::try_from(nanos).unwrap_or(u64::MAX))
+        let (at, stamp) = self.last.get();
+        if t == at {
+            return stamp;
+        }
+        let nanos = t.saturating_duration_since(self.start).as_nanos();
+        let stamp = Stamp(u64::try_from(nanos).unwrap_or(u64::MAX));
+        self.last.set((t, stamp));
+        stamp
     }
 
     pub(super) fn at(&self, s: Stamp) -> Instant {
-        time::add(self.0, Duration::from_nanos(s.0))
+        time::add(self.start, Duration::from_nanos(s.0))
     }
 }
 
