@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use crate::common::{self, count, median, pick, rss_bytes};
-use crate::overhead::{bare_round_trips, engine_tasks, start_engine};
+use crate::overhead::{bare_round_trips, bare_round_trips_over, engine_tasks, start_engine};
 use crate::report::{table, Report};
 use crate::Cli;
 
@@ -220,9 +220,14 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
         engine_tasks(d, warm, window, max).await;
     }
     let mut bare = Vec::new();
+    // The reference: bare round trips over as many echo actors as nodes.
+    let mut bare_spread: Vec<(f64, f64)> = Vec::new();
     let mut us: Vec<Vec<f64>> = vec![Vec::new(); engines.len()];
     for r in 0..rounds {
         bare.push(bare_round_trips(per_task_n, window, max).await.us_per_task);
+        let over3 = bare_round_trips_over(3, per_task_n, window, max).await;
+        let over1000 = bare_round_trips_over(1000, per_task_n, window, max).await;
+        bare_spread.push((over3.us_per_task, over1000.us_per_task));
         // Rotate the order every round so no pool size always runs first.
         let k_all = engines.len();
         for j in 0..k_all {
@@ -240,6 +245,14 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
         d.shutdown(Duration::from_secs(2)).await;
     }
     let bare_us = median(&bare);
+    let spread_ratio = median(
+        &bare_spread
+            .iter()
+            .map(|(a, b)| b / a.max(1e-9))
+            .collect::<Vec<_>>(),
+    );
+    let spread3 = median(&bare_spread.iter().map(|s| s.0).collect::<Vec<_>>());
+    let spread1000 = median(&bare_spread.iter().map(|s| s.1).collect::<Vec<_>>());
     let mut cost_rows = Vec::new();
     let mut cost_json = Vec::new();
     for m in modes {
@@ -339,6 +352,13 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
         ],
     );
     body.push_str("\nCost per task (µs, closed loop, in-process transport) against pool size:\n\n");
+    cost_rows.push(vec![
+        "reference: bare actix `send` round trips spread over 3 / 1000 echo actors".into(),
+        format!("{spread3:.3}"),
+        "".into(),
+        format!("{spread1000:.3}"),
+        format!("{spread_ratio:.2}"),
+    ]);
     body.push_str(&table(
         &["mode", "3 nodes", "100 nodes", "1000 nodes", "1000 / 3"],
         cost_rows,
@@ -350,6 +370,8 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
         "pool": probe["pool"],
         "cost_per_task": cost_json,
         "bare_round_trip_us": bare_us,
+        "bare_spread_us": {"actors_3": spread3, "actors_1000": spread1000,
+                           "ratio_1000_3": spread_ratio},
     });
     rep.note(format!(
         "RSS is VmRSS of /proc/self/status before and after each step, measured in a fresh child \
@@ -357,7 +379,10 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
          stays up during the queued-task step so that step cannot reuse its memory. Cost per task: \
          {} tasks per run, window {}, median of {rounds} round(s) in rotating order, the \
          1000/3 column the median of the per-round ratios; a bare actix round trip cost \
-         {bare_us:.3} µs in the same run.",
+         {bare_us:.3} µs in the same run. The reference row sends the same bare round trips \
+         round robin over 3 and over 1000 echo actors: over 1000, each message wakes a different \
+         actor, as each task wakes its own node in a 1000-node pool (over 3, `send` also waits on \
+         actix's 16-message mailboxes, which the engine's `do_send` does not).",
         count(per_task_n as f64),
         window
     ));

@@ -38,13 +38,25 @@ impl Handler<Ping> for Echo {
 
 /// `n` bare round trips to an echo actor, `window` in flight.
 pub async fn bare_round_trips(n: usize, window: usize, max: Duration) -> ClosedRun {
-    let echo = Echo.start();
+    bare_round_trips_over(1, n, window, max).await
+}
+
+/// `n` bare round trips spread round robin over `actors` echo actors,
+/// `window` in flight: what an actor per backend costs by itself when each
+/// message wakes a different actor (the pool-size reference of `memory`).
+pub async fn bare_round_trips_over(
+    actors: usize,
+    n: usize,
+    window: usize,
+    max: Duration,
+) -> ClosedRun {
+    let echoes: Vec<Addr<Echo>> = (0..actors.max(1)).map(|_| Echo.start()).collect();
     let run = closed_loop(n, window, max, false, |i| {
-        let f = echo.send(Ping(i as u64));
+        let f = echoes[i % echoes.len()].send(Ping(i as u64));
         async move { f.await.is_ok() }
     })
     .await;
-    drop(echo);
+    drop(echoes);
     run
 }
 
