@@ -78,7 +78,7 @@ pub struct BalancerActor {
     /// A [`Flush`] is spawned for this turn.
     pub(super) flushing: bool,
     /// Nodes working on each task, kept only when the service hedges.
-    pub(super) working: HashMap<Seq, Vec<NodeId>>,
+    pub(super) working: HashMap<Seq, Vec<NodeId>, foldhash::fast::RandomState>,
     /// Prometheus series (no-op without `metrics`): each node's, and the
     /// endpoint counts published on each recompute.
     pub(super) metrics: crate::metrics::ServiceMetrics,
@@ -183,7 +183,7 @@ impl BalancerActor {
             shared: crate::redis::ServiceShare::new(&cfg),
             gate: Gate::Open,
             wake: None,
-            working: HashMap::new(),
+            working: HashMap::default(),
             posted: Vec::new(),
             answered: Vec::new(),
             reports: Arc::default(),

@@ -63,7 +63,9 @@ pub(crate) struct NodeSet {
     views: Vec<NodeView>,
     cands: Vec<Candidate>,
     slots: Vec<Slot>,
-    index: HashMap<NodeId, usize>,
+    /// foldhash, not SipHash: looked up for every report and dispatch,
+    /// which in a large pool is once or twice per task.
+    index: HashMap<NodeId, usize, foldhash::fast::RandomState>,
     capacity: usize,
     /// Nodes whose room is positive.
     eligible: usize,
@@ -85,7 +87,7 @@ impl NodeSet {
             views: Vec::new(),
             cands: Vec::new(),
             slots: Vec::new(),
-            index: HashMap::new(),
+            index: HashMap::default(),
             capacity: 0,
             eligible: 0,
             counts: Counts::default(),
