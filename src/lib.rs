@@ -77,6 +77,11 @@ pub mod transport;
 #[cfg(feature = "web")]
 pub mod web;
 
+/// A map looked up on the hot path (a submit's service, a report's node):
+/// foldhash, already in awc's tree, instead of SipHash. Its keys are the
+/// config's names and the engine's own ids, never stored from a task.
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
 pub use actors::pool::{PoolError, ReloadSummary};
 pub use awc::http::header::HeaderMap;
 pub use awc::http::Method;

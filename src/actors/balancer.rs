@@ -30,7 +30,6 @@
 //! of its attempts that will be reported lost, since every attempt that
 //! ended before the thread died has its `Completed` already on the way.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -78,7 +77,7 @@ pub struct BalancerActor {
     /// A [`Flush`] is spawned for this turn.
     pub(super) flushing: bool,
     /// Nodes working on each task, kept only when the service hedges.
-    pub(super) working: HashMap<Seq, Vec<NodeId>, foldhash::fast::RandomState>,
+    pub(super) working: crate::FastMap<Seq, Vec<NodeId>>,
     /// Prometheus series (no-op without `metrics`): each node's, and the
     /// endpoint counts published on each recompute.
     pub(super) metrics: crate::metrics::ServiceMetrics,
@@ -183,7 +182,7 @@ impl BalancerActor {
             shared: crate::redis::ServiceShare::new(&cfg),
             gate: Gate::Open,
             wake: None,
-            working: HashMap::default(),
+            working: crate::FastMap::default(),
             posted: Vec::new(),
             answered: Vec::new(),
             reports: Arc::default(),

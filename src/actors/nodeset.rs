@@ -28,7 +28,6 @@
 //!   refresh_all   ─► the ejection cap (max_ejected_percent), then every node
 //! ```
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -63,9 +62,9 @@ pub(crate) struct NodeSet {
     views: Vec<NodeView>,
     cands: Vec<Candidate>,
     slots: Vec<Slot>,
-    /// foldhash, not SipHash: looked up for every report and dispatch,
-    /// which in a large pool is once or twice per task.
-    index: HashMap<NodeId, usize, foldhash::fast::RandomState>,
+    /// Looked up for every report and dispatch, which in a large pool is
+    /// once or twice per task.
+    index: crate::FastMap<NodeId, usize>,
     capacity: usize,
     /// Nodes whose room is positive.
     eligible: usize,
@@ -87,7 +86,7 @@ impl NodeSet {
             views: Vec::new(),
             cands: Vec::new(),
             slots: Vec::new(),
-            index: HashMap::default(),
+            index: crate::FastMap::default(),
             capacity: 0,
             eligible: 0,
             counts: Counts::default(),

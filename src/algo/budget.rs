@@ -227,6 +227,24 @@ mod tests {
     }
 
     #[test]
+    fn a_repeated_instant_finds_the_slot_a_fresh_budget_finds() {
+        // The slot of the last instant is kept; any other instant, earlier
+        // or later, is computed again.
+        let t0 = Instant::now();
+        let cfg = config(0.2, 1, 10);
+        let mut b = RetryBudget::new(cfg.clone(), t0);
+        let times = [2_500u64, 2_500, 900, 2_500, 7_000, 7_000, 100];
+        for ms in times {
+            let t = t0 + Duration::from_millis(ms);
+            b.deposit(t);
+            let fresh = RetryBudget::new(cfg.clone(), t0);
+            assert_eq!(b.slot_of(t), fresh.slot_of(t), "at {ms} ms");
+        }
+        // Seven requests in the window: allowance 0.2 * 7 + 10 floors to 11.
+        assert_eq!(b.remaining(t0 + Duration::from_millis(7_000)), 11);
+    }
+
+    #[test]
     fn default_numbers() {
         assert_eq!(BudgetConfig::default(), config(0.2, 10, 10));
     }

@@ -11,7 +11,6 @@
 //! streams (`stream.rs`, feature `redis`). This file holds the handle's
 //! state, the start and rebuild of one pipeline, and the observers.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -56,11 +55,9 @@ impl ServiceHandle {
     }
 }
 
-/// The services by name. Looked up on every submit, so hashed with
-/// foldhash (already in awc's tree) rather than SipHash: about 260
-/// instructions per submit went to the lookup (callgrind). The keys are the
-/// config's names; a task's service name is only looked up, never stored.
-pub(super) type Services = HashMap<String, Arc<ServiceHandle>, foldhash::fast::RandomState>;
+/// The services by name, looked up on every submit ([`crate::FastMap`]:
+/// SipHash took about 260 instructions per submit, callgrind).
+pub(super) type Services = crate::FastMap<String, Arc<ServiceHandle>>;
 
 struct Inner {
     services: RwLock<Services>,

@@ -132,3 +132,24 @@ pub(in crate::actors) struct Counters {
     pub hedged: u64,
     pub peak_queued: usize,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeated_instant_gets_the_stamp_a_fresh_epoch_gives() {
+        // The last instant's stamp is kept; any other, earlier or later,
+        // is computed again, and an instant before the start stamps 0.
+        let t0 = Instant::now();
+        let e = Epoch::new(t0);
+        for ns in [5_000u64, 5_000, 10, 5_000, 9_000_000, 0] {
+            let t = t0 + Duration::from_nanos(ns);
+            assert_eq!(e.stamp(t), Epoch::new(t0).stamp(t), "at {ns} ns");
+            assert_eq!(e.stamp(t), Stamp(ns));
+            assert_eq!(e.at(e.stamp(t)), t);
+        }
+        let before = Epoch::new(t0 + Duration::from_secs(1));
+        assert_eq!(before.stamp(t0), Stamp(0));
+    }
+}
