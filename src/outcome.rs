@@ -457,6 +457,11 @@ pub enum ErrorKind {
     /// against this node's breaker: the node stays misconfigured until
     /// someone fixes it.
     Tls,
+    /// The task's own deadline cut the attempt before the node's timeout
+    /// would have. Not retried (the task has no time left), and never the
+    /// node's fault: under overload tasks wait long in the queue, and
+    /// blaming the node for that would open the breakers of healthy nodes.
+    Deadline,
 }
 
 impl fmt::Display for ErrorKind {
@@ -472,6 +477,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Lost => "lost",
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::Tls => "TLS error",
+            ErrorKind::Deadline => "cut by the task's deadline",
         })
     }
 }
@@ -481,8 +487,8 @@ impl AttemptOutcome {
     /// connect and TLS errors, timeouts, resets, panics, lost attempts and 5xx.
     /// Never 4xx, nor what is the task's or the race's doing: a body over
     /// `max_body` (a large resource is not a sick node), an invalid request,
-    /// a cancelled hedge, or a request not sent because a keep-alive
-    /// connection closed under it.
+    /// a cancelled hedge, a request not sent because a keep-alive
+    /// connection closed under it, or an attempt cut by its task's deadline.
     pub fn is_node_failure(&self) -> bool {
         match self {
             AttemptOutcome::Status(s) => *s >= 500,
@@ -495,7 +501,11 @@ impl AttemptOutcome {
                 | ErrorKind::Lost,
             ) => true,
             AttemptOutcome::Error(
-                ErrorKind::NotSent | ErrorKind::Body | ErrorKind::Invalid | ErrorKind::Cancelled,
+                ErrorKind::NotSent
+                | ErrorKind::Body
+                | ErrorKind::Invalid
+                | ErrorKind::Cancelled
+                | ErrorKind::Deadline,
             ) => false,
         }
     }
@@ -505,7 +515,8 @@ impl AttemptOutcome {
     /// requests not sent, always (on another node for TLS);
     /// timeouts, resets, panics and lost attempts only when `idempotent`
     /// (the server may have acted); other statuses, body errors, invalid
-    /// requests and cancelled attempts never.
+    /// requests, cancelled attempts and attempts cut by the task's deadline
+    /// never.
     pub fn is_retryable(&self, idempotent: bool) -> bool {
         match self {
             AttemptOutcome::Status(s) => *s == 429 || *s >= 500,
@@ -513,9 +524,9 @@ impl AttemptOutcome {
             AttemptOutcome::Error(
                 ErrorKind::Timeout | ErrorKind::Reset | ErrorKind::Panicked | ErrorKind::Lost,
             ) => idempotent,
-            AttemptOutcome::Error(ErrorKind::Body | ErrorKind::Invalid | ErrorKind::Cancelled) => {
-                false
-            }
+            AttemptOutcome::Error(
+                ErrorKind::Body | ErrorKind::Invalid | ErrorKind::Cancelled | ErrorKind::Deadline,
+            ) => false,
         }
     }
 

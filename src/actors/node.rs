@@ -318,14 +318,54 @@ mod stream;
 
 use self::core::NodeCore;
 
+/// When an attempt gives up, and whose limit that is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct AttemptDeadline {
+    /// The instant the attempt is cut.
+    pub at: Instant,
+    /// The task's deadline cuts it, before the node's own timeout would:
+    /// the attempt then ends as [`ErrorKind::Deadline`], which says nothing
+    /// about the node (a task that waited long in an overloaded queue must
+    /// not open a healthy node's breaker).
+    pub by_task: bool,
+}
+
+impl AttemptDeadline {
+    /// The error an attempt cut here ends with, `sent` being when it left.
+    pub(super) fn error(&self, sent: Instant) -> TransportError {
+        let after = self.at.saturating_duration_since(sent);
+        if self.by_task {
+            TransportError::new(
+                ErrorKind::Deadline,
+                format!("the task's deadline cut the attempt {after:?} after sending"),
+            )
+        } else {
+            TransportError::new(ErrorKind::Timeout, format!("no answer within {after:?}"))
+        }
+    }
+}
+
 /// When an attempt sent at `sent` gives up: `timeout` after it is sent, or
 /// at the task's deadline if that comes first (but never less than 1 ms
 /// after sending, so an attempt is not dead on arrival).
-fn attempt_deadline(sent: Instant, timeout: Duration, task_deadline: Option<Instant>) -> Instant {
+fn attempt_deadline(
+    sent: Instant,
+    timeout: Duration,
+    task_deadline: Option<Instant>,
+) -> AttemptDeadline {
     let end = time::add(sent, timeout);
     match task_deadline {
-        Some(d) => end.min(d.max(time::add(sent, Duration::from_millis(1)))),
-        None => end,
+        Some(d) => {
+            let d = d.max(time::add(sent, Duration::from_millis(1)));
+            AttemptDeadline {
+                at: end.min(d),
+                by_task: d < end,
+            }
+        }
+        None => AttemptDeadline {
+            at: end,
+            by_task: false,
+        },
     }
 }
 
@@ -414,17 +454,34 @@ mod tests {
         // whole 1 s timeout.
         let sent = decided + Duration::from_secs(3);
         let t = Duration::from_secs(1);
-        assert_eq!(attempt_deadline(sent, t, None), sent + t);
-        // The task's deadline still caps it ...
+        let node = |at| AttemptDeadline { at, by_task: false };
+        let task = |at| AttemptDeadline { at, by_task: true };
+        assert_eq!(attempt_deadline(sent, t, None), node(sent + t));
+        // The task's deadline still caps it, and says so ...
         let d = sent + Duration::from_millis(300);
-        assert_eq!(attempt_deadline(sent, t, Some(d)), d);
-        assert_eq!(attempt_deadline(sent, t, Some(sent + t * 5)), sent + t);
-        // ... but a deadline already passed leaves 1 ms, not a panic.
+        assert_eq!(attempt_deadline(sent, t, Some(d)), task(d));
+        assert_eq!(
+            attempt_deadline(sent, t, Some(sent + t * 5)),
+            node(sent + t)
+        );
+        // ... a deadline equal to the timeout is the node's timeout ...
+        assert_eq!(attempt_deadline(sent, t, Some(sent + t)), node(sent + t));
+        // ... and a deadline already passed leaves 1 ms, not a panic.
         assert_eq!(
             attempt_deadline(sent, t, Some(decided)),
-            sent + Duration::from_millis(1)
+            task(sent + Duration::from_millis(1))
         );
         // Extreme timeouts saturate.
-        assert!(attempt_deadline(sent, Duration::MAX, None) > sent);
+        assert!(attempt_deadline(sent, Duration::MAX, None).at > sent);
+    }
+
+    #[test]
+    fn a_cut_by_the_tasks_deadline_is_not_a_timeout_of_the_node() {
+        let sent = Instant::now();
+        let t = Duration::from_secs(1);
+        let cut = attempt_deadline(sent, t, Some(sent + Duration::from_millis(250)));
+        assert_eq!(cut.error(sent).kind, ErrorKind::Deadline);
+        let timed_out = attempt_deadline(sent, t, None);
+        assert_eq!(timed_out.error(sent).kind, ErrorKind::Timeout);
     }
 }

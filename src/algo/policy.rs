@@ -8,6 +8,8 @@
 //! the request ended, the policy says whether and when to try again).
 //!
 //! The rules, in order:
+//! 0. an attempt cut by the task's own deadline fails the task
+//!    (`DeadlineExceeded`): there is no time left to retry in;
 //! 1. the failure must be retryable ([`AttemptOutcome::is_retryable`]:
 //!    connect errors and requests never sent always; 429 and 5xx always;
 //!    timeouts, resets, panics and lost attempts only for idempotent tasks;
@@ -49,7 +51,7 @@ use tokio::time::Instant;
 use super::backoff::Backoff;
 use super::budget::{BudgetConfig, RetryBudget};
 use super::time;
-use crate::outcome::{AttemptOutcome, FailReason};
+use crate::outcome::{AttemptOutcome, ErrorKind, FailReason};
 
 /// How a task's last outstanding attempt ended (it did not succeed).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -128,6 +130,9 @@ impl RetryPolicy {
         now: Instant,
         rng: &mut R,
     ) -> Decision {
+        if ended.last == AttemptOutcome::Error(ErrorKind::Deadline) {
+            return Decision::Fail(FailReason::DeadlineExceeded);
+        }
         if !ended.last.is_retryable(ended.idempotent) {
             return Decision::Fail(FailReason::NotRetryable);
         }
@@ -151,7 +156,6 @@ impl RetryPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outcome::ErrorKind;
     use rand::rngs::SmallRng;
     use rand::SeedableRng;
 
@@ -209,6 +213,20 @@ mod tests {
                 assert_eq!(retry(&mut p, &mut rng, Error(k), idem), idem, "{k:?}");
             }
         }
+    }
+
+    #[test]
+    fn an_attempt_cut_by_the_tasks_deadline_fails_the_task_at_once() {
+        let now = Instant::now();
+        let mut p = policy(now);
+        let mut rng = SmallRng::seed_from_u64(7);
+        let e = ended(AttemptOutcome::Error(ErrorKind::Deadline));
+        assert_eq!(
+            p.decide(&e, now, &mut rng),
+            Decision::Fail(FailReason::DeadlineExceeded)
+        );
+        // No retry was paid for it.
+        assert_eq!(p.budget_left(now), policy(now).budget_left(now));
     }
 
     #[test]

@@ -401,7 +401,9 @@ impl PromNode {
             m.classes[class_index(outcome)].inc();
             if !matches!(
                 outcome,
-                AttemptOutcome::Error(ErrorKind::Cancelled | ErrorKind::NotSent)
+                AttemptOutcome::Error(
+                    ErrorKind::Cancelled | ErrorKind::NotSent | ErrorKind::Deadline
+                )
             ) {
                 m.duration.observe(latency.as_secs_f64());
             }

@@ -75,7 +75,7 @@ const TASK_KINDS: [(&str, &str); 16] = [
 const OUTCOMES: [&str; 4] = ["success", "failure", "rejected", "fallback"];
 
 /// `class` labels of `dispatch_upstream_requests_total`, in [`class_index`] order.
-const CLASSES: [&str; 15] = [
+const CLASSES: [&str; 16] = [
     "1xx",
     "2xx",
     "3xx",
@@ -91,6 +91,7 @@ const CLASSES: [&str; 15] = [
     "lost",
     "cancelled",
     "tls",
+    "deadline",
 ];
 
 /// `event` labels of `dispatch_stream_events_total`, in [`StreamEvent`] order.
@@ -174,22 +175,20 @@ fn class_index(outcome: &AttemptOutcome) -> usize {
             4 => 3,
             _ => 4,
         },
-        // Compared, not matched, so that a kind added later (a TLS handshake
-        // error, say) lands in the last class without a compile break.
-        AttemptOutcome::Error(k) => [
-            ErrorKind::Connect,
-            ErrorKind::NotSent,
-            ErrorKind::Timeout,
-            ErrorKind::Reset,
-            ErrorKind::Body,
-            ErrorKind::Invalid,
-            ErrorKind::Panicked,
-            ErrorKind::Lost,
-            ErrorKind::Cancelled,
-        ]
-        .iter()
-        .position(|e| e == k)
-        .map_or(14, |i| 5 + i),
+        // Matched, so that a new kind cannot ship without its label.
+        AttemptOutcome::Error(k) => match k {
+            ErrorKind::Connect => 5,
+            ErrorKind::NotSent => 6,
+            ErrorKind::Timeout => 7,
+            ErrorKind::Reset => 8,
+            ErrorKind::Body => 9,
+            ErrorKind::Invalid => 10,
+            ErrorKind::Panicked => 11,
+            ErrorKind::Lost => 12,
+            ErrorKind::Cancelled => 13,
+            ErrorKind::Tls => 14,
+            ErrorKind::Deadline => 15,
+        },
     }
 }
 
@@ -261,7 +260,7 @@ impl NodeMetrics {
         self.prom.attempt(outcome, latency);
         if !matches!(
             outcome,
-            AttemptOutcome::Error(ErrorKind::Cancelled | ErrorKind::NotSent)
+            AttemptOutcome::Error(ErrorKind::Cancelled | ErrorKind::NotSent | ErrorKind::Deadline)
         ) {
             self.latency.record(latency);
         }

@@ -33,6 +33,7 @@
 // The backends measure wall time on their own threads, outside the engine.
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
+pub mod capacity;
 pub mod cfg;
 pub mod echo;
 pub mod logs;

@@ -18,7 +18,8 @@
 //!
 //! The timer is set for the earliest deadline it knows of. When it fires, the
 //! attempts whose deadline has passed are marked and queued, answer
-//! `Timeout` when polled, and the timer moves to the earliest deadline left.
+//! `Timeout` when polled (`Deadline` when it was their task's deadline, not
+//! the node's timeout, that cut them), and the timer moves to the earliest deadline left.
 //! With the usual single timeout per service, deadlines arrive in order, so
 //! the timer is reset about once per timeout period, not once per attempt; a
 //! scan is O(attempts in flight).
@@ -39,7 +40,7 @@ use futures::task::AtomicWaker;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, Sleep};
 
-use super::panicked;
+use super::{panicked, AttemptDeadline};
 use crate::actors::messages::Seq;
 use crate::algo::breaker::Permit;
 use crate::outcome::ErrorKind;
@@ -51,7 +52,7 @@ pub(super) struct Attempt {
     hedge: bool,
     permit: Option<Permit>,
     sent: Instant,
-    deadline: Instant,
+    deadline: AttemptDeadline,
     /// `None` once the transport panicked building it (`early` says so).
     send: Option<LocalBoxFuture<'static, Result<HttpReply, TransportError>>>,
     early: Option<TransportError>,
@@ -80,7 +81,7 @@ impl Attempt {
         hedge: bool,
         permit: Option<Permit>,
         sent: Instant,
-        deadline: Instant,
+        deadline: AttemptDeadline,
         cancel: Option<oneshot::Receiver<()>>,
     ) -> Self {
         let (send, early) = match std::panic::catch_unwind(AssertUnwindSafe(|| transport.send(req)))
@@ -114,7 +115,7 @@ impl Attempt {
     /// Marks it timed out if its deadline is at or before `now` (true
     /// then: it must be polled to answer).
     fn expire(&mut self, now: Instant) -> bool {
-        if self.expired || self.deadline > now {
+        if self.expired || self.deadline.at > now {
             return false;
         }
         self.expired = true;
@@ -154,11 +155,8 @@ impl Future for Attempt {
             }
         }
         if this.expired {
-            let timeout = this.deadline.saturating_duration_since(this.sent);
-            return this.done(Err(TransportError::new(
-                ErrorKind::Timeout,
-                format!("no answer within {timeout:?}"),
-            )));
+            let e = this.deadline.error(this.sent);
+            return this.done(Err(e));
         }
         Poll::Pending
     }
@@ -225,8 +223,8 @@ pub(super) struct Attempts {
 
 impl Attempts {
     pub fn push(&mut self, a: Attempt) {
-        if self.new_min.is_none_or(|m| a.deadline < m) {
-            self.new_min = Some(a.deadline);
+        if self.new_min.is_none_or(|m| a.deadline.at < m) {
+            self.new_min = Some(a.deadline.at);
         }
         let slot = match self.free.pop() {
             Some(slot) => slot,
@@ -293,8 +291,8 @@ impl Attempts {
                     if !s.wake.queued.swap(true, Ordering::AcqRel) {
                         self.queued.push(i);
                     }
-                } else if !a.expired && next.is_none_or(|n| a.deadline < n) {
-                    next = Some(a.deadline);
+                } else if !a.expired && next.is_none_or(|n| a.deadline.at < n) {
+                    next = Some(a.deadline.at);
                 }
             }
             match next {
@@ -427,6 +425,11 @@ mod tests {
         let ms = |n| t0 + Duration::from_millis(n);
         let mut set = Attempts::default();
         let mut add = |task, path: &str, answer_ms, deadline_ms, cancel| {
+            // Task 6's deadline is its task's, the others' the node's timeout.
+            let deadline = AttemptDeadline {
+                at: ms(deadline_ms),
+                by_task: task == 6,
+            };
             let a = Attempt::new(
                 &Delayed,
                 request(path, answer_ms),
@@ -434,7 +437,7 @@ mod tests {
                 false,
                 None,
                 t0,
-                ms(deadline_ms),
+                deadline,
                 cancel,
             );
             set.push(a);
@@ -446,6 +449,7 @@ mod tests {
         add(4, "/panic", 10, 200, None);
         let (tx, rx) = oneshot::channel();
         add(5, "/d", 500, 400, Some(rx));
+        add(6, "/e", 500, 250, None);
         let cancel = async move {
             tokio::time::sleep(Duration::from_millis(150)).await;
             let _ = tx.send(());
@@ -460,6 +464,7 @@ mod tests {
                 (3, Ok(200), 50),
                 (4, Err(ErrorKind::Panicked), 0),
                 (5, Err(ErrorKind::Cancelled), 150),
+                (6, Err(ErrorKind::Deadline), 250),
             ]
         );
     }
@@ -477,7 +482,10 @@ mod tests {
             true,
             None,
             t0,
-            t0 + Duration::from_millis(100),
+            AttemptDeadline {
+                at: t0 + Duration::from_millis(100),
+                by_task: false,
+            },
             Some(rx),
         );
         set.push(a);

@@ -236,14 +236,17 @@ impl NodeCore {
         };
         self.metrics.attempt(&outcome, latency);
         // A cancelled hedge says nothing about the node. A request not sent
-        // (a keep-alive connection closed under it) counts as an attempt but
-        // says nothing about the node's health either: no latency, no error
-        // rate, no breaker record (a probe's permit left unrecorded ends at
-        // the probe deadline, the breaker's safe side).
-        if outcome == AttemptOutcome::Error(ErrorKind::NotSent) {
-            self.total += 1;
-        } else if outcome != AttemptOutcome::Error(ErrorKind::Cancelled) {
-            self.record_health(&outcome, permit, latency, now);
+        // (a keep-alive connection closed under it) and an attempt cut by
+        // its task's deadline count as attempts but say nothing about the
+        // node's health either: no latency, no error rate, no breaker record
+        // (a probe's permit left unrecorded ends at the probe deadline, the
+        // breaker's safe side). A deadline is the task's, never the node's:
+        // under overload tasks wait in the queue, and counting their cut
+        // attempts as timeouts would open the breakers of healthy nodes.
+        match outcome {
+            AttemptOutcome::Error(ErrorKind::NotSent | ErrorKind::Deadline) => self.total += 1,
+            AttemptOutcome::Error(ErrorKind::Cancelled) => {}
+            _ => self.record_health(&outcome, permit, latency, now),
         }
         if let Err(e) = &result {
             log::debug!(

@@ -71,7 +71,7 @@ pub(super) async fn attempt(
     permit: Option<Permit>,
     cancel: Option<oneshot::Receiver<()>>,
     timeout: Duration,
-    deadline: Instant,
+    deadline: super::AttemptDeadline,
 ) {
     let started = Instant::now();
     let max_body = req.max_body;
@@ -125,7 +125,7 @@ pub(super) async fn attempt(
 async fn run_head(
     transport: &dyn Transport,
     req: HttpRequest,
-    deadline: Instant,
+    deadline: super::AttemptDeadline,
 ) -> Result<Head, TransportError> {
     let max_body = req.max_body;
     let sent = Instant::now();
@@ -150,18 +150,12 @@ async fn run_head(
         head.body = all.freeze();
         Ok(Head::Whole(head))
     };
-    match AssertUnwindSafe(tokio::time::timeout_at(deadline, work))
+    match AssertUnwindSafe(tokio::time::timeout_at(deadline.at, work))
         .catch_unwind()
         .await
     {
         Ok(Ok(r)) => r,
-        Ok(Err(_)) => Err(TransportError::new(
-            ErrorKind::Timeout,
-            format!(
-                "no answer within {:?}",
-                deadline.saturating_duration_since(sent)
-            ),
-        )),
+        Ok(Err(_)) => Err(deadline.error(sent)),
         Err(p) => Err(panicked(p)),
     }
 }

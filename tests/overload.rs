@@ -1,0 +1,97 @@
+//! Overload against real fixed-capacity backends: more tasks than the
+//! backends can take, open loop, and what that does to the nodes.
+
+mod support;
+
+use std::time::Duration;
+
+use actix_dispatch::{AttemptOutcome, Dispatcher, ErrorKind, FailReason, Outcome, Rejection, Task};
+use support::capacity::Capped;
+use support::init_logs;
+
+/// Three backends serving 2 requests at once for 40 ms each: 150 tasks/s.
+fn three_capped() -> Vec<Capped> {
+    (0..3)
+        .map(|_| Capped::start(2, Duration::from_millis(40)))
+        .collect()
+}
+
+fn config_over(bs: &[Capped], extra: &str) -> actix_dispatch::Config {
+    let eps: Vec<String> = bs
+        .iter()
+        .map(|b| format!(r#"{{"address":"{}"}}"#, b.url()))
+        .collect();
+    let json = format!(
+        r#"{{"services":[{{"name":"svc","mode":"p2c","endpoints":[{}]{extra}}}]}}"#,
+        eps.join(",")
+    );
+    actix_dispatch::Config::from_json(&json).unwrap_or_else(|e| panic!("{e}\n{json}"))
+}
+
+/// Offers `per_tick` tasks every 10 ms for `ticks` ticks, each built by
+/// `task`, without waiting for answers (open loop); returns every result.
+async fn open_loop(
+    d: &Dispatcher,
+    ticks: usize,
+    per_tick: usize,
+    task: impl Fn(usize) -> Task,
+) -> Vec<actix_dispatch::TaskResult> {
+    let mut pending = Vec::with_capacity(ticks * per_tick);
+    let mut tick = actix_rt::time::interval(Duration::from_millis(10));
+    for t in 0..ticks {
+        tick.tick().await;
+        for i in 0..per_tick {
+            pending.push(actix_rt::spawn(d.submit(task(t * per_tick + i))));
+        }
+    }
+    let mut results = Vec::with_capacity(pending.len());
+    for p in pending {
+        results.push(p.await.expect("the submit task ran"));
+    }
+    results
+}
+
+/// The collapse of the overload issue: at twice the backends' capacity with
+/// a 250 ms deadline on every task, attempts cut by the deadline used to
+/// count as the node's timeouts, the breakers of the healthy backends
+/// opened, and most tasks were refused `CircuitOpen` while the backends
+/// idled. A deadline is the task's: no breaker opens, and the backends keep
+/// serving at their capacity.
+#[actix_rt::test]
+async fn deadlines_under_overload_never_open_the_breakers_of_healthy_nodes() {
+    init_logs();
+    let bs = three_capped();
+    let d = Dispatcher::start(config_over(&bs, "")).unwrap();
+    // 300 tasks/s for 1.5 s: twice the capacity.
+    let results = open_loop(&d, 150, 3, |i| {
+        Task::get("svc", format!("/t/{i}")).deadline_in(Duration::from_millis(250))
+    })
+    .await;
+    assert_eq!(results.len(), 450, "every task has its one result");
+    let mut ok = 0;
+    for r in &results {
+        match &r.outcome {
+            Outcome::Success(_) => ok += 1,
+            Outcome::Failure(f) => {
+                assert_eq!(f.reason, FailReason::DeadlineExceeded, "{r:?}");
+                assert_eq!(f.last, Some(AttemptOutcome::Error(ErrorKind::Deadline)));
+            }
+            Outcome::Rejected(Rejection::DeadlinePassed) => {}
+            other => panic!("only successes and deadlines expected: {other:?}"),
+        }
+    }
+    let stats = d.stats().await;
+    for n in &stats.services[0].nodes {
+        assert_eq!(n.trips, 0, "node {} tripped: {n:?}", n.address);
+        assert_eq!(n.errors, 0, "a deadline is not the node's error: {n:?}");
+    }
+    // The backends could serve 225 in 1.5 s; with generous room for a busy
+    // machine, far more than the collapse's few still succeed.
+    assert!(ok >= 60, "{ok} successes of 450");
+    let served: u64 = bs.iter().map(Capped::served).sum();
+    assert!(served >= 60, "backends served {served}");
+    for b in &bs {
+        assert!(b.peak_busy() <= 2);
+    }
+    d.shutdown(Duration::from_secs(1)).await;
+}
