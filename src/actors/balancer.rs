@@ -1,12 +1,12 @@
 //! `BalancerActor`: picks the node for each task, hands credit to the queue.
 //!
 //! The balancer pulls: it tells the queue how many tasks it can place
-//! ([`Credit`]), computed from its view of every node (slots, probes, tokens;
-//! see [`super::view`]), and the queue sends that many [`Route`]s. Each route
+//! ([`ToQueue::Credit`]), computed from its view of every node (slots, probes,
+//! tokens; see [`super::view`]), and the queue sends that many [`Route`]s. Each route
 //! is placed at once: the strategy picks among eligible nodes, preferring
 //! ones that have not failed this task, the view is bumped (in flight,
 //! tokens, probes) so the next pick never sees stale load, and the node gets
-//! a [`Dispatch`]. Completions, the `GetLoad` refresh and one timer (the
+//! a [`Dispatch`]. Node reports, the `GetLoad` refresh and one timer (the
 //! earliest breaker expiry or token due) wake it; nothing polls.
 //!
 //! When nothing can be placed for a reason the service must answer for, it
@@ -17,18 +17,18 @@
 //! The nodes, their rooms and the sums over them live in one
 //! [`NodeSet`](super::nodeset::NodeSet): this file keeps the node set, the
 //! credit, the gate and the pick; `routing` places routes and sends each
-//! node its turn's dispatches and the queue its turn's answers (one message
-//! each when the turn ends); `reports` is the inbox the nodes' reports come
-//! through (one wake-up for all the nodes that report in a turn);
-//! `completions` takes what comes back.
+//! node its turn's dispatches and the queue its turn's news (one message
+//! each when the turn ends); `completions` takes what comes back through
+//! the balancer's inbox (one wake-up for all the nodes that report in a
+//! turn).
 //!
-//! An attempt the queue's watchdog gave up on ([`AttemptLost`]) died with its
+//! An attempt the queue's watchdog gave up on ([`QueueTurn::lost`]) died with its
 //! node's thread, so the node will never report it: the balancer frees its
 //! slot on a node whose mailbox is closed (the one working on that task, when
 //! the service hedges and so keeps that record). No per-task record is kept
 //! for this: a dead node's in-flight count in the view is exactly the number
 //! of its attempts that will be reported lost, since every attempt that
-//! ended before the thread died has its `Completed` already on the way.
+//! ended before the thread died has its report already on the way.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,10 +36,10 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::time::Instant;
 
-use super::messages::*;
+use super::inbox::{Inbox, InboxReady, InboxSender};
 use super::node::{NodeActor, NodeSpec};
 use super::nodeset::{NodeSet, Tuning};
-use super::queue::QueueActor;
+use super::protocol::*;
 use super::view::{Health, Mirror, NodeView};
 use crate::algo::limiter::TokenBucket;
 use crate::algo::strategy::{self, Member, Strategy, StrategyKind};
@@ -52,7 +52,8 @@ use crate::Rejection;
 pub struct BalancerActor {
     pub(super) service: Arc<str>,
     pub(super) cfg: Arc<ServiceConfig>,
-    pub(super) queue: QueuePort,
+    /// Where the turn's news for the queue goes.
+    pub(super) queue: Recipient<BalancerTurn>,
     pub(super) factory: TransportFactory,
     /// Threads to run node actors on (round robin); empty: this thread.
     pub(super) arbiters: Vec<actix::dev::ArbiterHandle>,
@@ -69,11 +70,11 @@ pub struct BalancerActor {
     pub(super) pending_wake: Option<Instant>,
     /// Nodes with dispatches in their outbox this turn (see `post`).
     pub(super) posted: Vec<NodeId>,
-    /// The queue's answers of this turn (see `answer`).
-    pub(super) answered: Vec<Answer>,
+    /// The queue's news of this turn (see `answer`).
+    pub(super) answered: Vec<ToQueue>,
     /// The nodes' reports inbox, and a spare list to take it with.
-    pub(super) reports: Arc<reports::Reports>,
-    pub(super) reports_spare: Vec<reports::Report>,
+    pub(super) reports: Arc<Inbox<NodeReport>>,
+    pub(super) reports_spare: Vec<NodeReport>,
     /// A [`Flush`] is spawned for this turn.
     pub(super) flushing: bool,
     /// Nodes working on each task, kept only when the service hedges.
@@ -84,25 +85,6 @@ pub struct BalancerActor {
     /// The service's shared bucket and breakers (feature `redis`).
     #[cfg(feature = "redis")]
     pub(super) shared: Option<crate::redis::ServiceShare>,
-}
-
-/// Where the balancer's messages to its queue go (a stand-in, in tests).
-pub(crate) struct QueuePort {
-    pub credit: Recipient<Credit>,
-    pub gate: Recipient<SetGate>,
-    pub answer: Recipient<Answer>,
-    pub answers: Recipient<AnswerList>,
-}
-
-impl QueuePort {
-    pub fn of(queue: &Addr<QueueActor>) -> Self {
-        QueuePort {
-            credit: queue.clone().recipient(),
-            gate: queue.clone().recipient(),
-            answer: queue.clone().recipient(),
-            answers: queue.clone().recipient(),
-        }
-    }
 }
 
 pub(crate) fn strategy_kind(cfg: &ServiceConfig) -> StrategyKind {
@@ -116,35 +98,11 @@ pub(crate) fn strategy_kind(cfg: &ServiceConfig) -> StrategyKind {
 }
 
 impl BalancerActor {
-    /// Builds the balancer and starts one supervised node per endpoint.
+    /// Builds the balancer, answering to `queue`, and starts one supervised
+    /// node per endpoint.
     pub(crate) fn new(
         cfg: Arc<ServiceConfig>,
-        queue: Addr<QueueActor>,
-        factory: TransportFactory,
-        arbiters: Vec<actix::dev::ArbiterHandle>,
-        metrics: crate::metrics::ServiceMetrics,
-        ctx: &mut Context<Self>,
-    ) -> Self {
-        Self::with_metrics(cfg, QueuePort::of(&queue), factory, arbiters, metrics, ctx)
-    }
-
-    /// [`new`](Self::new), answering to `queue`.
-    #[cfg(test)]
-    pub(crate) fn with_port(
-        cfg: Arc<ServiceConfig>,
-        queue: QueuePort,
-        factory: TransportFactory,
-        arbiters: Vec<actix::dev::ArbiterHandle>,
-        ctx: &mut Context<Self>,
-    ) -> Self {
-        let metrics = Default::default();
-        Self::with_metrics(cfg, queue, factory, arbiters, metrics, ctx)
-    }
-
-    /// [`with_port`](Self::with_port), with the service's metric series.
-    fn with_metrics(
-        cfg: Arc<ServiceConfig>,
-        queue: QueuePort,
+        queue: Recipient<BalancerTurn>,
         factory: TransportFactory,
         arbiters: Vec<actix::dev::ArbiterHandle>,
         metrics: crate::metrics::ServiceMetrics,
@@ -208,9 +166,7 @@ impl BalancerActor {
         let spec_cfg = self.cfg.clone();
         let service = self.service.clone();
         let address: Arc<str> = ep.address.as_str().into();
-        let recipient = ctx.address().recipient();
-        let completions = reports::ReportSender::new(&self.reports, ctx.address().recipient());
-        let stream_ended = ctx.address().recipient();
+        let to_balancer = InboxSender::new(&self.reports, ctx.address().recipient::<InboxReady>());
         let factory = self.factory.clone();
         let max = ep.max_concurrent;
         let metrics = self.metrics.node(&address);
@@ -221,9 +177,7 @@ impl BalancerActor {
                 address,
                 max_concurrent: max,
                 cfg: spec_cfg,
-                balancer: recipient,
-                completions,
-                stream_ended,
+                to_balancer,
                 factory,
                 metrics,
             })
@@ -269,11 +223,10 @@ impl BalancerActor {
 
     /// Hands `route` back to the queue unplaced (its credit is not used).
     pub(super) fn bounce(&mut self, route: &Route, ctx: &mut Context<Self>) {
-        let back = Answer::Bounce(Bounce {
+        let back = ToQueue::Bounce {
             seq: route.seq,
             hedge: route.hedge,
-            credit: 0,
-        });
+        };
         self.answer(back, ctx);
     }
 
@@ -330,15 +283,18 @@ impl BalancerActor {
     pub(super) fn settle(&mut self, ctx: &mut Context<Self>, now: Instant) {
         #[cfg(feature = "redis")]
         self.shared_turn(ctx, now);
+        self.grant(ctx, now);
+        self.settle_gate(ctx, now);
+    }
+
+    /// Grants the queue the credit the nodes' room allows now (after the
+    /// turn's news so far: a bounced task is back at the queue's front
+    /// before the credit is spent).
+    pub(super) fn grant(&mut self, ctx: &mut Context<Self>, now: Instant) {
         let credit = self.take_credit(now);
         if credit > 0 {
-            // The answers of the turn so far first (a bounced task goes back
-            // to the queue's front before the credit is spent), as before
-            // the outbox.
-            self.send_answers();
-            self.queue.credit.do_send(Credit(credit));
+            self.answer(ToQueue::Credit(credit), ctx);
         }
-        self.settle_gate(ctx, now);
     }
 
     /// What the nodes can take now, capped by the service's tokens.
@@ -389,9 +345,7 @@ impl BalancerActor {
                 Gate::Reject(r) => log::warn!("service {}: rejecting tasks: {r}", self.service),
             }
             self.gate = gate.clone();
-            // The answers of the turn so far first, as they happened.
-            self.send_answers();
-            self.queue.gate.do_send(SetGate(gate));
+            self.answer(ToQueue::Gate(gate), ctx);
         }
         if let Some(t) = self.pending_wake.take() {
             self.schedule_wake(t, ctx);
@@ -550,7 +504,6 @@ impl BalancerActor {
 }
 
 mod completions;
-pub(crate) mod reports;
 mod routing;
 #[cfg(feature = "redis")]
 mod shared;

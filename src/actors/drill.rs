@@ -11,7 +11,7 @@
 use actix::prelude::*;
 
 use super::balancer::BalancerActor;
-use super::messages::PipelineDown;
+use super::protocol::PipelineDown;
 use super::queue::QueueActor;
 
 /// Which actor of a service's pipeline panics in a drill.

@@ -5,30 +5,13 @@
 //! that hedge, the balancer remembers which nodes work on each task and
 //! masks them when it places the hedge (no other eligible node: the hedge is
 //! dropped, the first attempt goes on). The first good answer wins; the
-//! queue then sends [`CancelTask`] and the balancer tells the node still
-//! working on it to drop the attempt, which reports back as `Cancelled` and
+//! queue then lists the task in its turn's cancels
+//! ([`QueueTurn::cancels`](super::protocol::QueueTurn)) and the balancer
+//! tells the node still working on it to drop the attempt, which reports back as `Cancelled` and
 //! counts nowhere. Hedges are only sent for idempotent tasks and each one is
 //! paid from the retry budget.
 
 use std::time::Duration;
-
-use actix::Message;
-
-use super::messages::Seq;
-
-/// Queue to balancer: task `seq` is answered; cancel any attempt still out.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct CancelTask {
-    pub seq: Seq,
-}
-
-/// Balancer to node: drop the attempt of task `seq`.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct CancelAttempt {
-    pub seq: Seq,
-}
 
 /// The last `n` successful latencies, for `hedge.percentile`.
 ///

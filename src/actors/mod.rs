@@ -7,16 +7,17 @@
 pub(crate) mod balancer;
 pub mod drill;
 pub(crate) mod hedge;
-pub(crate) mod messages;
+pub(crate) mod inbox;
 pub(crate) mod node;
 pub(crate) mod nodeset;
 pub mod pool;
+pub(crate) mod protocol;
 pub(crate) mod queue;
 pub(crate) mod shutdown;
 pub(crate) mod timers;
 pub(crate) mod view;
 
 pub use balancer::BalancerActor;
-pub use messages::{LoadReport, NodeId};
 pub use node::NodeActor;
+pub use protocol::{LoadReport, NodeId};
 pub use queue::QueueActor;

@@ -3,8 +3,8 @@
 //! The node is the authority on its own state. The balancer keeps a view and
 //! bumps it at once when it dispatches, but the node checks again on every
 //! [`Dispatch`]: a dispatch its slot count, bucket or breaker refuses (a stale
-//! view) comes back as a refusal, and the task returns to the queue's front
-//! without counting an attempt.
+//! view) comes back as a refusal ([`NodeReport::refused`]), and the task
+//! returns to the queue's front without counting an attempt.
 //!
 //! The attempts in flight are one set owned by the node and polled by one
 //! driver on its context, with one timer for all their deadlines (module
@@ -12,17 +12,15 @@
 //! timeout and `catch_unwind`: a panic inside the transport is a failed
 //! attempt, never a lost task. The attempts that end in the same turn of the
 //! node are accounted (counters, breaker, EWMA) and reported to the balancer
-//! together: one [`Completions`] with one fresh [`LoadReport`] (an attempt
-//! that ends alone, the usual case under light load or in a large pool,
-//! travels as a [`Completed`], with no list to allocate). Reports go through
-//! the balancer's reports inbox (`balancer::reports`): the nodes that finish
-//! in the same turn wake the balancer with one message between them.
+//! together: one [`NodeReport`] with one fresh [`LoadReport`]. Reports go
+//! through the balancer's inbox ([`super::inbox`]): the nodes that finish in
+//! the same turn wake the balancer with one message between them.
 //!
 //! A streamed attempt ([`crate::Task::stream`], module `stream`) runs as a
 //! task of its own (it lives as long as its body) and reports
-//! twice: its head with [`Completed`] (carrying the body's stream; the slot
-//! stays taken) and its body's end with [`StreamEnded`] (the slot is freed
-//! and the attempt accounted).
+//! twice: its head (carrying the body's stream; the slot stays taken) and
+//! its body's end ([`NodeReport::streams_ended`]: the slot is freed and the
+//! attempt accounted).
 //!
 //! Nodes run under actix's `Supervisor`: a node that stops is restarted with
 //! the same struct, so counters and breaker survive, and the restart is
@@ -38,8 +36,8 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::balancer::reports::ReportSender;
-use super::messages::*;
+use super::inbox::InboxSender;
+use super::protocol::*;
 use crate::algo::breaker::Breaker;
 use crate::algo::ewma::{Ewma, PeakEwma};
 use crate::algo::limiter::TokenBucket;
@@ -68,9 +66,7 @@ pub(crate) struct NodeSpec {
     pub address: Arc<str>,
     pub max_concurrent: u32,
     pub cfg: Arc<ServiceConfig>,
-    pub balancer: Recipient<Completed>,
-    pub completions: ReportSender,
-    pub stream_ended: Recipient<StreamEnded>,
+    pub to_balancer: InboxSender<NodeReport>,
     pub factory: TransportFactory,
     pub metrics: crate::metrics::NodeMetrics,
 }
@@ -84,9 +80,7 @@ impl NodeActor {
             id: spec.id,
             service: spec.service,
             address: spec.address,
-            balancer: spec.balancer,
-            completions: spec.completions,
-            stream_ended: spec.stream_ended,
+            to_balancer: spec.to_balancer,
             max_concurrent: spec.max_concurrent,
             in_flight: 0,
             total: 0,
@@ -177,15 +171,6 @@ impl Supervised for NodeActor {
     }
 }
 
-/// Performs one attempt, or refuses it when the node cannot take it.
-impl Handler<Dispatch> for NodeActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: Dispatch, ctx: &mut Self::Context) {
-        self.dispatch(msg, Instant::now(), ctx);
-    }
-}
-
 /// Performs (or refuses) each attempt of a balancer's turn, in order.
 impl Handler<Dispatches> for NodeActor {
     type Result = ();
@@ -193,23 +178,36 @@ impl Handler<Dispatches> for NodeActor {
     fn handle(&mut self, msg: Dispatches, ctx: &mut Self::Context) {
         // One clock read for the batch: they are all sent in this turn.
         let sent = Instant::now();
+        let mut refused = Vec::new();
+        let mut at = sent;
         for d in msg.0 {
-            self.dispatch(d, sent, ctx);
+            at = d.at;
+            if let Some(r) = self.dispatch(d, sent, ctx) {
+                refused.push(r);
+            }
+        }
+        if !refused.is_empty() {
+            self.core.borrow().send_report(Vec::new(), refused, 0, at);
         }
     }
 }
 
 impl NodeActor {
     /// Starts one attempt (sent at `sent`: its timeout counts from then),
-    /// or refuses it when the node cannot take it.
-    fn dispatch(&mut self, msg: Dispatch, sent: Instant, ctx: &mut Context<Self>) {
+    /// or refuses it when the node cannot take it (the refusal is returned).
+    fn dispatch(
+        &mut self,
+        msg: Dispatch,
+        sent: Instant,
+        ctx: &mut Context<Self>,
+    ) -> Option<(Seq, bool)> {
         // The balancer's decision time, for the admission check only: its
         // bucket mirror used the same. The attempt's own timeout starts when
         // it is sent (below), so a mailbox backlog never shortens it.
         let now = msg.at;
         let mut core = self.core.borrow_mut();
         let Ok(permit) = core.admit(msg.bypass_breaker, now) else {
-            return core.refuse(msg.seq, msg.hedge, now);
+            return Some((msg.seq, msg.hedge));
         };
         let job = msg.job;
         let timeout = job.task.attempt_timeout().unwrap_or(core.cfg.timeout);
@@ -260,7 +258,7 @@ impl NodeActor {
                 timeout,
                 deadline,
             ));
-            return;
+            return None;
         }
         let attempt = attempts::Attempt::new(
             &**transport,
@@ -277,6 +275,7 @@ impl NodeActor {
             self.attempts.driving = true;
             ctx.spawn(Drive);
         }
+        None
     }
 }
 
@@ -410,35 +409,24 @@ impl Handler<GetLoad> for NodeActor {
     }
 }
 
-/// The shared breaker's open time (feature `redis`), from the balancer.
-#[cfg(feature = "redis")]
-impl Handler<crate::redis::SharedOpen> for NodeActor {
+/// Cancels, restarts, limits and the shared breaker's word.
+impl Handler<NodeControl> for NodeActor {
     type Result = ();
 
-    fn handle(&mut self, msg: crate::redis::SharedOpen, _ctx: &mut Self::Context) {
-        self.core.borrow_mut().shared_open = msg.0;
-    }
-}
-
-/// Stops the actor; its supervisor restarts it with its state.
-impl Handler<Crash> for NodeActor {
-    type Result = ();
-
-    fn handle(&mut self, _msg: Crash, ctx: &mut Self::Context) {
-        ctx.stop();
-    }
-}
-
-/// Drops the attempt of a task a hedged twin already answered.
-impl Handler<super::hedge::CancelAttempt> for NodeActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: super::hedge::CancelAttempt, _ctx: &mut Self::Context) {
-        let mut core = self.core.borrow_mut();
-        for hedge in [false, true] {
-            if let Some(tx) = core.cancels.remove(&(msg.seq, hedge)) {
-                let _ = tx.send(());
+    fn handle(&mut self, msg: NodeControl, ctx: &mut Self::Context) {
+        match msg {
+            NodeControl::Cancel(seq) => {
+                let mut core = self.core.borrow_mut();
+                for hedge in [false, true] {
+                    if let Some(tx) = core.cancels.remove(&(seq, hedge)) {
+                        let _ = tx.send(());
+                    }
+                }
             }
+            // Its supervisor restarts it with its state.
+            NodeControl::Crash => ctx.stop(),
+            NodeControl::SetMaxConcurrent(max) => self.set_max_concurrent(max),
+            NodeControl::SharedOpen(until) => self.core.borrow_mut().shared_open = until,
         }
     }
 }

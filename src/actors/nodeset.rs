@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::messages::{LoadReport, NodeId};
+use super::protocol::{LoadReport, NodeId};
 use super::view::{Counts, Flags, Mirror, NodeView, SharedMirror};
 use crate::algo::strategy::{Candidate, Member, Strategy};
 

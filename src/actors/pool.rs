@@ -112,11 +112,6 @@ pub(crate) struct HealthProbe {
     pub timeout: Duration,
 }
 
-/// Node: change its `max_concurrent`.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct SetMaxConcurrent(pub u32);
-
 fn normalize(ep: &EndpointConfig) -> Result<EndpointConfig, PoolError> {
     let address =
         crate::config::normalize_address(&ep.address).map_err(|m| PoolError::Invalid {
@@ -175,7 +170,7 @@ impl BalancerActor {
     pub(super) fn finish_removal(&mut self, i: usize) {
         let n = self.nodes.remove(i);
         if !n.outbox.is_empty() {
-            n.addr.do_send(super::messages::Dispatches(n.outbox));
+            n.addr.do_send(super::protocol::Dispatches(n.outbox));
         }
         log::info!(
             "service {}: endpoint {} left the pool",
@@ -240,7 +235,7 @@ impl BalancerActor {
         }
     }
 
-    fn health_result(&mut self, id: super::messages::NodeId, ok: bool) {
+    fn health_result(&mut self, id: super::protocol::NodeId, ok: bool) {
         let Some(hc) = self.cfg.health_check.clone() else {
             return;
         };
@@ -381,7 +376,10 @@ impl Handler<ReloadEndpoints> for BalancerActor {
                         || n.max_concurrent != ep.max_concurrent
                         || n.active != ep.active;
                     if n.max_concurrent != ep.max_concurrent {
-                        n.addr.do_send(SetMaxConcurrent(ep.max_concurrent));
+                        n.addr
+                            .do_send(super::protocol::NodeControl::SetMaxConcurrent(
+                                ep.max_concurrent,
+                            ));
                     }
                     self.nodes.node_mut(i).max_concurrent = ep.max_concurrent;
                     self.set_weight(i, ep.weight as i64);
@@ -430,7 +428,10 @@ impl Handler<CrashNode> for BalancerActor {
 
     fn handle(&mut self, msg: CrashNode, _ctx: &mut Self::Context) -> Self::Result {
         let i = self.find(&msg.0)?;
-        self.nodes.node(i).addr.do_send(super::messages::Crash);
+        self.nodes
+            .node(i)
+            .addr
+            .do_send(super::protocol::NodeControl::Crash);
         Ok(())
     }
 }
@@ -458,14 +459,5 @@ impl Handler<HealthProbe> for NodeActor {
                 Ok(Ok(r)) if (200..400).contains(&r.status)
             )
         })
-    }
-}
-
-/// Changes the node's concurrency cap.
-impl Handler<SetMaxConcurrent> for NodeActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: SetMaxConcurrent, _ctx: &mut Self::Context) {
-        self.set_max_concurrent(msg.0);
     }
 }

@@ -9,7 +9,7 @@
 
 use actix::prelude::*;
 
-use super::messages::{Abort, CloseIntake, Drain};
+use super::protocol::{Abort, CloseIntake, Drain};
 use super::queue::QueueActor;
 
 /// Refuses every later task; tasks already accepted go on.

@@ -22,8 +22,8 @@ use std::time::Duration;
 use actix::Addr;
 use tokio::time::Instant;
 
-use super::messages::{LoadReport, NodeId};
 use super::node::NodeActor;
+use super::protocol::{LoadReport, NodeId};
 use crate::algo::breaker::BreakerState;
 use crate::algo::limiter::TokenBucket;
 use crate::algo::strategy::Candidate;
@@ -99,7 +99,7 @@ pub(crate) struct NodeView {
     #[cfg(feature = "redis")]
     pub shared_tokens: crate::redis::NodeTokens,
     /// Dispatches placed this turn, sent together when it ends.
-    pub outbox: Vec<super::messages::Dispatch>,
+    pub outbox: Vec<super::protocol::Dispatch>,
 }
 
 /// A node's contribution to the balancer's counts, kept so that deciding

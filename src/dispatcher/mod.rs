@@ -16,7 +16,7 @@ use std::sync::{Arc, RwLock};
 
 use actix::Addr;
 
-use crate::actors::messages::*;
+use crate::actors::protocol::*;
 use crate::actors::{BalancerActor, QueueActor};
 use crate::config::ServiceConfig;
 use crate::stats::{ServiceStats, Stats};
@@ -42,7 +42,7 @@ pub(crate) struct ServiceHandle {
     pub cfg: Arc<ServiceConfig>,
     pub queue: Addr<QueueActor>,
     /// Where `submit` puts tasks for the queue (one message per burst).
-    pub inbox: crate::actors::queue::InboxSender,
+    pub inbox: crate::actors::inbox::InboxSender<Submit>,
     pub balancer: Addr<BalancerActor>,
     /// Set once a rebuild of this (dead) pipeline is under way.
     pub rebuilding: AtomicBool,

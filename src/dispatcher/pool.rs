@@ -5,11 +5,11 @@ use actix::Addr;
 use tokio::sync::oneshot;
 
 use super::Dispatcher;
-use crate::actors::messages::*;
 use crate::actors::pool::{
     AddEndpoint, CrashNode, PoolError, ReloadEndpoints, ReloadSummary, RemoveEndpoint, SetActive,
     SetWeight,
 };
+use crate::actors::protocol::*;
 use crate::actors::BalancerActor;
 use crate::config::{Config, EndpointConfig, ServiceConfig};
 

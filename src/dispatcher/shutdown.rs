@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::{Dispatcher, ServiceHandle};
-use crate::actors::messages::*;
+use crate::actors::protocol::*;
 use crate::outcome::Attempt;
 use crate::stats::Stats;
 use crate::task::{Task, TaskId};

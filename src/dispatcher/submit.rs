@@ -8,7 +8,7 @@ use futures::{Stream, StreamExt};
 use tokio::time::Instant;
 
 use super::Dispatcher;
-use crate::actors::messages::*;
+use crate::actors::protocol::*;
 use crate::config::OnFull;
 use crate::outcome::{Outcome, Rejection, TaskResult};
 use crate::task::{Job, ReplyTx, Task, TaskId};

@@ -119,11 +119,6 @@ pub(crate) struct ProbeClaimed {
     pub won: bool,
 }
 
-/// Balancer to node: open for the cluster until then (`None`: not open).
-#[derive(Message, Debug, Clone, Copy)]
-#[rtype(result = "()")]
-pub(crate) struct SharedOpen(pub Option<Instant>);
-
 /// Dispatcher to balancer: the instance's Redis handle.
 #[derive(Message)]
 #[rtype(result = "()")]

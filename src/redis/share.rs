@@ -26,7 +26,7 @@ use rand::{Rng, SeedableRng};
 
 use super::node_tokens::{local_bucket, NodeTokens};
 use super::{Granted, SharedLimits};
-use crate::actors::messages::{NodeId, Route};
+use crate::actors::protocol::{NodeId, Route};
 use crate::algo::limiter::TokenBucket;
 use crate::algo::time;
 use crate::config::{BucketConfig, OnDown, ServiceConfig, SharedMode};
@@ -71,7 +71,7 @@ pub(crate) struct ServiceShare {
     /// A call for node tokens is out.
     pub node_asking: bool,
     /// Routes paid for on their node, replayed to it.
-    pub pinned: HashMap<(crate::actors::messages::Seq, bool), NodeId>,
+    pub pinned: HashMap<(crate::actors::protocol::Seq, bool), NodeId>,
     /// Spreads the instances' asks (a jitter on `due`).
     rng: SmallRng,
     /// A call for tokens is set for the end of this turn.

@@ -1,28 +1,24 @@
-//! Sending: the routes from the queue are placed (one by one, or a pump's
-//! batch), each node's dispatches of a turn go out in one message, and a
-//! hedge's placement is told to the queue.
+//! Sending: the routes of a queue's turn are placed, each node's
+//! dispatches of a turn go out in one message, and the turn's news for the
+//! queue (answers, a hedge's placement, credit, the gate) in another.
 
 use super::*;
 
-/// Places one task from the queue.
-impl Handler<Route> for BalancerActor {
+/// One turn of the queue: lost attempts, cancels, then the routes in
+/// order, with one settle (credit and gate) pass at the end.
+impl Handler<QueueTurn> for BalancerActor {
     type Result = ();
 
-    fn handle(&mut self, msg: Route, ctx: &mut Self::Context) {
-        if let Some(now) = self.route(msg, ctx) {
-            self.settle(ctx, now);
-        }
-    }
-}
-
-/// Places the tasks of one pump of the queue, in order, as the same single
-/// routes would be, with one settle (credit and gate) pass at the end.
-impl Handler<Routes> for BalancerActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: Routes, ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: QueueTurn, ctx: &mut Self::Context) {
         let mut settle_at = None;
-        for route in msg.0 {
+        for seq in msg.lost {
+            self.on_lost(seq);
+            settle_at = Some(Instant::now());
+        }
+        for seq in msg.cancels {
+            self.on_cancel(seq);
+        }
+        for route in msg.routes {
             if let Some(now) = self.route(route, ctx) {
                 settle_at = Some(now);
             }
@@ -111,10 +107,14 @@ impl BalancerActor {
         self.flush_at_turn_end(ctx);
     }
 
-    /// Puts an answer for the queue in the turn's outbox: the turn's
-    /// answers go in one message when it ends ([`Flush`]).
-    pub(super) fn answer(&mut self, a: Answer, ctx: &mut Context<Self>) {
-        self.answered.push(a);
+    /// Puts news for the queue in the turn's outbox: the turn's news goes
+    /// in one message when it ends ([`Flush`]), in the order it happened.
+    pub(super) fn answer(&mut self, a: ToQueue, ctx: &mut Context<Self>) {
+        match (self.answered.last_mut(), a) {
+            // Credit granted twice in a row is one grant.
+            (Some(ToQueue::Credit(n)), ToQueue::Credit(m)) => *n = n.saturating_add(m),
+            (_, a) => self.answered.push(a),
+        }
         self.flush_at_turn_end(ctx);
     }
 
@@ -125,19 +125,11 @@ impl BalancerActor {
         }
     }
 
-    /// Sends the turn's answers so far (one message).
+    /// Sends the turn's news for the queue so far (one message).
     pub(super) fn send_answers(&mut self) {
-        match self.answered.len() {
-            0 => {}
-            1 => {
-                if let Some(a) = self.answered.pop() {
-                    self.queue.answer.do_send(a);
-                }
-            }
-            _ => {
-                let list = std::mem::take(&mut self.answered);
-                self.queue.answers.do_send(AnswerList(list));
-            }
+        if !self.answered.is_empty() {
+            let turn = BalancerTurn(std::mem::take(&mut self.answered));
+            self.queue.do_send(turn);
         }
     }
 
@@ -149,19 +141,12 @@ impl BalancerActor {
         for id in std::mem::take(&mut self.posted) {
             if let Some(i) = self.nodes.position(id) {
                 let n = self.nodes.node_mut(i);
-                // One dispatch goes alone, and the outbox keeps its room
-                // (a pool much larger than the window sees mostly these).
-                if n.outbox.len() == 1 {
-                    if let Some(d) = n.outbox.pop() {
-                        n.addr.do_send(d);
-                    }
-                } else if !n.outbox.is_empty() {
+                if !n.outbox.is_empty() {
                     n.addr.do_send(Dispatches(std::mem::take(&mut n.outbox)));
                 }
             }
         }
     }
-
     /// Tells the queue where both attempts of a hedged round went (node `i`
     /// took the hedge), so the one that loses the race is still listed in
     /// the task's result. Hedges only: one message per hedge.
@@ -175,7 +160,7 @@ impl BalancerActor {
             .and_then(|id| self.nodes.position(*id))
             .map(|j| self.nodes.node(j).address.clone());
         if let Some(first) = first {
-            self.answer(Answer::Placed(Placed { seq, first, hedge }), ctx);
+            self.answer(ToQueue::Placed(Placed { seq, first, hedge }), ctx);
         }
     }
 

@@ -99,7 +99,13 @@ impl BalancerActor {
 
     /// A trip, a recovery or a probe's end on node `i`, seen in its
     /// completion (before the view takes the report).
-    pub(super) fn shared_completed(&mut self, i: usize, msg: &Completed, now: Instant) {
+    pub(super) fn shared_completed(
+        &mut self,
+        i: usize,
+        outcome: Option<&crate::AttemptOutcome>,
+        load: &LoadReport,
+        now: Instant,
+    ) {
         let Some(s) = self.shared.as_mut() else {
             return;
         };
@@ -111,7 +117,7 @@ impl BalancerActor {
         let br = &self.cfg.breaker.breaker;
         let mut shared = None;
         if s.probing.remove(&addr) {
-            match msg.report.as_ref().map(|r| !r.outcome.is_node_failure()) {
+            match outcome.map(|o| !o.is_node_failure()) {
                 Some(true) => {
                     h.close(&self.service, &addr);
                     shared = Some(SharedMirror::Closed);
@@ -126,15 +132,15 @@ impl BalancerActor {
             }
         }
         let seen = s.trips.get(&addr).copied().unwrap_or(0);
-        if msg.load.trips > seen {
-            s.trips.insert(addr.clone(), msg.load.trips);
-            if let BreakerState::Open { until } = msg.load.breaker {
+        if load.trips > seen {
+            s.trips.insert(addr.clone(), load.trips);
+            if let BreakerState::Open { until } = load.breaker {
                 let open_for = until.saturating_duration_since(now);
                 h.trip(&self.service, &addr, open_for, quorum);
             }
         } else if n.mirror != Mirror::Closed
-            && msg.load.breaker == BreakerState::Closed
-            && msg.load.version > n.load.version
+            && load.breaker == BreakerState::Closed
+            && load.version > n.load.version
         {
             // This instance's own probe closed its breaker: closed for all.
             h.close(&self.service, &addr);
@@ -148,7 +154,7 @@ impl BalancerActor {
             self.nodes
                 .node(i)
                 .addr
-                .do_send(crate::redis::SharedOpen(open));
+                .do_send(NodeControl::SharedOpen(open));
             self.nodes.node_mut(i).shared = m;
         }
     }
@@ -224,7 +230,10 @@ impl Handler<Granted> for BalancerActor {
             if k < replay {
                 // Back through the handler, which takes the paid token.
                 route.at = now;
-                ctx.notify(route);
+                ctx.notify(QueueTurn {
+                    routes: vec![route],
+                    ..Default::default()
+                });
             } else {
                 if !route.hedge {
                     self.granted = self.granted.saturating_sub(1);
@@ -281,7 +290,7 @@ impl Handler<SharedBreakers> for BalancerActor {
                     SharedMirror::Open { until } => Some(until),
                     _ => None,
                 };
-                n.addr.do_send(crate::redis::SharedOpen(open));
+                n.addr.do_send(NodeControl::SharedOpen(open));
                 log::debug!(
                     "service {}: node {}: shared breaker {:?}",
                     self.service,

@@ -26,42 +26,17 @@ impl Actor for FakeQueue {
     type Context = Context<Self>;
 }
 
-impl Handler<Credit> for FakeQueue {
+impl Handler<BalancerTurn> for FakeQueue {
     type Result = ();
 
-    fn handle(&mut self, msg: Credit, _ctx: &mut Self::Context) {
-        self.0.lock().unwrap().credit += msg.0;
-    }
-}
-
-impl Handler<SetGate> for FakeQueue {
-    type Result = ();
-
-    fn handle(&mut self, _msg: SetGate, _ctx: &mut Self::Context) {}
-}
-
-impl Handler<AnswerList> for FakeQueue {
-    type Result = ();
-
-    fn handle(&mut self, msg: AnswerList, ctx: &mut Self::Context) {
-        for a in msg.0 {
-            <Self as Handler<Answer>>::handle(self, a, ctx);
-        }
-    }
-}
-
-impl Handler<Answer> for FakeQueue {
-    type Result = ();
-
-    fn handle(&mut self, msg: Answer, _ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: BalancerTurn, _ctx: &mut Self::Context) {
         let mut seen = self.0.lock().unwrap();
-        if let Answer::Done(d) = &msg {
-            seen.credit += d.credit;
-        } else if let Answer::Bounce(b) = &msg {
-            seen.credit += b.credit;
-            seen.bounces.push(b.seq);
-        } else if let Answer::Batch(b) = &msg {
-            seen.credit += b.credit;
+        for news in msg.0 {
+            match news {
+                ToQueue::Credit(n) => seen.credit += n,
+                ToQueue::Bounce { seq, .. } => seen.bounces.push(seq),
+                _ => {}
+            }
         }
     }
 }
@@ -90,14 +65,9 @@ fn start(
     let cfg = Arc::new(Config::from_json(json).unwrap().services.remove(0));
     let seen = Arc::new(Mutex::new(Seen::default()));
     let queue = FakeQueue(seen.clone()).start();
-    let port = QueuePort {
-        credit: queue.clone().recipient(),
-        gate: queue.clone().recipient(),
-        answer: queue.clone().recipient(),
-        answers: queue.recipient(),
-    };
     let b = BalancerActor::create(move |ctx| {
-        BalancerActor::with_port(cfg, port, silent(), arbiters, ctx)
+        let metrics = Default::default();
+        BalancerActor::new(cfg, queue.recipient(), silent(), arbiters, metrics, ctx)
     });
     (b, seen)
 }
@@ -110,6 +80,14 @@ fn route(task: u64, at: Instant) -> Route {
         avoid: Vec::new(),
         hedge: false,
         at,
+    }
+}
+
+/// One turn of the queue that only routes.
+fn routes(routes: Vec<Route>) -> QueueTurn {
+    QueueTurn {
+        routes,
+        ..Default::default()
     }
 }
 
@@ -136,14 +114,14 @@ async fn a_route_bounced_on_a_token_not_yet_due_sets_a_wake_up() {
     settle().await;
     assert_eq!(seen.lock().unwrap().credit, 1, "one token: one credit");
     let t0 = Instant::now();
-    b.send(route(1, t0)).await.unwrap();
+    b.send(routes(vec![route(1, t0)])).await.unwrap();
     // The token is due at t0 + 100 ms: the timer grants it.
     tokio::time::sleep(Duration::from_millis(100)).await;
     settle().await;
     assert_eq!(seen.lock().unwrap().credit, 2);
     // A route the queue decided at t0 + 50 ms (its clock lags the credit):
     // no token at that time, so it bounces...
-    b.send(route(2, t0 + Duration::from_millis(50)))
+    b.send(routes(vec![route(2, t0 + Duration::from_millis(50))]))
         .await
         .unwrap();
     settle().await;
@@ -174,8 +152,8 @@ async fn a_lost_attempt_frees_its_slot_and_a_drained_node_leaves() {
     settle().await;
     assert_eq!(seen.lock().unwrap().credit, 2);
     let now = Instant::now();
-    b.send(route(1, now)).await.unwrap();
-    b.send(route(2, now)).await.unwrap();
+    b.send(routes(vec![route(1, now)])).await.unwrap();
+    b.send(routes(vec![route(2, now)])).await.unwrap();
     let stats = b.send(GetNodeStats).await.unwrap();
     assert!(stats.iter().all(|n| n.in_flight == 1), "one attempt each");
     // Node 0's thread dies with its attempt.
@@ -194,11 +172,11 @@ async fn a_lost_attempt_frees_its_slot_and_a_drained_node_leaves() {
     // The watchdog answers both tasks lost: the dead node's slot is freed
     // and it leaves; the live node keeps its attempt.
     for task in [1, 2] {
-        b.send(AttemptLost {
-            seq: Seq { task, round: 1 },
-        })
-        .await
-        .unwrap();
+        let lost = QueueTurn {
+            lost: vec![Seq { task, round: 1 }],
+            ..Default::default()
+        };
+        b.send(lost).await.unwrap();
     }
     let stats = b.send(GetNodeStats).await.unwrap();
     assert_eq!(stats.len(), 1, "the drained node left");
@@ -212,7 +190,7 @@ async fn a_lost_attempt_frees_its_slot_and_a_drained_node_leaves() {
     }
 }
 
-/// The routes of one pump come as one `Routes`: placed as the same routes
+/// The routes of one pump come in one turn: placed as the same routes
 /// one by one would be (round robin spreads them, the one beyond the nodes'
 /// room bounces), with the credit settled once for the batch.
 #[actix_rt::test]
@@ -228,7 +206,7 @@ async fn a_batch_of_routes_is_placed_as_single_routes_would_be() {
     settle().await;
     assert_eq!(seen.lock().unwrap().credit, 2);
     let now = Instant::now();
-    b.send(Routes(vec![route(1, now), route(2, now), route(3, now)]))
+    b.send(routes(vec![route(1, now), route(2, now), route(3, now)]))
         .await
         .unwrap();
     let stats = b.send(GetNodeStats).await.unwrap();

@@ -41,7 +41,7 @@ use tokio::sync::oneshot;
 use tokio::time::{Instant, Sleep};
 
 use super::{panicked, AttemptDeadline};
-use crate::actors::messages::Seq;
+use crate::actors::protocol::Seq;
 use crate::algo::breaker::Permit;
 use crate::outcome::ErrorKind;
 use crate::transport::{HttpReply, HttpRequest, Transport, TransportError};

@@ -6,14 +6,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::prelude::*;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::attempts;
 use super::retry_after::retry_after;
-use crate::actors::balancer::reports::{Report, ReportSender};
-use crate::actors::messages::*;
+use crate::actors::inbox::InboxSender;
+use crate::actors::protocol::*;
 use crate::algo::breaker::{Breaker, CallOutcome, Permit};
 use crate::algo::ewma::{Ewma, PeakEwma};
 use crate::algo::limiter::TokenBucket;
@@ -27,12 +26,8 @@ pub(super) struct NodeCore {
     pub(super) service: Arc<str>,
     pub(super) address: Arc<str>,
     pub(super) cfg: Arc<ServiceConfig>,
-    pub(super) balancer: Recipient<Completed>,
-    /// Where attempts that ended are reported ([`Completions`]): the
-    /// balancer's reports inbox.
-    pub(super) completions: ReportSender,
-    /// Where a streamed body's end is reported ([`StreamEnded`]).
-    pub(super) stream_ended: Recipient<StreamEnded>,
+    /// Where what ended is reported ([`NodeReport`]): the balancer's inbox.
+    pub(super) to_balancer: InboxSender<NodeReport>,
     pub(super) max_concurrent: u32,
     pub(super) in_flight: u32,
     pub(super) total: u64,
@@ -91,12 +86,19 @@ impl NodeCore {
         }
     }
 
-    pub(super) fn refuse(&self, seq: Seq, hedge: bool, now: Instant) {
-        self.balancer.do_send(Completed {
+    /// Reports one turn of the node to the balancer, with a fresh load.
+    pub(super) fn send_report(
+        &self,
+        done: Vec<AttemptEnded>,
+        refused: Vec<(Seq, bool)>,
+        streams_ended: u32,
+        now: Instant,
+    ) {
+        self.to_balancer.send(NodeReport {
             node: self.id,
-            seq,
-            hedge,
-            report: None,
+            done,
+            refused,
+            streams_ended,
             load: self.report(now),
             at: now,
         });
@@ -168,15 +170,7 @@ impl NodeCore {
 
     /// Accounts the attempts that finished in one turn (at `now`) and
     /// reports them in one message.
-    /// `finished` is left empty, its room kept for the next turn.
     pub(super) fn finish_all(&mut self, finished: &mut Vec<attempts::Finished>, now: Instant) {
-        if finished.len() == 1 {
-            if let Some(f) = finished.pop() {
-                let latency = now.saturating_duration_since(f.sent);
-                self.finish_one(f.seq, f.hedge, f.permit, latency, f.result, now);
-            }
-            return;
-        }
         let done = finished
             .drain(..)
             .map(|f| {
@@ -184,16 +178,10 @@ impl NodeCore {
                 self.finish(f.seq, f.hedge, f.permit, latency, f.result, now)
             })
             .collect();
-        self.completions.send(Report::Many(Completions {
-            node: self.id,
-            done,
-            load: self.report(now),
-            at: now,
-        }));
+        self.send_report(done, Vec::new(), 0, now);
     }
 
-    /// Accounts one finished attempt (ended at `now`) and reports it alone
-    /// (a [`Completed`]: no list to allocate).
+    /// Accounts one finished attempt (ended at `now`) and reports it alone.
     pub(super) fn finish_one(
         &mut self,
         seq: Seq,
@@ -204,14 +192,7 @@ impl NodeCore {
         now: Instant,
     ) {
         let done = self.finish(seq, hedge, permit, latency, result, now);
-        self.completions.send(Report::One(Completed {
-            node: self.id,
-            seq: done.seq,
-            hedge: done.hedge,
-            report: Some(done.report),
-            load: self.report(now),
-            at: now,
-        }));
+        self.send_report(vec![done], Vec::new(), 0, now);
     }
 
     /// Accounts one finished attempt (ended at `now`): counters, breaker,
@@ -224,7 +205,7 @@ impl NodeCore {
         latency: Duration,
         result: Result<HttpReply, TransportError>,
         now: Instant,
-    ) -> Ended {
+    ) -> AttemptEnded {
         self.in_flight = self.in_flight.saturating_sub(1);
         self.metrics.in_flight(self.in_flight);
         if !self.cancels.is_empty() {
@@ -262,7 +243,7 @@ impl NodeCore {
             }
             Err(_) => (None, None),
         };
-        Ended {
+        AttemptEnded {
             seq,
             hedge,
             report: AttemptReport {

@@ -3,9 +3,9 @@
 //! taken until the body ends.
 //!
 //! ```text
-//!  attempt task ──head──► Completed{stream} ──► balancer (slot kept, no credit) ──► queue answers the caller
+//!  attempt task ──head──► NodeReport.done (with the stream) ──► balancer (slot kept, no credit) ──► queue answers the caller
 //!       │ chunks ──bounded mpsc──► BodyStream (the caller's; Send)
-//!       └─ body ends / breaks / reader drops ──► NodeCore::stream_ended ──StreamEnded──► balancer frees the slot
+//!       └─ body ends / breaks / reader drops ──► NodeCore::stream_ended ──NodeReport.streams_ended──► balancer frees the slot
 //! ```
 //!
 //! Up to the head an attempt is an ordinary one: the attempt timeout, the
@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::{panicked, NodeCore};
-use crate::actors::messages::{AttemptReport, Completed, Seq, StreamEnded};
+use crate::actors::protocol::{AttemptEnded, AttemptReport, Seq};
 use crate::algo::breaker::Permit;
 use crate::outcome::{AttemptOutcome, BodyStream, ErrorKind, Frame, StreamError};
 use crate::transport::{HttpReply, HttpRequest, StreamedReply, Transport, TransportError};
@@ -234,20 +234,18 @@ impl NodeCore {
         if !self.cancels.is_empty() {
             self.cancels.remove(&(seq, hedge));
         }
-        self.balancer.do_send(Completed {
-            node: self.id,
+        let done = AttemptEnded {
             seq,
             hedge,
-            report: Some(AttemptReport {
+            report: AttemptReport {
                 outcome: AttemptOutcome::Status(head.status),
                 latency,
                 reply: Some(head),
                 retry_after: None,
                 stream: Some(body),
-            }),
-            load: self.report(now),
-            at: now,
-        });
+            },
+        };
+        self.send_report(vec![done], Vec::new(), 0, now);
     }
 
     /// A streamed attempt's body ended: free the slot, account the attempt
@@ -271,10 +269,6 @@ impl NodeCore {
             );
         }
         self.record_health(&outcome, permit, latency, now);
-        self.stream_ended.do_send(StreamEnded {
-            node: self.id,
-            load: self.report(now),
-            at: now,
-        });
+        self.send_report(Vec::new(), Vec::new(), 1, now);
     }
 }

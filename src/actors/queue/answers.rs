@@ -193,7 +193,7 @@ impl QueueActor {
     }
 
     /// Answers task `no` and forgets it. The only place results are sent.
-    pub(super) fn finish(&mut self, no: TaskNo, outcome: Outcome, ctx: &mut Context<Self>) {
+    pub(super) fn finish(&mut self, no: TaskNo, outcome: Outcome, _ctx: &mut Context<Self>) {
         let now = self.now();
         let Some(mut p) = self.tasks.remove(&no) else {
             return;
@@ -228,8 +228,7 @@ impl QueueActor {
         p.task.send(Box::new(result));
         if outstanding && self.cfg.hedge.is_some() {
             // A hedged twin is still out: tell its node it lost.
-            let seq = Seq { task: no, round };
-            self.tell_balancer(crate::actors::hedge::CancelTask { seq }, ctx);
+            self.out.cancels.push(Seq { task: no, round });
         }
         self.check_drained();
     }
@@ -261,56 +260,61 @@ impl Pending {
 }
 
 impl QueueActor {
-    /// Takes one answer of the balancer in (the caller pumps).
-    fn take_answer(&mut self, msg: Answer, ctx: &mut Context<Self>) {
-        match msg {
-            Answer::Done(done) => {
-                self.tick(Some(done.at));
-                self.credit = self.credit.saturating_add(done.credit);
-                let at = (done.node, &done.address);
-                self.on_attempt(done.seq, done.hedge, at, done.report, ctx);
-            }
-            Answer::Batch(b) => {
-                self.tick(Some(b.at));
-                self.credit = self.credit.saturating_add(b.credit);
-                for d in b.done {
-                    self.on_attempt(d.seq, d.hedge, (b.node, &b.address), d.report, ctx);
+    /// Takes one piece of the balancer's news in (the caller pumps).
+    fn take_news(&mut self, news: ToQueue, ctx: &mut Context<Self>) {
+        match news {
+            ToQueue::Ended(a) => {
+                self.tick(Some(a.at));
+                for d in a.done {
+                    self.on_attempt(d.seq, d.hedge, (a.node, &a.address), d.report, ctx);
                 }
             }
-            Answer::Bounce(b) => {
+            ToQueue::Bounce { seq, hedge } => {
                 self.tick(None);
-                self.credit = self.credit.saturating_add(b.credit);
-                self.on_bounce(b, ctx);
+                self.on_bounce(seq, hedge, ctx);
             }
-            Answer::Placed(p) => {
+            ToQueue::Placed(p) => {
                 self.tick(None);
                 self.on_placed(p);
             }
+            ToQueue::Credit(n) => {
+                // Routes spent on this credit are decided now, not at the
+                // time an answer before it ended (the balancer checks its
+                // buckets at the route's time).
+                self.tick(None);
+                self.credit = self.credit.saturating_add(n);
+            }
+            ToQueue::Gate(gate) => {
+                self.tick(None);
+                self.set_gate(gate, ctx);
+            }
+        }
+    }
+
+    /// The balancer opened or closed the gate.
+    fn set_gate(&mut self, gate: Gate, ctx: &mut Context<Self>) {
+        if self.dead {
+            return;
+        }
+        self.gate = gate;
+        if let Gate::Reject(r) = self.gate.clone() {
+            self.reject_ready(r.clone(), ctx);
+            while let Some(no) = self.waiting.pop_front() {
+                self.reject(no, r.clone(), ctx);
+            }
+            self.check_drained();
         }
     }
 }
 
-/// What became of a routed task: an attempt ended, it bounced, or a hedge
-/// was placed.
-impl Handler<Answer> for QueueActor {
+/// One turn of the balancer: its news taken in order, then one pump.
+impl Handler<BalancerTurn> for QueueActor {
     type Result = ();
 
-    fn handle(&mut self, msg: Answer, ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: BalancerTurn, ctx: &mut Self::Context) {
         self.guarded(ctx, |act, ctx| {
-            act.take_answer(msg, ctx);
-            act.pump(ctx);
-        });
-    }
-}
-
-/// A turn's answers: each taken in order, then one pump.
-impl Handler<AnswerList> for QueueActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: AnswerList, ctx: &mut Self::Context) {
-        self.guarded(ctx, |act, ctx| {
-            for a in msg.0 {
-                act.take_answer(a, ctx);
+            for news in msg.0 {
+                act.take_news(news, ctx);
             }
             act.pump(ctx);
         });

@@ -5,15 +5,16 @@ use super::*;
 
 impl QueueActor {
     /// Sends ready tasks to the balancer while there is credit: all of
-    /// them in one message when the pump ends ([`Self::send_routes`]).
+    /// them in the turn's one message to the balancer.
     pub(super) fn pump(&mut self, ctx: &mut Context<Self>) {
         if self.parked > 0 {
             self.admit_waiting();
         }
         let now = self.now();
-        if self.routes.capacity() == 0 && self.credit > 1 {
-            // The list went out with the last batch: room for this one.
-            self.routes
+        if self.out.routes.capacity() == 0 && self.credit > 1 {
+            // The list went out with the last turn: room for this one.
+            self.out
+                .routes
                 .reserve_exact(self.credit.min(self.ready.len()).min(MAX_BATCH));
         }
         while self.credit > 0 && self.gate == Gate::Open {
@@ -52,13 +53,10 @@ impl QueueActor {
             self.queued -= 1;
             self.in_flight += 1;
             self.credit -= 1;
-            self.routes.push(route);
+            self.out.routes.push(route);
             if let Some(d) = hedge_after {
                 self.push_timer(time::add(now, d), no, Timer::Hedge(round), ctx);
             }
-        }
-        if !self.send_routes(ctx) {
-            return;
         }
         if self.parked > 0 {
             self.admit_waiting();
@@ -67,24 +65,7 @@ impl QueueActor {
             .retain_if_bloated(self.queued, |no| is_state(&self.tasks, no, State::Ready));
     }
 
-    /// Sends the routes of this pump: one `Routes`, or a plain `Route` if
-    /// there is only one. False if the balancer is gone (the queue is then
-    /// declared dead and its tasks answered).
-    fn send_routes(&mut self, ctx: &mut Context<Self>) -> bool {
-        match self.routes.len() {
-            0 => true,
-            1 => match self.routes.pop() {
-                Some(route) => self.tell_balancer(route, ctx),
-                None => true,
-            },
-            _ => {
-                let batch = Routes(std::mem::take(&mut self.routes));
-                self.tell_balancer(batch, ctx)
-            }
-        }
-    }
-
-    pub(super) fn send_hedge(&mut self, no: TaskNo, now: Instant, ctx: &mut Context<Self>) {
+    pub(super) fn send_hedge(&mut self, no: TaskNo, now: Instant) {
         let Some(p) = self.tasks.get_mut(&no) else {
             return;
         };
@@ -116,7 +97,7 @@ impl QueueActor {
             hedge: true,
             at: now,
         };
-        self.tell_balancer(route, ctx);
+        self.out.routes.push(route);
     }
 
     /// A hedge was placed: remember where both attempts of the round went.
@@ -133,19 +114,19 @@ impl QueueActor {
     /// The balancer could not place an attempt: if it was the round's last
     /// one out, the task goes back to the front (or, if the other attempt of
     /// a hedged round failed meanwhile, the policy decides).
-    pub(super) fn on_bounce(&mut self, msg: Bounce, ctx: &mut Context<Self>) {
-        let Some(p) = self.current(msg.seq) else {
+    pub(super) fn on_bounce(&mut self, seq: Seq, hedge: bool, ctx: &mut Context<Self>) {
+        let Some(p) = self.current(seq) else {
             return;
         };
         p.outstanding -= 1;
-        if let Some(race) = p.race_mut().filter(|r| r.round == msg.seq.round) {
-            if msg.hedge {
+        if let Some(race) = p.race_mut().filter(|r| r.round == seq.round) {
+            if hedge {
                 race.hedge = None;
                 race.hedge_done = true;
             }
         }
         if p.outstanding == 0 {
-            self.round_ended(msg.seq.task, ctx);
+            self.round_ended(seq.task, ctx);
         }
     }
 

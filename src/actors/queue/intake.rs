@@ -226,12 +226,32 @@ impl Handler<Task> for QueueActor {
     }
 }
 
-/// A new task from the dispatcher.
-impl Handler<Submit> for QueueActor {
+/// Takes every submit of the inbox, in order, and hands them over in one
+/// pump (one route list to the balancer), or sooner if the queue runs out
+/// of room, so that a burst is refused no more than single submits would be.
+impl Handler<InboxReady> for QueueActor {
     type Result = ();
 
-    fn handle(&mut self, msg: Submit, ctx: &mut Self::Context) {
-        self.tick(Some(msg.task.job().submitted));
-        self.guarded(ctx, |act, ctx| act.submit(msg, ctx));
+    fn handle(&mut self, _msg: InboxReady, ctx: &mut Self::Context) {
+        let mut batch = std::mem::take(&mut self.intake_spare);
+        self.inbox.take_into(&mut batch);
+        let mut due = false;
+        for msg in batch.drain(..) {
+            self.tick(Some(msg.task.job().submitted));
+            self.guarded(ctx, |act, ctx| {
+                if due && !act.has_room() {
+                    act.pump(ctx);
+                    due = false;
+                }
+                due |= act.take_in(msg, ctx);
+            });
+        }
+        if due {
+            self.guarded(ctx, |act, ctx| act.pump(ctx));
+        }
+        // Keep a small list for the next burst; give a big one back.
+        if batch.capacity() <= 1024 {
+            self.intake_spare = batch;
+        }
     }
 }

@@ -1,8 +1,9 @@
 //! `QueueActor`: the continuous task stream of one service, and the one place
 //! where a task is answered.
 //!
-//! Read it as: **take** (`inbox`: submits arrive a burst per message;
-//! `intake`: the map, the bounded wait list), **hand
+//! Read it as: **take** (`intake`: submits arrive a burst per message
+//! through the queue's [inbox](super::inbox); the map, the bounded wait
+//! list), **hand
 //! over against credit** (`dispatch`: `pump`, hedges, bounces), **ask the
 //! policy** when an attempt ends ([`crate::algo::policy`]), **answer**
 //! (`answers`: `finish`, the only place a result is sent); `timing` holds
@@ -42,7 +43,6 @@ use tokio::time::Instant;
 
 mod answers;
 mod dispatch;
-mod inbox;
 mod intake;
 mod port;
 mod state;
@@ -51,15 +51,15 @@ mod tasks;
 mod tests;
 mod timing;
 
-pub(crate) use self::inbox::{Inbox, InboxSender};
-pub(crate) use self::port::{BalancerPort, ToBalancer};
+pub(crate) use self::port::BalancerPort;
 pub(in crate::actors) use self::state::{Counters, Epoch, Pending, State, TaskNo};
 
 use self::dispatch::list_cancelled_twin;
 use self::tasks::Tasks;
 use self::timing::Timer;
 use super::balancer::BalancerActor;
-use super::messages::*;
+use super::inbox::{Inbox, InboxReady, InboxSender};
+use super::protocol::*;
 use super::timers::TimerStore;
 use crate::algo::policy::{Decision, Ended, RetryPolicy};
 use crate::algo::time;
@@ -78,15 +78,14 @@ pub struct QueueActor {
     pub(super) cfg: Arc<ServiceConfig>,
     balancer: Option<BalancerPort>,
     ids: Arc<std::sync::atomic::AtomicU64>,
-    /// Submits from the dispatcher, taken a burst at a time (`inbox`).
-    inbox: Arc<Inbox>,
+    /// Submits from the dispatcher, taken a burst at a time.
+    inbox: Arc<Inbox<Submit>>,
     /// The inbox's previous list, kept for reuse while it is small.
     intake_spare: Vec<Submit>,
     pub(super) tasks: Tasks,
     ready: VecDeque<TaskNo>,
-    /// The routes of the pump under way, sent together when it ends (a
-    /// single one goes as a plain `Route`, and the list keeps its room).
-    routes: Vec<Route>,
+    /// The turn's news for the balancer, sent when the turn ends.
+    out: QueueTurn,
     /// Tasks parked for room, in arrival order (entries of tasks answered
     /// while parked are skipped when reached).
     pub(super) waiting: VecDeque<TaskNo>,
@@ -126,7 +125,7 @@ impl QueueActor {
         ids: Arc<std::sync::atomic::AtomicU64>,
         arbiters: Vec<actix::dev::ArbiterHandle>,
         metrics: crate::metrics::ServiceMetrics,
-    ) -> (Addr<QueueActor>, Addr<BalancerActor>, InboxSender) {
+    ) -> (Addr<QueueActor>, Addr<BalancerActor>, InboxSender<Submit>) {
         let mut balancer_addr = None;
         let inbox = Arc::new(Inbox::default());
         let queue_inbox = inbox.clone();
@@ -135,7 +134,7 @@ impl QueueActor {
             let bcfg = cfg.clone();
             let bmetrics = metrics.clone();
             let b = BalancerActor::create(move |bctx| {
-                BalancerActor::new(bcfg, me, factory, arbiters, bmetrics, bctx)
+                BalancerActor::new(bcfg, me.recipient(), factory, arbiters, bmetrics, bctx)
             });
             let mut q = QueueActor::new(cfg, BalancerPort::of(&b), ids);
             balancer_addr = Some(b);
@@ -143,16 +142,23 @@ impl QueueActor {
             q.inbox = queue_inbox;
             q
         });
-        let sender = InboxSender::new(&inbox, queue.clone());
+        let sender = InboxSender::new(&inbox, queue.clone().recipient::<InboxReady>());
         (queue, balancer_addr.expect("balancer started"), sender)
     }
 
     /// A queue answering to a stand-in balancer, for tests that deliver
     /// the balancer's answers in an exact order.
     #[cfg(test)]
-    pub(crate) fn with_port(cfg: Arc<ServiceConfig>, balancer: BalancerPort) -> Addr<QueueActor> {
+    pub(crate) fn with_port(
+        cfg: Arc<ServiceConfig>,
+        balancer: BalancerPort,
+    ) -> (Addr<QueueActor>, InboxSender<Submit>) {
         let ids = Arc::default();
-        QueueActor::create(|_| QueueActor::new(cfg, balancer, ids))
+        let q = QueueActor::new(cfg, balancer, ids);
+        let inbox = q.inbox.clone();
+        let addr = q.start();
+        let sender = InboxSender::new(&inbox, addr.clone().recipient::<InboxReady>());
+        (addr, sender)
     }
 
     fn new(
@@ -174,7 +180,7 @@ impl QueueActor {
             intake_spare: Vec::new(),
             tasks: Tasks::default(),
             ready: VecDeque::new(),
-            routes: Vec::new(),
+            out: QueueTurn::default(),
             waiting: VecDeque::new(),
             parked: 0,
             queued: 0,
@@ -223,7 +229,25 @@ impl QueueActor {
             let what = panic_message(&p);
             self.recover(&format!("the queue panicked: {what}"), ctx);
         }
+        self.send_turn(ctx);
         self.metrics.queue_depth(self.queued);
+    }
+
+    /// Sends the turn's news to the balancer (one message); if the
+    /// balancer has stopped, the pipeline is declared dead instead.
+    fn send_turn(&mut self, ctx: &mut Context<Self>) {
+        if self.out.is_empty() {
+            return;
+        }
+        let turn = std::mem::take(&mut self.out);
+        match self.balancer.as_ref() {
+            Some(b) if b.turn.connected() => b.turn.do_send(turn),
+            _ => {
+                drop(turn);
+                self.declare_dead("the service's balancer stopped", ctx);
+                self.out = QueueTurn::default();
+            }
+        }
     }
 
     /// After a panic (or a dead balancer): answers every task `Internal`,
@@ -243,7 +267,7 @@ impl QueueActor {
         }
         self.tasks.clear();
         self.ready.clear();
-        self.routes.clear();
+        self.out.routes.clear();
         self.waiting.clear();
         self.parked = 0;
         self.timers = TimerStore::default();
@@ -253,21 +277,6 @@ impl QueueActor {
         self.queued = 0;
         self.in_flight = 0;
         self.check_drained();
-    }
-
-    /// Sends `msg` to the balancer; false (and the pipeline is declared
-    /// dead) if the balancer has stopped.
-    fn tell_balancer<M: ToBalancer>(&mut self, msg: M, ctx: &mut Context<Self>) -> bool {
-        match self.balancer.as_ref().map(M::to) {
-            Some(to) if to.connected() => {
-                to.do_send(msg);
-                true
-            }
-            _ => {
-                self.declare_dead("the service's balancer stopped", ctx);
-                false
-            }
-        }
     }
 
     /// The pipeline is dead: every task held and every later one is
@@ -322,40 +331,6 @@ impl Actor for QueueActor {
         ctx.run_interval(Duration::from_secs(1), |act, ctx| {
             act.tick(None);
             act.guarded(ctx, |act, ctx| act.sweep_lost(ctx));
-        });
-    }
-}
-
-/// The balancer can take more tasks.
-impl Handler<Credit> for QueueActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: Credit, ctx: &mut Self::Context) {
-        self.tick(None);
-        self.credit = self.credit.saturating_add(msg.0);
-        self.guarded(ctx, |act, ctx| act.pump(ctx));
-    }
-}
-
-/// The balancer opened or closed the gate.
-impl Handler<SetGate> for QueueActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: SetGate, ctx: &mut Self::Context) {
-        self.tick(None);
-        if self.dead {
-            return;
-        }
-        self.gate = msg.0;
-        self.guarded(ctx, |act, ctx| match act.gate.clone() {
-            Gate::Open => act.pump(ctx),
-            Gate::Reject(r) => {
-                act.reject_ready(r.clone(), ctx);
-                while let Some(no) = act.waiting.pop_front() {
-                    act.reject(no, r.clone(), ctx);
-                }
-                act.check_drained();
-            }
         });
     }
 }

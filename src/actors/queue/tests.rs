@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 
 use super::*;
-use crate::actors::hedge::CancelTask;
+use crate::actors::inbox::InboxSender;
 use crate::config::Config;
 use crate::outcome::AttemptOutcome;
 
@@ -22,35 +22,15 @@ impl Actor for FakeBalancer {
     type Context = Context<Self>;
 }
 
-impl Handler<Route> for FakeBalancer {
+impl Handler<QueueTurn> for FakeBalancer {
     type Result = ();
 
-    fn handle(&mut self, msg: Route, _ctx: &mut Self::Context) {
-        self.0.lock().unwrap().routes.push((msg.seq, msg.hedge));
-    }
-}
-
-impl Handler<Routes> for FakeBalancer {
-    type Result = ();
-
-    fn handle(&mut self, msg: Routes, _ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: QueueTurn, _ctx: &mut Self::Context) {
         let mut seen = self.0.lock().unwrap();
-        seen.routes.extend(msg.0.iter().map(|r| (r.seq, r.hedge)));
+        seen.cancels.extend(msg.cancels);
+        seen.routes
+            .extend(msg.routes.iter().map(|r| (r.seq, r.hedge)));
     }
-}
-
-impl Handler<CancelTask> for FakeBalancer {
-    type Result = ();
-
-    fn handle(&mut self, msg: CancelTask, _ctx: &mut Self::Context) {
-        self.0.lock().unwrap().cancels.push(msg.seq);
-    }
-}
-
-impl Handler<AttemptLost> for FakeBalancer {
-    type Result = ();
-
-    fn handle(&mut self, _msg: AttemptLost, _ctx: &mut Self::Context) {}
 }
 
 impl Handler<Stop> for FakeBalancer {
@@ -62,24 +42,31 @@ impl Handler<Stop> for FakeBalancer {
 }
 
 /// A queue for the one service of `json`, answering to a fake balancer.
-fn start(json: &str) -> (Addr<QueueActor>, Arc<Mutex<Seen>>) {
+fn start(json: &str) -> (Queue, Arc<Mutex<Seen>>) {
     let cfg = Arc::new(Config::from_json(json).unwrap().services.remove(0));
     let seen = Arc::new(Mutex::new(Seen::default()));
     let b = FakeBalancer(seen.clone()).start();
-    let port = BalancerPort {
-        route: b.clone().recipient(),
-        routes: b.clone().recipient(),
-        cancel: b.clone().recipient(),
-        lost: b.clone().recipient(),
-        stop: b.recipient(),
-    };
-    (QueueActor::with_port(cfg, port), seen)
+    let (addr, inbox) = QueueActor::with_port(cfg, BalancerPort::of(&b));
+    (Queue { addr, inbox }, seen)
+}
+
+/// The queue under test and its intake.
+struct Queue {
+    addr: Addr<QueueActor>,
+    inbox: InboxSender<Submit>,
+}
+
+impl Queue {
+    /// Delivers one turn of the balancer's news.
+    fn news(&self, news: Vec<ToQueue>) {
+        self.addr.do_send(BalancerTurn(news));
+    }
 }
 
 /// Submits one task; its result comes into the returned job's slot.
-fn submit(queue: &Addr<QueueActor>, task: Task, id: u64) -> Slot {
+fn submit(queue: &Queue, task: Task, id: u64) -> Slot {
     let job = Arc::new(task.prepare(id, Instant::now()).unwrap());
-    queue.do_send(Submit {
+    queue.inbox.send(Submit {
         task: ReplyTx::new(job.clone()),
         wait: false,
     });
@@ -101,12 +88,11 @@ impl Slot {
     }
 }
 
-/// An attempt of `seq` ended with `status` on node `node`.
-fn done(seq: Seq, node: u32, hedge: bool, status: u16) -> Answer {
-    Answer::Done(AttemptDone {
+/// An attempt of `seq` ended with `status` on node `node` (and freed its
+/// slot: one credit).
+fn done(seq: Seq, node: u32, hedge: bool, status: u16) -> Vec<ToQueue> {
+    let ended = AttemptEnded {
         seq,
-        node: NodeId(node),
-        address: format!("http://127.0.0.1:9/{node}/").into(),
         hedge,
         report: AttemptReport {
             outcome: AttemptOutcome::Status(status),
@@ -120,9 +106,19 @@ fn done(seq: Seq, node: u32, hedge: bool, status: u16) -> Answer {
             retry_after: None,
             stream: None,
         },
-        credit: 1,
+    };
+    let answers = NodeAnswers {
+        node: NodeId(node),
+        address: format!("http://127.0.0.1:9/{node}/").into(),
         at: Instant::now(),
-    })
+        done: vec![ended],
+    };
+    vec![ToQueue::Ended(answers), ToQueue::Credit(1)]
+}
+
+/// The balancer could not place `seq`'s attempt (and gives its credit back).
+fn bounce(seq: Seq, hedge: bool) -> Vec<ToQueue> {
+    vec![ToQueue::Bounce { seq, hedge }, ToQueue::Credit(1)]
 }
 
 /// Lets every ready actor run (paused time does not move).
@@ -146,7 +142,7 @@ async fn a_failed_first_attempt_then_a_bounced_hedge_asks_the_policy() {
             "hedge":{"after":"20ms"},
             "retry":{"max_retries":1,"backoff_base":"1ms","backoff_max":"1ms"}}]}"#,
     );
-    queue.do_send(Credit(2));
+    queue.news(vec![ToQueue::Credit(2)]);
     let mut rx = submit(&queue, Task::get("svc", "/x"), 1);
     settle().await;
     let first = {
@@ -161,12 +157,8 @@ async fn a_failed_first_attempt_then_a_bounced_hedge_asks_the_policy() {
     assert_eq!(seen.lock().unwrap().routes[1], (first, true));
     // The exact interleaving: the first attempt's failure arrives, then the
     // balancer's bounce of the hedge.
-    queue.do_send(done(first, 0, false, 503));
-    queue.do_send(Answer::Bounce(Bounce {
-        seq: first,
-        hedge: true,
-        credit: 1,
-    }));
+    queue.news(done(first, 0, false, 503));
+    queue.news(bounce(first, true));
     settle().await;
     assert!(rx.try_recv().is_err(), "max_retries 1: not answered yet");
     // The round ended failed: the policy retries after its backoff.
@@ -187,7 +179,7 @@ async fn a_failed_first_attempt_then_a_bounced_hedge_asks_the_policy() {
             false
         )
     );
-    queue.do_send(done(retry.0, 0, false, 200));
+    queue.news(done(retry.0, 0, false, 200));
     settle().await;
     let r = rx.try_recv().expect("answered once the retry succeeds");
     assert!(r.is_success(), "{r:?}");
@@ -196,7 +188,7 @@ async fn a_failed_first_attempt_then_a_bounced_hedge_asks_the_policy() {
         statuses,
         vec![AttemptOutcome::Status(503), AttemptOutcome::Status(200)]
     );
-    let stats = queue.send(GetQueueStats).await.unwrap();
+    let stats = queue.addr.send(GetQueueStats).await.unwrap();
     assert_eq!((stats.in_flight, stats.queued), (0, 0));
     assert_eq!(stats.retried, 1);
 }
@@ -212,20 +204,16 @@ async fn a_bounced_hedge_then_a_failed_first_attempt_fails_the_task() {
             "endpoints":[{"address":"http://127.0.0.1:9/"}],
             "hedge":{"after":"20ms"},"retry":{"max_retries":0}}]}"#,
     );
-    queue.do_send(Credit(2));
+    queue.news(vec![ToQueue::Credit(2)]);
     let mut rx = submit(&queue, Task::get("svc", "/x"), 1);
     tokio::time::sleep(Duration::from_millis(25)).await;
     settle().await;
     let first = seen.lock().unwrap().routes[0].0;
     assert_eq!(seen.lock().unwrap().routes.len(), 2, "first and hedge");
-    queue.do_send(Answer::Bounce(Bounce {
-        seq: first,
-        hedge: true,
-        credit: 1,
-    }));
+    queue.news(bounce(first, true));
     settle().await;
     assert!(rx.try_recv().is_err(), "the first attempt is still out");
-    queue.do_send(done(first, 0, false, 503));
+    queue.news(done(first, 0, false, 503));
     settle().await;
     let r = rx.try_recv().expect("answered when the round ends");
     match &r.outcome {

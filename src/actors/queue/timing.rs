@@ -58,7 +58,7 @@ impl QueueActor {
                     self.finish_deadline(no, ctx);
                 }
                 Timer::Hedge(g) if p.state == State::InFlight && p.round == g => {
-                    self.send_hedge(no, now, ctx);
+                    self.send_hedge(no, now);
                 }
                 _ => {}
             }
@@ -105,7 +105,7 @@ impl QueueActor {
             }
             for _ in 0..outstanding {
                 // The balancer frees the slot each lost attempt held.
-                self.tell_balancer(AttemptLost { seq }, ctx);
+                self.out.lost.push(seq);
                 let unknown: Arc<str> = "unknown".into();
                 let latency = now.saturating_duration_since(
                     self.tasks

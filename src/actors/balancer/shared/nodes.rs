@@ -148,7 +148,10 @@ impl BalancerActor {
             }
         }
         route.at = now;
-        ctx.notify(route);
+        ctx.notify(QueueTurn {
+            routes: vec![route],
+            ..Default::default()
+        });
     }
 
     /// Frees the slot a held route kept on node `id`.

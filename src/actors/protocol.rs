@@ -1,16 +1,29 @@
-//! The messages between the pipeline's actors, one type each.
+//! Every message between the pipeline's actors, one form each.
 //!
 //! ```text
-//!  submit ─inbox+Intake─► QueueActor ──Route(s)──► BalancerActor ──Dispatch──► NodeActor ──► backend
-//!                            ▲  ▲ ◄──Credit/Gate──┘  ▲ ◄──────Completed──────┘
-//!                            │  └──Answer (+credit)──┘ ──GetLoad (every refresh)──► NodeActor
+//!  submit ─inbox─► QueueActor ─QueueTurn─► BalancerActor ─Dispatches─► NodeActor ──► backend
+//!                      ▲ ◄──BalancerTurn──┘      ▲ ◄──inbox: NodeReport──┘
+//!                                                └──GetLoad (every refresh)──► NodeActor
 //! ```
 //!
-//! `Dispatcher::submit` does not send one message per task: it pushes a
-//! [`Submit`] onto the queue's inbox, and only the first submit of a burst
-//! sends `Intake`; the queue takes the whole
-//! inbox in that turn (see `queue/inbox.rs`). A `Task` sent straight to the
-//! queue's address is handled at once, as any message.
+//! Each actor keeps one outbox per destination and sends it as one
+//! message when its turn ends, so the order between kinds of news is a
+//! property of the message type, not of call sites:
+//! - [`QueueTurn`]: the attempts the watchdog gave up on, the tasks answered
+//!   with attempts still out (cancel them), then the routes, in that order
+//!   (a lost attempt's slot is free before the routes look for room);
+//! - [`BalancerTurn`]: what happened to the queue's tasks, credit and the
+//!   gate, in the order they happened (a bounced task is back at the
+//!   queue's front before the credit granted after it is spent);
+//! - [`Dispatches`]: the attempts a node got in one balancer turn, in order;
+//! - [`NodeReport`]: what ended at a node in one of its turns, with one load
+//!   report after the last of it, through the balancer's
+//!   [`inbox`](super::inbox) (nodes that finish in the same turn wake the
+//!   balancer with one message between them).
+//!
+//! `Dispatcher::submit` pushes a [`Submit`] onto the queue's inbox. A
+//! `Task` sent straight to the queue's address is handled at once, as any
+//! message.
 //!
 //! Between pipeline actors everything is one-way (`do_send`): replies travel
 //! as messages, so no actor ever awaits another and no cycle can deadlock.
@@ -85,18 +98,11 @@ pub struct LoadReport {
 pub(crate) type ReplyTx = crate::task::ReplyTx;
 
 /// A new task for the queue (from `Dispatcher::submit`, through the inbox).
-#[derive(Message)]
-#[rtype(result = "()")]
 pub(crate) struct Submit {
     pub task: ReplyTx,
     /// Wait for room instead of rejecting when full.
     pub wait: bool,
 }
-
-/// The balancer can place `n` more tasks.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct Credit(pub usize);
 
 /// Whether the queue may hand out tasks, or must refuse them.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,14 +111,7 @@ pub(crate) enum Gate {
     Reject(Rejection),
 }
 
-/// The balancer's verdict on the service as a whole.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct SetGate(pub Gate);
-
 /// One task for the balancer to place.
-#[derive(Message)]
-#[rtype(result = "()")]
 pub(crate) struct Route {
     pub seq: Seq,
     pub job: Arc<Job>,
@@ -123,25 +122,27 @@ pub(crate) struct Route {
     pub at: Instant,
 }
 
-/// The tasks one pump of the queue hands over, in order: placed as the same
-/// [`Route`]s one by one would be, with one credit pass at the end (one
-/// message and one mailbox pass for the batch; a single task goes as a plain
-/// [`Route`]).
-#[derive(Message)]
+/// Queue to balancer: one turn of the queue, applied in field order.
+#[derive(Message, Default)]
 #[rtype(result = "()")]
-pub(crate) struct Routes(pub Vec<Route>);
+pub(crate) struct QueueTurn {
+    /// Attempts the watchdog answered `Lost` (their node died with them in
+    /// flight): free the slots they held in the view.
+    pub lost: Vec<Seq>,
+    /// Tasks answered while an attempt was still out (a hedge's twin):
+    /// cancel it at its node.
+    pub cancels: Vec<Seq>,
+    /// Tasks to place, in order, against the credit granted.
+    pub routes: Vec<Route>,
+}
 
-/// The balancer could not place the task after all: back to the queue's front.
-pub(crate) struct Bounce {
-    pub seq: Seq,
-    pub hedge: bool,
-    /// Credit granted along with it.
-    pub credit: usize,
+impl QueueTurn {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.lost.is_empty() && self.cancels.is_empty() && self.routes.is_empty()
+    }
 }
 
 /// One attempt of one task on one node.
-#[derive(Message)]
-#[rtype(result = "()")]
 pub(crate) struct Dispatch {
     pub seq: Seq,
     pub job: Arc<Job>,
@@ -152,11 +153,27 @@ pub(crate) struct Dispatch {
     pub at: Instant,
 }
 
-/// Attempts for one node, placed in one turn of the balancer (sent when
-/// the turn ends: one message however many tasks it placed there).
+/// Balancer to node: the attempts placed there in one turn of the
+/// balancer, in order (one message however many).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Dispatches(pub Vec<Dispatch>);
+
+/// Balancer to node: everything but attempts and load questions.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) enum NodeControl {
+    /// Drop the attempt of task `seq` (a hedged twin answered first).
+    Cancel(Seq),
+    /// Stop, so that the supervisor restarts the actor (fault drills).
+    Crash,
+    /// The endpoint's `max_concurrent` changed.
+    SetMaxConcurrent(u32),
+    /// The shared breaker (several instances) holds the node open until
+    /// then: the more severe of this and the local breaker admits.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    SharedOpen(Option<Instant>),
+}
 
 /// What one attempt gave, as the queue needs it.
 pub(crate) struct AttemptReport {
@@ -165,105 +182,65 @@ pub(crate) struct AttemptReport {
     pub reply: Option<HttpReply>,
     pub retry_after: Option<Duration>,
     /// A streamed answer's body ([`crate::Task::stream`]): the attempt still
-    /// holds its node's slot, freed by a later [`StreamEnded`].
+    /// holds its node's slot until the body ends
+    /// ([`NodeReport::streams_ended`]).
     pub stream: Option<BodyStream>,
 }
 
-/// Node to balancer: an attempt that ended alone in its node's turn, a
-/// streamed attempt's head, or a refused dispatch, with a fresh load report
-/// (attempts that end together come in [`Completions`]).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct Completed {
-    pub node: NodeId,
-    pub seq: Seq,
-    pub hedge: bool,
-    /// `None`: the node refused the dispatch (stale view); no attempt was made.
-    pub report: Option<AttemptReport>,
-    pub load: LoadReport,
-    /// When the attempt ended (or was refused).
-    pub at: Instant,
-}
-
-/// Node to balancer: the attempts that ended in one turn of the node
-/// (usually one; several when several answers came in together), with one
-/// load report after the last of them. One message, one report, however
-/// many attempts.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct Completions {
-    pub node: NodeId,
-    pub done: Vec<Ended>,
-    pub load: LoadReport,
-    /// When they ended (the node reads the clock once per turn).
-    pub at: Instant,
-}
-
-/// One attempt of [`Completions`].
-pub(crate) struct Ended {
+/// One attempt that ended.
+pub(crate) struct AttemptEnded {
     pub seq: Seq,
     pub hedge: bool,
     pub report: AttemptReport,
 }
 
-/// Node to balancer: the body of a streamed answer ended (read whole,
-/// broken, over the limit, or dropped by its reader), so the slot its
-/// attempt held since its head ([`Completed`] with a stream) is free.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct StreamEnded {
+/// Node to balancer (through the balancer's inbox): what ended at the node
+/// in one of its turns, with one load report after the last of it.
+pub(crate) struct NodeReport {
     pub node: NodeId,
+    /// Attempts that ended (a streamed answer's head too: its slot stays
+    /// taken until its body ends).
+    pub done: Vec<AttemptEnded>,
+    /// Dispatches the node refused (the balancer's view was stale): no
+    /// attempt was made, the tasks go back to the queue's front.
+    pub refused: Vec<(Seq, bool)>,
+    /// Streamed bodies that ended (read whole, broken, over the limit, or
+    /// dropped by their reader): the slots their attempts held are free.
+    pub streams_ended: u32,
     pub load: LoadReport,
+    /// When it ended (the node reads the clock once per turn).
     pub at: Instant,
 }
 
-/// Balancer to queue: an attempt of task `seq` ended.
-pub(crate) struct AttemptDone {
-    pub seq: Seq,
-    pub node: NodeId,
-    pub address: Arc<str>,
-    pub hedge: bool,
-    pub report: AttemptReport,
-    /// Credit granted along with it (the slot the attempt freed).
-    pub credit: usize,
-    /// When the attempt ended.
-    pub at: Instant,
-}
-
-/// Balancer to queue: what became of a routed task, with any new credit.
-#[derive(Message)]
+/// Balancer to queue: one turn of the balancer, in the order it happened.
+#[derive(Message, Default)]
 #[rtype(result = "()")]
-pub(crate) enum Answer {
-    /// An attempt ended.
-    Done(AttemptDone),
+pub(crate) struct BalancerTurn(pub Vec<ToQueue>);
+
+/// One piece of news of a [`BalancerTurn`].
+pub(crate) enum ToQueue {
+    /// Attempts of one node ended, passed on as the node reported them
+    /// (the list is not copied on the way).
+    Ended(NodeAnswers),
     /// No attempt was made; the task goes back to the queue's front.
-    Bounce(Bounce),
+    Bounce { seq: Seq, hedge: bool },
     /// A hedge was placed: the nodes now working on the task (sent for
     /// hedges only, so that the attempt that loses the race can still be
     /// listed in the task's result).
     Placed(Placed),
-    /// Attempts of one node that ended together.
-    Batch(Answers),
+    /// The balancer can place this many more tasks.
+    Credit(usize),
+    /// The balancer's verdict on the service as a whole.
+    Gate(Gate),
 }
 
-/// Balancer to queue: the answers of one turn of the balancer, in order
-/// (a turn with one answer sends it as a plain [`Answer`]): whatever number
-/// of nodes reported in the turn, the queue gets one message and pumps once.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct AnswerList(pub Vec<Answer>);
-
-/// The attempts of one node that ended in one turn (two or more; a single
-/// one travels as [`Answer::Done`]), passed on as the node reported them:
-/// the list is not copied on the way.
-pub(crate) struct Answers {
+/// The attempts of one node that ended in one of its turns.
+pub(crate) struct NodeAnswers {
     pub node: NodeId,
     pub address: Arc<str>,
-    /// Credit granted along with them (the slots they freed).
-    pub credit: usize,
     /// When they ended.
     pub at: Instant,
-    pub done: Vec<Ended>,
+    pub done: Vec<AttemptEnded>,
 }
 
 /// Balancer to queue: where the attempts of a hedged round went.
@@ -273,14 +250,6 @@ pub(crate) struct Placed {
     pub first: Arc<str>,
     /// The hedge's node.
     pub hedge: Arc<str>,
-}
-
-/// Queue to balancer: the watchdog answered the attempt of `seq` as `Lost`
-/// (its node died with it in flight); free the slot it held in the view.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct AttemptLost {
-    pub seq: Seq,
 }
 
 /// Ask a node for its load report.
@@ -325,8 +294,3 @@ pub(crate) struct Stop;
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct PipelineDown(pub &'static str);
-
-/// Make a node actor stop itself so its supervisor restarts it (fault drills).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct Crash;
