@@ -10,7 +10,7 @@ impl QueueActor {
     pub(super) fn current(&mut self, seq: Seq) -> Option<&mut Pending> {
         self.tasks
             .get_mut(&seq.task)
-            .filter(|p| p.state == State::InFlight && p.round == seq.round && p.outstanding > 0)
+            .filter(|p| p.state() == State::InFlight && p.round == seq.round && p.outstanding > 0)
     }
 
     /// Attempt `seq` (`hedge`) at `node` ended with `r`.
@@ -103,10 +103,7 @@ impl QueueActor {
         let last = p.last().filter(|_| p.round_failed);
         let Some(last) = last else {
             // No attempt of this round failed (it bounced): back to the front.
-            p.state = State::Ready;
-            self.in_flight -= 1;
-            self.queued += 1;
-            self.ready.push_front(no);
+            self.tasks.bounce(no);
             if let Gate::Reject(r) = self.gate.clone() {
                 self.reject(no, r, ctx);
             }
@@ -154,10 +151,8 @@ impl QueueActor {
                 );
                 self.counters.retried += 1;
                 self.metrics.retried();
-                p.state = State::Backoff;
                 p.hedged = false;
-                self.in_flight -= 1;
-                self.queued += 1;
+                self.tasks.back_off(no);
                 self.push_timer(time::add(now, after), no, Timer::Due, ctx);
             }
         }
@@ -195,23 +190,19 @@ impl QueueActor {
     /// Answers task `no` and forgets it. The only place results are sent.
     pub(super) fn finish(&mut self, no: TaskNo, outcome: Outcome, _ctx: &mut Context<Self>) {
         let now = self.now();
-        let Some(mut p) = self.tasks.remove(&no) else {
+        let Some(mut p) = self.tasks.remove(no) else {
             return;
         };
-        match p.state {
-            State::Waiting => {
-                self.counters.submitted += 1;
-                self.parked -= 1;
-            }
-            State::Ready | State::Backoff => self.queued -= 1,
-            State::InFlight => self.in_flight -= 1,
+        if p.state() == State::Waiting {
+            // A parked task is counted as submitted when it is answered.
+            self.counters.submitted += 1;
         }
         match &outcome {
             Outcome::Success(_) => self.counters.succeeded += 1,
             Outcome::Failure(_) => self.counters.failed += 1,
             Outcome::Rejected(_) | Outcome::Fallback { .. } => self.counters.rejected += 1,
         }
-        let outstanding = p.state == State::InFlight && p.outstanding > 0;
+        let outstanding = p.state() == State::InFlight && p.outstanding > 0;
         if outstanding {
             list_cancelled_twin(&mut p, now, &self.epoch);
         }
@@ -299,7 +290,7 @@ impl QueueActor {
         self.gate = gate;
         if let Gate::Reject(r) = self.gate.clone() {
             self.reject_ready(r.clone(), ctx);
-            while let Some(no) = self.waiting.pop_front() {
+            while let Some(no) = self.tasks.next_parked() {
                 self.reject(no, r.clone(), ctx);
             }
             self.check_drained();

@@ -7,7 +7,7 @@ impl QueueActor {
     /// Sends ready tasks to the balancer while there is credit: all of
     /// them in the turn's one message to the balancer.
     pub(super) fn pump(&mut self, ctx: &mut Context<Self>) {
-        if self.parked > 0 {
+        if self.tasks.counts().parked > 0 {
             self.admit_waiting();
         }
         let now = self.now();
@@ -15,24 +15,24 @@ impl QueueActor {
             // The list went out with the last turn: room for this one.
             self.out
                 .routes
-                .reserve_exact(self.credit.min(self.ready.len()).min(MAX_BATCH));
+                .reserve_exact(self.credit.min(self.tasks.ready_listed()).min(MAX_BATCH));
         }
         while self.credit > 0 && self.gate == Gate::Open {
-            let Some(no) = self.ready.pop_front() else {
+            let Some(no) = self.tasks.next_ready() else {
                 break;
             };
-            let Some(p) = self.tasks.get_mut(&no) else {
-                continue;
-            };
-            if p.state != State::Ready {
-                continue;
-            }
-            if p.job().deadline.is_some_and(|d| d <= now) {
+            let passed = self
+                .tasks
+                .get(&no)
+                .is_some_and(|p| p.job().deadline.is_some_and(|d| d <= now));
+            if passed {
                 self.finish_deadline(no, ctx);
                 continue;
             }
+            let Some(p) = self.tasks.send(no) else {
+                continue;
+            };
             let hedge_after = hedge_delay(&self.cfg, &self.latencies, p.job());
-            p.state = State::InFlight;
             p.outstanding = 1;
             p.round = p.round.wrapping_add(1);
             p.round_failed = false;
@@ -50,19 +50,16 @@ impl QueueActor {
                 hedge: false,
                 at: now,
             };
-            self.queued -= 1;
-            self.in_flight += 1;
             self.credit -= 1;
             self.out.routes.push(route);
             if let Some(d) = hedge_after {
                 self.push_timer(time::add(now, d), no, Timer::Hedge(round), ctx);
             }
         }
-        if self.parked > 0 {
+        if self.tasks.counts().parked > 0 {
             self.admit_waiting();
         }
-        self.ready
-            .retain_if_bloated(self.queued, |no| is_state(&self.tasks, no, State::Ready));
+        self.tasks.compact();
     }
 
     pub(super) fn send_hedge(&mut self, no: TaskNo, now: Instant) {
@@ -132,10 +129,8 @@ impl QueueActor {
 
     /// Reject every ready task (the gate closed).
     pub(super) fn reject_ready(&mut self, reason: Rejection, ctx: &mut Context<Self>) {
-        while let Some(no) = self.ready.pop_front() {
-            if is_state(&self.tasks, &no, State::Ready) {
-                self.reject(no, reason.clone(), ctx);
-            }
+        while let Some(no) = self.tasks.next_ready() {
+            self.reject(no, reason.clone(), ctx);
         }
     }
 }
@@ -200,23 +195,4 @@ pub(super) fn list_cancelled_twin(p: &mut Pending, now: Instant, epoch: &Epoch) 
             protocol: None,
         });
     }
-}
-
-/// Lazy deletion for the ready list: finished tasks leave their numbers
-/// behind; drop them in bulk once they outnumber the live ones.
-pub(super) trait RetainIfBloated {
-    fn retain_if_bloated(&mut self, live: usize, keep: impl FnMut(&TaskNo) -> bool);
-}
-
-impl RetainIfBloated for VecDeque<TaskNo> {
-    fn retain_if_bloated(&mut self, live: usize, keep: impl FnMut(&TaskNo) -> bool) {
-        if self.len() > live.saturating_mul(2).saturating_add(1024) {
-            self.retain(keep);
-            self.shrink_to(self.len().saturating_mul(2));
-        }
-    }
-}
-
-pub(super) fn is_state(tasks: &Tasks, no: &TaskNo, state: State) -> bool {
-    tasks.get(no).is_some_and(|p| p.state == state)
 }

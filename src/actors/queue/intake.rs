@@ -15,7 +15,8 @@ impl QueueActor {
     /// Whether a new task would join the queue (rather than wait or be
     /// refused for room).
     pub(super) fn has_room(&self) -> bool {
-        self.queued < self.cfg.queue.capacity && self.parked == 0
+        let c = self.tasks.counts();
+        c.queued < self.cfg.queue.capacity && c.parked == 0
     }
 
     /// Takes one task in without handing anything over: true if it joined
@@ -38,10 +39,8 @@ impl QueueActor {
         if !self.has_room() {
             let wait = msg.wait || self.cfg.queue.on_full == OnFull::Wait;
             // The wait list is bounded too (`queue.max_waiting`).
-            if wait && self.parked < self.cfg.queue.max_waiting {
-                let no = self.enter(msg, State::Waiting, ctx);
-                self.waiting.push_back(no);
-                self.parked += 1;
+            if wait && self.tasks.counts().parked < self.cfg.queue.max_waiting {
+                self.enter(msg, true, ctx);
                 return false;
             }
             if !self.full {
@@ -56,49 +55,30 @@ impl QueueActor {
             self.reject_new(msg, Rejection::QueueFull, now);
             return false;
         }
-        let no = self.enter(msg, State::Ready, ctx);
-        self.admit(no);
+        self.enter(msg, false, ctx);
+        self.submitted();
         true
     }
 
-    /// Puts a new task in the map (and its deadline in the timers).
-    pub(super) fn enter(&mut self, msg: Submit, state: State, ctx: &mut Context<Self>) -> TaskNo {
+    /// Puts a new task in the table, parked or ready (and its deadline in
+    /// the timers).
+    pub(super) fn enter(&mut self, msg: Submit, parked: bool, ctx: &mut Context<Self>) -> TaskNo {
         let now = self.now();
         let deadline = msg.task.job().deadline;
-        let no = self.tasks.insert(
-            self.next_no,
-            Pending {
-                task: msg.task,
-                attempts: Vec::new(),
-                sent_at: self.epoch.stamp(now),
-                rare: None,
-                round: 0,
-                arrival: 0, // set by the slab
-                state,
-                outstanding: 0,
-                hedged: false,
-                round_failed: false,
-            },
-        );
-        self.next_no += 1;
+        let no = self
+            .tasks
+            .enter(Pending::new(msg.task, self.epoch.stamp(now)), parked);
         if let Some(d) = deadline {
             self.push_timer(d, no, Timer::Deadline, ctx);
         }
         no
     }
 
-    /// Task `no` (just entered, or leaving the wait list) joins the queue.
-    pub(super) fn admit(&mut self, no: TaskNo) {
-        if let Some(p) = self.tasks.get_mut(&no) {
-            if p.state == State::Waiting {
-                self.parked -= 1;
-            }
-            p.state = State::Ready;
-            self.counters.submitted += 1;
-            self.ready.push_back(no);
-            self.queued += 1;
-            self.counters.peak_queued = self.counters.peak_queued.max(self.queued);
-        }
+    /// A task joined the queue (new, or leaving the wait list).
+    fn submitted(&mut self) {
+        self.counters.submitted += 1;
+        let queued = self.tasks.counts().queued;
+        self.counters.peak_queued = self.counters.peak_queued.max(queued);
     }
 
     /// Answers a task that never entered the queue.
@@ -147,22 +127,14 @@ impl QueueActor {
 
     /// Lets parked tasks in, in order, while there is room.
     pub(super) fn admit_waiting(&mut self) {
-        while self.queued < self.cfg.queue.capacity {
-            let Some(no) = self.waiting.pop_front() else {
+        while self.tasks.counts().queued < self.cfg.queue.capacity {
+            if self.tasks.admit_parked().is_none() {
                 break;
-            };
-            if self
-                .tasks
-                .get(&no)
-                .is_some_and(|p| p.state == State::Waiting)
-            {
-                self.admit(no);
             }
+            self.submitted();
         }
-        if self.parked == 0 {
-            self.waiting.clear();
-        }
-        if self.full && self.queued < self.cfg.queue.capacity && self.parked == 0 {
+        let c = self.tasks.counts();
+        if self.full && c.queued < self.cfg.queue.capacity && c.parked == 0 {
             self.full = false;
             log::info!("service {}: queue has room again", self.service);
         }

@@ -30,7 +30,6 @@
 //!   balancer is found the same way, and the dispatcher rebuilds the
 //!   pipeline.
 
-use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,17 +44,16 @@ mod answers;
 mod dispatch;
 mod intake;
 mod port;
-mod state;
-mod tasks;
+mod table;
 #[cfg(test)]
 mod tests;
 mod timing;
 
 pub(crate) use self::port::BalancerPort;
-pub(in crate::actors) use self::state::{Counters, Epoch, Pending, State, TaskNo};
+pub(in crate::actors) use self::table::{Counters, Epoch, Pending, State, TaskNo};
 
 use self::dispatch::list_cancelled_twin;
-use self::tasks::Tasks;
+use self::table::TaskTable;
 use self::timing::Timer;
 use super::balancer::BalancerActor;
 use super::inbox::{Inbox, InboxReady, InboxSender};
@@ -82,17 +80,10 @@ pub struct QueueActor {
     inbox: Arc<Inbox<Submit>>,
     /// The inbox's previous list, kept for reuse while it is small.
     intake_spare: Vec<Submit>,
-    pub(super) tasks: Tasks,
-    ready: VecDeque<TaskNo>,
+    /// Every task held, its state and the counts by state.
+    pub(super) tasks: TaskTable,
     /// The turn's news for the balancer, sent when the turn ends.
     out: QueueTurn,
-    /// Tasks parked for room, in arrival order (entries of tasks answered
-    /// while parked are skipped when reached).
-    pub(super) waiting: VecDeque<TaskNo>,
-    /// Tasks parked right now (bounded by the capacity).
-    parked: usize,
-    pub(super) queued: usize,
-    pub(super) in_flight: usize,
     timers: TimerStore<TaskNo, Timer>,
     timer: Option<(Instant, SpawnHandle)>,
     credit: usize,
@@ -101,7 +92,6 @@ pub struct QueueActor {
     policy: RetryPolicy,
     budget_exhausted: bool,
     rng: SmallRng,
-    next_no: TaskNo,
     pub(super) counters: Counters,
     /// Prometheus series, bumped where `counters` are (no-op without `metrics`).
     metrics: crate::metrics::ServiceMetrics,
@@ -178,13 +168,8 @@ impl QueueActor {
             ids,
             inbox: Arc::default(),
             intake_spare: Vec::new(),
-            tasks: Tasks::default(),
-            ready: VecDeque::new(),
+            tasks: TaskTable::default(),
             out: QueueTurn::default(),
-            waiting: VecDeque::new(),
-            parked: 0,
-            queued: 0,
-            in_flight: 0,
             timers: TimerStore::default(),
             timer: None,
             credit: 0,
@@ -200,7 +185,6 @@ impl QueueActor {
             ),
             budget_exhausted: false,
             rng,
-            next_no: 0,
             counters: Counters::default(),
             metrics: Default::default(),
             drains: Vec::new(),
@@ -230,7 +214,7 @@ impl QueueActor {
             self.recover(&format!("the queue panicked: {what}"), ctx);
         }
         self.send_turn(ctx);
-        self.metrics.queue_depth(self.queued);
+        self.metrics.queue_depth(self.tasks.counts().queued);
     }
 
     /// Sends the turn's news to the balancer (one message); if the
@@ -258,7 +242,7 @@ impl QueueActor {
             "service {}: {why}; answering its {n} task(s) `internal error` and going on",
             self.service
         );
-        for no in self.tasks.in_arrival_order(self.next_no) {
+        for no in self.tasks.in_arrival_order() {
             // Each answer on its own guard: one bad task cannot stop the rest.
             let reason = Rejection::Internal(why.to_owned());
             let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -266,16 +250,11 @@ impl QueueActor {
             }));
         }
         self.tasks.clear();
-        self.ready.clear();
         self.out.routes.clear();
-        self.waiting.clear();
-        self.parked = 0;
         self.timers = TimerStore::default();
         if let Some((_, h)) = self.timer.take() {
             ctx.cancel_future(h);
         }
-        self.queued = 0;
-        self.in_flight = 0;
         self.check_drained();
     }
 
@@ -295,10 +274,11 @@ impl QueueActor {
 
     fn stats(&mut self) -> QueueStats {
         let now = self.now();
+        let c = self.tasks.counts();
         QueueStats {
-            queued: self.queued as u64,
-            in_flight: self.in_flight as u64,
-            waiting: self.parked as u64,
+            queued: c.queued as u64,
+            in_flight: c.in_flight as u64,
+            waiting: c.parked as u64,
             submitted: self.counters.submitted,
             succeeded: self.counters.succeeded,
             failed: self.counters.failed,
@@ -377,10 +357,9 @@ impl QueueActor {
         // Submits still in the inbox were accepted by `submit`: they are
         // answered and reported like the tasks already taken.
         for msg in self.inbox.take_all() {
-            self.enter(msg, State::Waiting, ctx);
-            self.parked += 1;
+            self.enter(msg, true, ctx);
         }
-        let nos = self.tasks.in_arrival_order(self.next_no);
+        let nos = self.tasks.in_arrival_order();
         let mut left = Vec::with_capacity(nos.len());
         for no in nos {
             if let Some(p) = self.tasks.get(&no) {
@@ -389,13 +368,11 @@ impl QueueActor {
                     service: self.service.to_string(),
                     task: p.job().to_task(&self.service),
                     attempts: p.attempts.clone(),
-                    was_in_flight: p.state == State::InFlight,
+                    was_in_flight: p.state() == State::InFlight,
                 });
             }
             self.reject(no, Rejection::ShuttingDown, ctx);
         }
-        self.waiting.clear();
-        self.parked = 0;
         self.check_drained();
         left
     }

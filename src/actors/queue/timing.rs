@@ -47,17 +47,15 @@ impl QueueActor {
                 continue;
             };
             match kind {
-                Timer::Due if p.state == State::Backoff => {
-                    p.state = State::Ready;
-                    self.ready.push_front(no);
+                Timer::Due if self.tasks.backoff_over(no) => {
                     if let Gate::Reject(r) = self.gate.clone() {
                         self.reject(no, r, ctx);
                     }
                 }
-                Timer::Deadline if p.state != State::InFlight => {
+                Timer::Deadline if p.state() != State::InFlight => {
                     self.finish_deadline(no, ctx);
                 }
-                Timer::Hedge(g) if p.state == State::InFlight && p.round == g => {
+                Timer::Hedge(g) if p.state() == State::InFlight && p.round == g => {
                     self.send_hedge(no, now);
                 }
                 _ => {}
@@ -84,7 +82,7 @@ impl QueueActor {
             .tasks
             .iter()
             .filter(|(_, p)| {
-                p.state == State::InFlight
+                p.state() == State::InFlight
                     && super::dispatch::watchdog_at(p, &self.cfg, &self.epoch) <= now
             })
             .map(|(no, p)| {
@@ -137,13 +135,13 @@ pub(super) enum Timer {
 }
 
 /// Whether a timer entry can still fire for its task.
-pub(super) fn timer_live(tasks: &Tasks, no: &TaskNo, kind: &Timer) -> bool {
+pub(super) fn timer_live(tasks: &TaskTable, no: &TaskNo, kind: &Timer) -> bool {
     let Some(p) = tasks.get(no) else {
         return false;
     };
     match kind {
-        Timer::Due => p.state == State::Backoff,
+        Timer::Due => p.state() == State::Backoff,
         Timer::Deadline => p.job().deadline.is_some(),
-        Timer::Hedge(g) => p.state == State::InFlight && p.round == *g,
+        Timer::Hedge(g) => p.state() == State::InFlight && p.round == *g,
     }
 }

@@ -17,7 +17,7 @@
 //! Free slots form a list through the slab (last freed, first reused), so
 //! the slab never holds more slots than the most tasks held at once.
 
-use super::{Pending, TaskNo};
+use super::state::{Pending, TaskNo};
 
 /// No slot: the end of the free list.
 const NONE: u32 = u32::MAX;
@@ -29,7 +29,7 @@ enum Slot {
 }
 
 /// Every task the queue holds, by number.
-pub(crate) struct Tasks {
+pub(super) struct Tasks {
     slots: Vec<Slot>,
     /// The first free slot.
     free: u32,
@@ -139,26 +139,17 @@ impl Tasks {
 
 #[cfg(test)]
 mod tests {
+    use super::super::state::State;
     use super::*;
-    use crate::actors::queue::State;
     use crate::task::{ReplyTx, Task};
     use std::sync::Arc;
     use tokio::time::Instant;
 
     fn pending() -> Pending {
         let job = Arc::new(Task::get("s", "/x").prepare(1, Instant::now()).unwrap());
-        Pending {
-            task: ReplyTx::new(job),
-            attempts: Vec::new(),
-            sent_at: Default::default(),
-            rare: None,
-            round: 0,
-            arrival: 0,
-            state: State::Ready,
-            outstanding: 0,
-            hedged: false,
-            round_failed: false,
-        }
+        let mut p = Pending::new(ReplyTx::new(job), Default::default());
+        p.state = State::Ready;
+        p
     }
 
     /// A reused slot does not answer to the number of its earlier task.

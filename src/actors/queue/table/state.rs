@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::answers::LastFailure;
-use super::dispatch::Race;
+use crate::actors::queue::answers::LastFailure;
+use crate::actors::queue::dispatch::Race;
 use crate::algo::time;
 use crate::outcome::Attempt;
 use crate::task::{Job, ReplyTx};
@@ -28,29 +28,31 @@ pub(in crate::actors) enum State {
 pub(in crate::actors) struct Pending {
     /// The task's job, and the duty to answer it (one allocation holds
     /// both, and the slot the caller waits on).
-    pub(super) task: ReplyTx,
+    pub(in crate::actors::queue) task: ReplyTx,
     pub attempts: Vec<Attempt>,
     /// When this round was sent out.
-    pub(super) sent_at: Stamp,
+    pub(in crate::actors::queue) sent_at: Stamp,
     /// What most tasks never need (boxed, so a queued task's slot stays
     /// small): their last failure, and a hedged round's race.
-    pub(super) rare: Option<Box<Rare>>,
+    pub(in crate::actors::queue) rare: Option<Box<Rare>>,
     /// Bumped at each dispatch; answers of other rounds are stale.
-    pub(super) round: u32,
+    pub(in crate::actors::queue) round: u32,
     /// The low 32 bits of the task's arrival count (its number's high half).
-    pub(super) arrival: u32,
-    pub state: State,
+    pub(in crate::actors::queue::table) arrival: u32,
+    /// Changed by the [`TaskTable`](super::TaskTable) only, which keeps the
+    /// counts by state.
+    pub(in crate::actors::queue::table) state: State,
     /// Attempts out right now (2 while hedged).
-    pub(super) outstanding: u8,
-    pub(super) hedged: bool,
+    pub(in crate::actors::queue) outstanding: u8,
+    pub(in crate::actors::queue) hedged: bool,
     /// Whether an attempt of this round failed (else the round bounced).
-    pub(super) round_failed: bool,
+    pub(in crate::actors::queue) round_failed: bool,
 }
 
 /// An instant as nanoseconds since the queue's [`Epoch`]: 8 bytes in a
 /// task's slot instead of the 16 of an `Instant`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(in crate::actors) struct Stamp(pub(super) u64);
+pub(in crate::actors) struct Stamp(pub(in crate::actors::queue) u64);
 
 /// The queue's start, which [`Stamp`]s count from, and the last instant
 /// stamped: the tasks of one turn share its instant, so the subtraction is
@@ -61,14 +63,14 @@ pub(in crate::actors) struct Epoch {
 }
 
 impl Epoch {
-    pub(super) fn new(start: Instant) -> Self {
+    pub(in crate::actors::queue) fn new(start: Instant) -> Self {
         Epoch {
             start,
             last: Cell::new((start, Stamp(0))),
         }
     }
 
-    pub(super) fn stamp(&self, t: Instant) -> Stamp {
+    pub(in crate::actors::queue) fn stamp(&self, t: Instant) -> Stamp {
         let (at, stamp) = self.last.get();
         if t == at {
             return stamp;
@@ -79,7 +81,7 @@ impl Epoch {
         stamp
     }
 
-    pub(super) fn at(&self, s: Stamp) -> Instant {
+    pub(in crate::actors::queue) fn at(&self, s: Stamp) -> Instant {
         time::add(self.start, Duration::from_nanos(s.0))
     }
 }
@@ -89,34 +91,55 @@ impl Epoch {
 pub(in crate::actors) struct Rare {
     /// The last failed attempt of this task, the nodes that failed it and
     /// its retries so far.
-    pub(super) last: Option<LastFailure>,
+    pub(in crate::actors::queue) last: Option<LastFailure>,
     /// Where a hedged round's attempts went, and which have reported.
-    pub(super) race: Option<Race>,
+    pub(in crate::actors::queue) race: Option<Race>,
 }
 
 impl Pending {
+    /// A new task's entry (its state and arrival are the table's to set).
+    pub(in crate::actors::queue) fn new(task: ReplyTx, sent_at: Stamp) -> Pending {
+        Pending {
+            task,
+            attempts: Vec::new(),
+            sent_at,
+            rare: None,
+            round: 0,
+            arrival: 0,
+            state: State::Waiting,
+            outstanding: 0,
+            hedged: false,
+            round_failed: false,
+        }
+    }
+
+    /// Where the task is: parked, ready, backing off or in flight.
+    pub(in crate::actors) fn state(&self) -> State {
+        self.state
+    }
+
     /// The task's job.
-    pub(super) fn job(&self) -> &Arc<Job> {
+    pub(in crate::actors::queue) fn job(&self) -> &Arc<Job> {
         self.task.job()
     }
 
-    pub(super) fn rare_mut(&mut self) -> &mut Rare {
+    pub(in crate::actors::queue) fn rare_mut(&mut self) -> &mut Rare {
         self.rare.get_or_insert_with(Default::default)
     }
 
-    pub(super) fn last(&self) -> Option<&LastFailure> {
+    pub(in crate::actors::queue) fn last(&self) -> Option<&LastFailure> {
         self.rare.as_ref()?.last.as_ref()
     }
 
-    pub(super) fn last_mut(&mut self) -> Option<&mut LastFailure> {
+    pub(in crate::actors::queue) fn last_mut(&mut self) -> Option<&mut LastFailure> {
         self.rare.as_mut()?.last.as_mut()
     }
 
-    pub(super) fn race(&self) -> Option<&Race> {
+    pub(in crate::actors::queue) fn race(&self) -> Option<&Race> {
         self.rare.as_ref()?.race.as_ref()
     }
 
-    pub(super) fn race_mut(&mut self) -> Option<&mut Race> {
+    pub(in crate::actors::queue) fn race_mut(&mut self) -> Option<&mut Race> {
         self.rare.as_mut()?.race.as_mut()
     }
 }
