@@ -43,7 +43,7 @@ impl QueueActor {
     pub(super) fn on_timer(&mut self, ctx: &mut Context<Self>) {
         let now = self.now();
         while let Some((no, kind)) = self.timers.pop_due(now) {
-            let Some(p) = self.tasks.get_mut(&no) else {
+            let Some((state, round)) = self.tasks.get(&no).map(|p| (p.state(), p.round)) else {
                 continue;
             };
             match kind {
@@ -52,10 +52,10 @@ impl QueueActor {
                         self.reject(no, r, ctx);
                     }
                 }
-                Timer::Deadline if p.state() != State::InFlight => {
+                Timer::Deadline if state != State::InFlight => {
                     self.finish_deadline(no, ctx);
                 }
-                Timer::Hedge(g) if p.state() == State::InFlight && p.round == g => {
+                Timer::Hedge(g) if state == State::InFlight && round == g => {
                     self.send_hedge(no, now);
                 }
                 _ => {}
