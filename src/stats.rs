@@ -14,11 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio::time::Instant;
 
-use crate::actors::view::{Health, Mirror, NodeView};
-use crate::algo::strategy::{Candidate, LeastLoad};
-use crate::config::{Mode, ServiceConfig};
+use crate::config::Mode;
 
 /// Everything the dispatcher knows, per service.
 #[derive(Debug, Clone, Serialize)]
@@ -267,63 +264,6 @@ impl LatencyHistogram {
             }
         }
         out
-    }
-}
-
-impl NodeStats {
-    pub(crate) fn from_view(
-        n: &NodeView,
-        c: &Candidate,
-        cfg: &ServiceConfig,
-        latencies: Option<&LatencyHistogram>,
-        now: Instant,
-    ) -> Self {
-        let score = LeastLoad::new(cfg.balancer.least_load).score(c);
-        let [p50, p90, p99] = latencies.map_or([0.0; 3], |h| h.quantiles_ms([0.5, 0.9, 0.99]));
-        NodeStats {
-            address: n.address.to_string(),
-            weight: n.weight,
-            effective_weight: c.weight,
-            active: n.active,
-            health: match n.health {
-                Health::Unknown => "unknown",
-                Health::Healthy => "healthy",
-                Health::Unhealthy => "unhealthy",
-            },
-            draining: n.draining,
-            in_flight: n.in_flight,
-            max_concurrent: n.max_concurrent,
-            total: n.load.total,
-            errors: n.load.errors,
-            error_rate: n.load.error_rate,
-            ewma_latency_ms: n.load.latency_ewma * 1e3,
-            last_latency_ms: n.load.last_latency.as_secs_f64() * 1e3,
-            rtt_ms: n.load.rtt * 1e3,
-            score,
-            breaker: match n.mirror {
-                Mirror::Closed => BreakerStatus::Closed,
-                Mirror::Open { until } if until > now => BreakerStatus::Open,
-                _ => BreakerStatus::HalfOpen,
-            },
-            open_for_ms: match n.mirror {
-                Mirror::Open { until } if until > now => {
-                    Some(until.saturating_duration_since(now).as_millis() as u64)
-                }
-                _ => None,
-            },
-            trips: n.load.trips,
-            tokens: {
-                #[cfg(feature = "redis")]
-                let shared = n.shared_tokens.shown(now);
-                #[cfg(not(feature = "redis"))]
-                let shared = None;
-                shared.or_else(|| n.bucket.as_ref().map(|b| b.available(now)))
-            },
-            restarts: n.load.restarts,
-            latency_p50_ms: p50,
-            latency_p90_ms: p90,
-            latency_p99_ms: p99,
-        }
     }
 }
 

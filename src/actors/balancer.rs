@@ -234,7 +234,9 @@ impl BalancerActor {
     pub(super) fn recompute_all(&mut self, now: Instant) {
         self.nodes.refresh_all(now);
         self.pending_wake = self.next_wake(now);
-        self.metrics.endpoints(self.nodes.iter(), now);
+        let nodes = &self.nodes;
+        self.metrics
+            .endpoints(|| super::view::endpoint_counts(nodes.iter(), now));
     }
 
     /// Remembers a wake-up at `t` for the next `settle`.
@@ -421,7 +423,7 @@ impl BalancerActor {
             .with_candidates()
             .map(|(n, c)| {
                 let latencies = self.metrics.latencies(&n.address);
-                NodeStats::from_view(n, c, &self.cfg, latencies.as_deref(), now)
+                n.stats(c, &self.cfg, latencies.as_deref(), now)
             })
             .collect()
     }

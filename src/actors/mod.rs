@@ -10,6 +10,7 @@ pub(crate) mod hedge;
 pub(crate) mod inbox;
 pub(crate) mod node;
 pub(crate) mod nodeset;
+pub(crate) mod pipeline;
 pub mod pool;
 pub(crate) mod protocol;
 pub(crate) mod queue;

@@ -26,8 +26,10 @@ use super::node::NodeActor;
 use super::protocol::{LoadReport, NodeId};
 use crate::algo::breaker::BreakerState;
 use crate::algo::limiter::TokenBucket;
-use crate::algo::strategy::Candidate;
-use crate::config::EndpointConfig;
+use crate::algo::strategy::{Candidate, LeastLoad};
+use crate::config::{EndpointConfig, ServiceConfig};
+use crate::metrics::EndpointCounts;
+use crate::stats::{BreakerStatus, LatencyHistogram, NodeStats};
 
 /// The balancer's mirror of a node's breaker.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -421,5 +423,86 @@ pub(crate) mod tests {
         assert_eq!(ramp_weight(1, Some(t0), t0, ramp), 1, "never below 1");
         assert_eq!(ramp_weight(50, None, t0, ramp), 50, "not ramping");
         assert_eq!(ramp_weight(50, Some(t0), t0, None), 50, "slow start off");
+    }
+}
+
+/// Counts `nodes` by state for `dispatch_endpoints`, each in one state:
+/// inactive (or draining) first, then unhealthy, then breaker open, else
+/// healthy.
+pub(crate) fn endpoint_counts<'a>(
+    nodes: impl Iterator<Item = &'a NodeView>,
+    now: Instant,
+) -> EndpointCounts {
+    let mut c = EndpointCounts::default();
+    for n in nodes {
+        if !n.active || n.draining {
+            c.inactive += 1;
+        } else if n.health == Health::Unhealthy {
+            c.unhealthy += 1;
+        } else if matches!(n.mirror, Mirror::Open { until } if until > now) {
+            c.open += 1;
+        } else {
+            c.healthy += 1;
+        }
+    }
+    c
+}
+
+impl NodeView {
+    /// What `stats()` shows of this node.
+    pub(crate) fn stats(
+        &self,
+        c: &Candidate,
+        cfg: &ServiceConfig,
+        latencies: Option<&LatencyHistogram>,
+        now: Instant,
+    ) -> NodeStats {
+        let n = self;
+        let score = LeastLoad::new(cfg.balancer.least_load).score(c);
+        let [p50, p90, p99] = latencies.map_or([0.0; 3], |h| h.quantiles_ms([0.5, 0.9, 0.99]));
+        NodeStats {
+            address: n.address.to_string(),
+            weight: n.weight,
+            effective_weight: c.weight,
+            active: n.active,
+            health: match n.health {
+                Health::Unknown => "unknown",
+                Health::Healthy => "healthy",
+                Health::Unhealthy => "unhealthy",
+            },
+            draining: n.draining,
+            in_flight: n.in_flight,
+            max_concurrent: n.max_concurrent,
+            total: n.load.total,
+            errors: n.load.errors,
+            error_rate: n.load.error_rate,
+            ewma_latency_ms: n.load.latency_ewma * 1e3,
+            last_latency_ms: n.load.last_latency.as_secs_f64() * 1e3,
+            rtt_ms: n.load.rtt * 1e3,
+            score,
+            breaker: match n.mirror {
+                Mirror::Closed => BreakerStatus::Closed,
+                Mirror::Open { until } if until > now => BreakerStatus::Open,
+                _ => BreakerStatus::HalfOpen,
+            },
+            open_for_ms: match n.mirror {
+                Mirror::Open { until } if until > now => {
+                    Some(until.saturating_duration_since(now).as_millis() as u64)
+                }
+                _ => None,
+            },
+            trips: n.load.trips,
+            tokens: {
+                #[cfg(feature = "redis")]
+                let shared = n.shared_tokens.shown(now);
+                #[cfg(not(feature = "redis"))]
+                let shared = None;
+                shared.or_else(|| n.bucket.as_ref().map(|b| b.available(now)))
+            },
+            restarts: n.load.restarts,
+            latency_p50_ms: p50,
+            latency_p90_ms: p90,
+            latency_p99_ms: p99,
+        }
     }
 }

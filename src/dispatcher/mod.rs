@@ -98,7 +98,11 @@ impl Dispatcher {
             .iter()
             .map(|a| a.handle())
             .collect();
-        let (queue, balancer, inbox) = QueueActor::start(
+        let crate::actors::pipeline::Pipeline {
+            queue,
+            balancer,
+            inbox,
+        } = crate::actors::pipeline::start(
             cfg.clone(),
             self.inner.factory.clone(),
             self.inner.ids.clone(),

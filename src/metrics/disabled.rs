@@ -36,7 +36,7 @@ impl PromService {
     #[inline(always)]
     pub(crate) fn queue_depth(&self, _n: usize) {}
     #[inline(always)]
-    pub(crate) fn endpoints<'a>(&self, _nodes: impl Iterator<Item = &'a NodeView>, _now: Instant) {}
+    pub(crate) fn endpoints(&self, _count: impl FnOnce() -> EndpointCounts) {}
     pub(crate) fn node(&self, _address: &str) -> PromNode {
         PromNode
     }

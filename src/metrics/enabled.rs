@@ -319,9 +319,10 @@ impl PromService {
     }
 
     /// The service's endpoints by state now.
-    pub(crate) fn endpoints<'a>(&self, nodes: impl Iterator<Item = &'a NodeView>, now: Instant) {
+    /// `count` is called only when metrics are on.
+    pub(crate) fn endpoints(&self, count: impl FnOnce() -> EndpointCounts) {
         if let Some(m) = &self.0 {
-            let c = EndpointCounts::of(nodes, now);
+            let c = count();
             for (g, v) in m
                 .endpoints
                 .iter()

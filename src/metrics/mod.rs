@@ -44,9 +44,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use crate::actors::view::{Health, Mirror, NodeView};
 use crate::algo::breaker::BreakerState;
 use crate::outcome::{AttemptOutcome, ErrorKind, FailReason, Outcome, Rejection};
 use crate::stats::LatencyHistogram;
@@ -295,26 +292,6 @@ pub(crate) struct EndpointCounts {
     pub inactive: i64,
     /// Breaker open.
     pub open: i64,
-}
-
-impl EndpointCounts {
-    /// Counts `nodes` by state, each in one state: inactive (or draining)
-    /// first, then unhealthy, then breaker open, else healthy.
-    pub(crate) fn of<'a>(nodes: impl Iterator<Item = &'a NodeView>, now: Instant) -> Self {
-        let mut c = EndpointCounts::default();
-        for n in nodes {
-            if !n.active || n.draining {
-                c.inactive += 1;
-            } else if n.health == Health::Unhealthy {
-                c.unhealthy += 1;
-            } else if matches!(n.mirror, Mirror::Open { until } if until > now) {
-                c.open += 1;
-            } else {
-                c.healthy += 1;
-            }
-        }
-        c
-    }
 }
 
 #[cfg(feature = "metrics")]

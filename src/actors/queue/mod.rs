@@ -55,7 +55,6 @@ pub(in crate::actors) use self::table::{Counters, Epoch, Pending, State, TaskNo}
 use self::dispatch::list_cancelled_twin;
 use self::table::TaskTable;
 use self::timing::Timer;
-use super::balancer::BalancerActor;
 use super::inbox::{Inbox, InboxReady, InboxSender};
 use super::protocol::*;
 use super::timers::TimerStore;
@@ -68,7 +67,6 @@ use crate::outcome::{
 };
 use crate::stats::QueueStats;
 use crate::task::{Job, Task};
-use crate::transport::TransportFactory;
 
 /// The queue of one service. Also answers [`Task`] messages sent straight to it.
 pub struct QueueActor {
@@ -108,53 +106,27 @@ pub struct QueueActor {
 }
 
 impl QueueActor {
-    /// Starts the queue, its balancer and the balancer's nodes.
-    pub(crate) fn start(
-        cfg: Arc<ServiceConfig>,
-        factory: TransportFactory,
-        ids: Arc<std::sync::atomic::AtomicU64>,
-        arbiters: Vec<actix::dev::ArbiterHandle>,
-        metrics: crate::metrics::ServiceMetrics,
-    ) -> (Addr<QueueActor>, Addr<BalancerActor>, InboxSender<Submit>) {
-        let mut balancer_addr = None;
-        let inbox = Arc::new(Inbox::default());
-        let queue_inbox = inbox.clone();
-        let queue = QueueActor::create(|ctx| {
-            let me = ctx.address();
-            let bcfg = cfg.clone();
-            let bmetrics = metrics.clone();
-            let b = BalancerActor::create(move |bctx| {
-                BalancerActor::new(bcfg, me.recipient(), factory, arbiters, bmetrics, bctx)
-            });
-            let mut q = QueueActor::new(cfg, BalancerPort::of(&b), ids);
-            balancer_addr = Some(b);
-            q.metrics = metrics;
-            q.inbox = queue_inbox;
-            q
-        });
-        let sender = InboxSender::new(&inbox, queue.clone().recipient::<InboxReady>());
-        (queue, balancer_addr.expect("balancer started"), sender)
-    }
-
-    /// A queue answering to a stand-in balancer, for tests that deliver
-    /// the balancer's answers in an exact order.
+    /// A queue answering to `balancer` (the pipeline's, or a stand-in for
+    /// tests that deliver the balancer's answers in an exact order), with
+    /// its intake.
     #[cfg(test)]
     pub(crate) fn with_port(
         cfg: Arc<ServiceConfig>,
         balancer: BalancerPort,
     ) -> (Addr<QueueActor>, InboxSender<Submit>) {
-        let ids = Arc::default();
-        let q = QueueActor::new(cfg, balancer, ids);
+        let q = QueueActor::new(cfg, balancer, Arc::default(), Default::default());
         let inbox = q.inbox.clone();
         let addr = q.start();
         let sender = InboxSender::new(&inbox, addr.clone().recipient::<InboxReady>());
         (addr, sender)
     }
 
-    fn new(
+    /// A queue answering to `balancer`, with the service's metric series.
+    pub(crate) fn new(
         cfg: Arc<ServiceConfig>,
         balancer: BalancerPort,
         ids: Arc<std::sync::atomic::AtomicU64>,
+        metrics: crate::metrics::ServiceMetrics,
     ) -> Self {
         let now = Instant::now();
         let rng = match cfg.balancer.seed {
@@ -186,7 +158,7 @@ impl QueueActor {
             budget_exhausted: false,
             rng,
             counters: Counters::default(),
-            metrics: Default::default(),
+            metrics,
             drains: Vec::new(),
             full: false,
             dead: false,
@@ -195,6 +167,11 @@ impl QueueActor {
             epoch: Epoch::new(now),
             cfg,
         }
+    }
+
+    /// The queue's intake, for the dispatcher's side of it.
+    pub(crate) fn inbox(&self) -> Arc<Inbox<Submit>> {
+        self.inbox.clone()
     }
 
     /// Starts handling a message that happened at `at` (or now, if unknown).
