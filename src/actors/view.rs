@@ -349,83 +349,6 @@ pub(crate) fn ramp_weight(
     ((weight as f64 * share).round() as u32).max(1)
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-
-    /// A report of `version` with breaker state `breaker`.
-    pub(crate) fn report(version: u64, breaker: BreakerState, now: Instant) -> LoadReport {
-        LoadReport {
-            version,
-            in_flight: 0,
-            total: version,
-            errors: 0,
-            latency_ewma: 0.0,
-            last_latency: Duration::ZERO,
-            error_rate: 0.0,
-            rtt: 0.03,
-            rtt_at: now,
-            breaker,
-            trips: 0,
-            tokens: None,
-            restarts: 0,
-        }
-    }
-
-    /// A view of a node whose actor never runs (its address is only a handle).
-    pub(crate) fn view(id: u32, weight: u32, max_concurrent: u32, now: Instant) -> NodeView {
-        let ep = EndpointConfig {
-            weight,
-            max_concurrent,
-            ..EndpointConfig::new(format!("http://10.0.0.{id}:80/"))
-        };
-        let addr = actix::AsyncContext::address(&actix::Context::<NodeActor>::new());
-        NodeView::new(
-            NodeId(id),
-            &ep,
-            addr,
-            report(0, BreakerState::Closed, now),
-            None,
-        )
-    }
-
-    /// Regression (issue 8, item 4): a `GetLoad` reply older than a later
-    /// `Completed` rolled the view's breaker back.
-    #[test]
-    fn an_older_report_never_overrides_a_newer_one() {
-        let t0 = Instant::now();
-        let until = t0 + Duration::from_secs(5);
-        let mut n = view(0, 1, 4, t0);
-        assert!(n.apply_load(report(2, BreakerState::Open { until }, t0), 3, false, t0));
-        assert_eq!(n.mirror, Mirror::Open { until });
-        // The GetLoad reply taken before the trip arrives last: dropped.
-        assert!(!n.apply_load(report(1, BreakerState::Closed, t0), 3, false, t0));
-        assert_eq!(n.mirror, Mirror::Open { until });
-        assert_eq!(n.load.version, 2);
-        assert!(!n.apply_load(report(2, BreakerState::Closed, t0), 3, false, t0));
-        assert_eq!(n.mirror, Mirror::Open { until });
-        // A newer one is taken.
-        assert!(n.apply_load(report(3, BreakerState::Closed, t0), 3, false, t0));
-        assert_eq!(n.mirror, Mirror::Closed);
-        assert_eq!(n.load.total, 3);
-    }
-
-    #[test]
-    fn slow_start_ramps_linearly_from_the_floor() {
-        let t0 = Instant::now();
-        let ramp = Some((Duration::from_secs(10), 0.1));
-        let w = |secs: u64| ramp_weight(50, Some(t0), t0 + Duration::from_secs(secs), ramp);
-        assert_eq!(w(0), 5);
-        assert_eq!(w(5), 28); // 50 * (0.1 + 0.9 * 0.5) = 27.5
-        assert_eq!(w(9), 46); // 50 * 0.91 = 45.5
-        assert_eq!(w(10), 50);
-        assert_eq!(w(60), 50);
-        assert_eq!(ramp_weight(1, Some(t0), t0, ramp), 1, "never below 1");
-        assert_eq!(ramp_weight(50, None, t0, ramp), 50, "not ramping");
-        assert_eq!(ramp_weight(50, Some(t0), t0, None), 50, "slow start off");
-    }
-}
-
 /// Counts `nodes` by state for `dispatch_endpoints`, each in one state:
 /// inactive (or draining) first, then unhealthy, then breaker open, else
 /// healthy.
@@ -504,5 +427,82 @@ impl NodeView {
             latency_p90_ms: p90,
             latency_p99_ms: p99,
         }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A report of `version` with breaker state `breaker`.
+    pub(crate) fn report(version: u64, breaker: BreakerState, now: Instant) -> LoadReport {
+        LoadReport {
+            version,
+            in_flight: 0,
+            total: version,
+            errors: 0,
+            latency_ewma: 0.0,
+            last_latency: Duration::ZERO,
+            error_rate: 0.0,
+            rtt: 0.03,
+            rtt_at: now,
+            breaker,
+            trips: 0,
+            tokens: None,
+            restarts: 0,
+        }
+    }
+
+    /// A view of a node whose actor never runs (its address is only a handle).
+    pub(crate) fn view(id: u32, weight: u32, max_concurrent: u32, now: Instant) -> NodeView {
+        let ep = EndpointConfig {
+            weight,
+            max_concurrent,
+            ..EndpointConfig::new(format!("http://10.0.0.{id}:80/"))
+        };
+        let addr = actix::AsyncContext::address(&actix::Context::<NodeActor>::new());
+        NodeView::new(
+            NodeId(id),
+            &ep,
+            addr,
+            report(0, BreakerState::Closed, now),
+            None,
+        )
+    }
+
+    /// Regression (issue 8, item 4): a `GetLoad` reply older than a later
+    /// `Completed` rolled the view's breaker back.
+    #[test]
+    fn an_older_report_never_overrides_a_newer_one() {
+        let t0 = Instant::now();
+        let until = t0 + Duration::from_secs(5);
+        let mut n = view(0, 1, 4, t0);
+        assert!(n.apply_load(report(2, BreakerState::Open { until }, t0), 3, false, t0));
+        assert_eq!(n.mirror, Mirror::Open { until });
+        // The GetLoad reply taken before the trip arrives last: dropped.
+        assert!(!n.apply_load(report(1, BreakerState::Closed, t0), 3, false, t0));
+        assert_eq!(n.mirror, Mirror::Open { until });
+        assert_eq!(n.load.version, 2);
+        assert!(!n.apply_load(report(2, BreakerState::Closed, t0), 3, false, t0));
+        assert_eq!(n.mirror, Mirror::Open { until });
+        // A newer one is taken.
+        assert!(n.apply_load(report(3, BreakerState::Closed, t0), 3, false, t0));
+        assert_eq!(n.mirror, Mirror::Closed);
+        assert_eq!(n.load.total, 3);
+    }
+
+    #[test]
+    fn slow_start_ramps_linearly_from_the_floor() {
+        let t0 = Instant::now();
+        let ramp = Some((Duration::from_secs(10), 0.1));
+        let w = |secs: u64| ramp_weight(50, Some(t0), t0 + Duration::from_secs(secs), ramp);
+        assert_eq!(w(0), 5);
+        assert_eq!(w(5), 28); // 50 * (0.1 + 0.9 * 0.5) = 27.5
+        assert_eq!(w(9), 46); // 50 * 0.91 = 45.5
+        assert_eq!(w(10), 50);
+        assert_eq!(w(60), 50);
+        assert_eq!(ramp_weight(1, Some(t0), t0, ramp), 1, "never below 1");
+        assert_eq!(ramp_weight(50, None, t0, ramp), 50, "not ramping");
+        assert_eq!(ramp_weight(50, Some(t0), t0, None), 50, "slow start off");
     }
 }

@@ -55,7 +55,9 @@ pub(in crate::actors) use self::table::{Counters, Epoch, Pending, State, TaskNo}
 use self::dispatch::list_cancelled_twin;
 use self::table::TaskTable;
 use self::timing::Timer;
-use super::inbox::{Inbox, InboxReady, InboxSender};
+#[cfg(test)]
+use super::inbox::InboxSender;
+use super::inbox::{Inbox, InboxReady};
 use super::protocol::*;
 use super::timers::TimerStore;
 use crate::algo::policy::{Decision, Ended, RetryPolicy};
