@@ -34,6 +34,7 @@
 //! ```
 
 mod headers;
+mod mode;
 mod raw;
 mod redis;
 #[cfg(test)]
@@ -52,6 +53,7 @@ use crate::algo::budget::BudgetConfig;
 use crate::algo::strategy::LeastLoadWeights;
 
 pub use headers::{ConfigHeader, HeaderSet, Secret};
+pub use mode::Mode;
 pub use redis::{OnDown, RedisConfig, SharedMode};
 pub use tls::{CaFile, TlsConfig};
 pub use validate::ConfigError;
@@ -86,41 +88,6 @@ impl Config {
     pub fn service(&self, name: &str) -> Option<&ServiceConfig> {
         let name = name.to_lowercase();
         self.services.iter().find(|s| s.name.to_lowercase() == name)
-    }
-}
-
-/// How a service picks the node for each task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    /// Each eligible node in turn (seed alias `Poll`).
-    RoundRobin,
-    /// nginx's smooth weighted round robin (seed alias `Weight`).
-    Weighted,
-    /// Lowest `0.5·in_flight/max + 0.3·EWMA latency + 0.2·error rate`.
-    LeastLoad,
-    /// Power of two choices on peak-EWMA cost (the default).
-    P2c,
-    /// Hash ring on the task's affinity key; p2c for tasks without one.
-    ConsistentHash,
-}
-
-impl Mode {
-    /// Parses a mode name, case-insensitively, with the seed's aliases.
-    pub fn parse(s: &str) -> Option<Mode> {
-        let norm: String = s
-            .chars()
-            .filter(|c| *c != '_' && *c != '-' && *c != ' ')
-            .collect::<String>()
-            .to_ascii_lowercase();
-        Some(match norm.as_str() {
-            "roundrobin" | "poll" | "rr" => Mode::RoundRobin,
-            "weighted" | "weight" | "weightedroundrobin" => Mode::Weighted,
-            "leastload" | "leastloaded" => Mode::LeastLoad,
-            "p2c" | "poweroftwochoices" => Mode::P2c,
-            "consistenthash" | "hash" => Mode::ConsistentHash,
-            _ => return None,
-        })
     }
 }
 
