@@ -61,6 +61,7 @@ pub(crate) use validate::{clamp_weight, normalize_address};
 
 /// A validated engine configuration: one entry per named service.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Config {
     /// The services, in file order; names are unique.
     pub services: Vec<ServiceConfig>,
@@ -94,6 +95,7 @@ impl Config {
 /// What `submit` does when a service's queue is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum OnFull {
     /// Answer a `QueueFull` rejection at once (default).
     Reject,
@@ -104,6 +106,7 @@ pub enum OnFull {
 /// What happens to tasks when every node's breaker is open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum OnAllOpen {
     /// Reject with `CircuitOpen` saying when the first breaker half-opens (default).
     FailFast,
@@ -114,6 +117,7 @@ pub enum OnAllOpen {
 /// What happens to a task when no token is available.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum OnLimit {
     /// Keep it queued; the balancer wakes when the next token is due (default).
     Wait,
@@ -123,6 +127,7 @@ pub enum OnLimit {
 
 /// One backend endpoint of a service.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct EndpointConfig {
     /// Base URL, `http(s)://host:port/prefix/`, always ending in `/`.
     pub address: String,
@@ -163,10 +168,17 @@ impl EndpointConfig {
         self.max_concurrent = max;
         self
     }
+
+    /// Sets whether it takes traffic.
+    pub fn active(mut self, active: bool) -> Self {
+        self.active = active;
+        self
+    }
 }
 
 /// Retry policy of a service.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RetryConfig {
     /// Retries after the first attempt (default 3).
     pub max_retries: u32,
@@ -182,6 +194,7 @@ pub struct RetryConfig {
 
 /// The bounded queue of a service.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct QueueConfig {
     /// Tasks waiting (ready or in backoff) at most (default 10 000).
     pub capacity: usize,
@@ -195,6 +208,7 @@ pub struct QueueConfig {
 
 /// Balancer settings of a service.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct BalancerConfig {
     /// How often every node is asked for its load (`GetLoad`, default 1 s).
     pub refresh_interval: Duration,
@@ -216,6 +230,7 @@ pub struct BalancerConfig {
 
 /// Circuit-breaker settings of a service (each node has its own breaker).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct BreakerSettings {
     /// Whether nodes have breakers at all (default true).
     pub enabled: bool,
@@ -234,6 +249,7 @@ pub struct BreakerSettings {
 
 /// Token-bucket parameters.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct BucketConfig {
     /// Tokens per second (> 0).
     pub rate: f64,
@@ -241,8 +257,17 @@ pub struct BucketConfig {
     pub burst: u32,
 }
 
+impl BucketConfig {
+    /// A bucket of `rate` tokens per second holding `burst` at most, as
+    /// given (a config file's buckets are checked by [`Config::from_json`]).
+    pub fn new(rate: f64, burst: u32) -> Self {
+        Self { rate, burst }
+    }
+}
+
 /// Rate limits of a service.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RateLimitConfig {
     /// A bucket per node.
     pub per_node: Option<BucketConfig>,
@@ -257,6 +282,7 @@ pub struct RateLimitConfig {
 
 /// A canned response returned, marked as a fallback, on open circuits or rate limits.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct FallbackConfig {
     /// Status code (default 200).
     pub status: u16,
@@ -268,6 +294,7 @@ pub struct FallbackConfig {
 
 /// Active health checking of a service's nodes.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct HealthCheckConfig {
     /// Path (relative to each endpoint) to GET (default `health`).
     pub path: String,
@@ -283,6 +310,7 @@ pub struct HealthCheckConfig {
 
 /// When to send a hedged second attempt.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub enum HedgeAfter {
     /// After a fixed delay.
     Delay(Duration),
@@ -292,6 +320,7 @@ pub enum HedgeAfter {
 
 /// One named service: a pool of endpoints and its policies.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ServiceConfig {
     /// Unique name that tasks address; names match case-insensitively (a
     /// task for `"did"` reaches service `"Did"`), as in the seed.

@@ -30,8 +30,10 @@ pub(crate) use endpoints::{clamp_weight, normalize_address};
 
 /// Why a config was refused. Each variant names where the problem is.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// The file could not be read.
+    #[non_exhaustive]
     #[error("cannot read config file {path}: {message}")]
     Io {
         /// The path given.
@@ -40,6 +42,7 @@ pub enum ConfigError {
         message: String,
     },
     /// The text is not JSON.
+    #[non_exhaustive]
     #[error("malformed config JSON at line {line}, column {column}: {message}")]
     Json {
         /// 1-based line.
@@ -50,6 +53,7 @@ pub enum ConfigError {
         message: String,
     },
     /// A top-level problem (no services, unknown top-level field).
+    #[non_exhaustive]
     #[error("config: field `{field}`: {message}")]
     Top {
         /// The field.
@@ -58,6 +62,7 @@ pub enum ConfigError {
         message: String,
     },
     /// A problem inside one service.
+    #[non_exhaustive]
     #[error("service {service:?}: field `{field}`: {message}")]
     Service {
         /// The service's name (or `#index` when it has none).

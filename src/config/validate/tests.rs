@@ -137,3 +137,39 @@ fn durations_are_human_strings() {
     assert_eq!(s.endpoints[0].address, "https://h:8443/v1/");
     assert_eq!(s.mode, Mode::P2c);
 }
+
+#[test]
+fn an_unknown_mode_lists_the_modes() {
+    let e =
+        err(r#"{"services":[{"name":"a","mode":"random","endpoints":[{"address":"http://h/"}]}]}"#);
+    assert_eq!(
+        e,
+        r#"service "a": field `mode`: unknown mode "random" (expected round_robin/Poll, weighted/Weight, least_load, p2c, consistent_hash)"#
+    );
+}
+
+#[test]
+fn every_duration_is_bounded_before_any_section_is_checked() {
+    // A zero backoff (retry) and an unbounded breaker duration: the bound,
+    // checked for every section first, is the error reported.
+    let e = err(
+        r#"{"services":[{"name":"a","retry":{"backoff_base":"0s"},"breaker":{"open_for":"18446744073709551615s"},"endpoints":[{"address":"http://h/"}]}]}"#,
+    );
+    assert!(e.contains("field `breaker.open_for`"), "{e}");
+    // Then section by section: retry before breaker.
+    let e = err(
+        r#"{"services":[{"name":"a","retry":{"backoff_base":"0s"},"breaker":{"open_for":"0s"},"endpoints":[{"address":"http://h/"}]}]}"#,
+    );
+    assert!(e.contains("field `retry.backoff_base`"), "{e}");
+}
+
+#[test]
+fn endpoint_builders_set_their_fields() {
+    let e = EndpointConfig::new("http://h/")
+        .weight(3)
+        .max_concurrent(7)
+        .active(false);
+    assert_eq!((e.weight, e.max_concurrent, e.active), (3, 7, false));
+    let b = BucketConfig::new(2.5, 4);
+    assert_eq!((b.rate, b.burst), (2.5, 4));
+}
