@@ -16,7 +16,8 @@ use actix_dispatch::algo::breaker::{Breaker, BreakerConfig, CallOutcome};
 use actix_dispatch::algo::ewma::PeakEwma;
 use actix_dispatch::algo::limiter::TokenBucket;
 use actix_dispatch::algo::strategy::{
-    build, hash_key, Candidate, LeastLoadWeights, Member, StrategyKind,
+    hash_key, Candidate, ConsistentHash, LeastLoad, LeastLoadWeights, Member, P2c, RoundRobin,
+    SmoothWeighted, Strategy,
 };
 use actix_dispatch::Instant;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
@@ -33,16 +34,14 @@ fn config() -> Criterion {
         .without_plots()
 }
 
-fn kinds() -> [(&'static str, StrategyKind); 5] {
+/// One of each strategy, its random draws seeded.
+fn each() -> [Box<dyn Strategy>; 5] {
     [
-        ("round_robin", StrategyKind::RoundRobin),
-        ("weighted", StrategyKind::Weighted),
-        (
-            "least_load",
-            StrategyKind::LeastLoad(LeastLoadWeights::default()),
-        ),
-        ("p2c", StrategyKind::P2c),
-        ("consistent_hash", StrategyKind::ConsistentHash),
+        Box::new(RoundRobin::new()),
+        Box::new(SmoothWeighted::new()),
+        Box::new(LeastLoad::new(LeastLoadWeights::default())),
+        Box::new(P2c::with_seed(42)),
+        Box::new(ConsistentHash::with_seed(42)),
     ]
 }
 
@@ -89,11 +88,15 @@ fn pool(n: usize) -> (Vec<Member>, Vec<Candidate>) {
 
 fn strategies(c: &mut Criterion) {
     let keys: Vec<u64> = (0..1024).map(|i| hash_key(&format!("user-{i}"))).collect();
-    for (name, kind) in kinds() {
+    for name in each().map(|s| s.name()) {
         let mut group = c.benchmark_group(format!("pick/{name}"));
         for n in SIZES {
             let (members, cands) = pool(n);
-            let mut s = build(&kind, &members, Some(42));
+            let mut s = each()
+                .into_iter()
+                .find(|s| s.name() == name)
+                .expect("one strategy of each name");
+            s.rebuild(&members);
             let mut k = 0usize;
             group.bench_with_input(BenchmarkId::from_parameter(n), &cands, |b, cands| {
                 b.iter(|| {

@@ -327,11 +327,9 @@ fn addresses(c: &Case) -> Vec<String> {
 }
 
 fn endpoint(c: &Case, address: &str, weight: u32) -> EndpointConfig {
-    EndpointConfig {
-        weight,
-        max_concurrent: c.max_concurrent,
-        ..EndpointConfig::new(address)
-    }
+    EndpointConfig::new(address)
+        .weight(weight)
+        .max_concurrent(c.max_concurrent)
 }
 
 fn config_with(c: &Case, endpoints: &[String]) -> Config {

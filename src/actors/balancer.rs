@@ -42,8 +42,8 @@ use super::nodeset::{NodeSet, Tuning};
 use super::protocol::*;
 use super::view::{Health, Mirror, NodeView};
 use crate::algo::limiter::TokenBucket;
-use crate::algo::strategy::{self, Member, Strategy, StrategyKind};
-use crate::config::{EndpointConfig, Mode, OnAllOpen, OnLimit, ServiceConfig};
+use crate::algo::strategy::{Member, Strategy};
+use crate::config::{EndpointConfig, OnAllOpen, OnLimit, ServiceConfig};
 use crate::stats::NodeStats;
 use crate::transport::TransportFactory;
 use crate::Rejection;
@@ -87,16 +87,6 @@ pub struct BalancerActor {
     pub(super) shared: Option<crate::redis::ServiceShare>,
 }
 
-pub(crate) fn strategy_kind(cfg: &ServiceConfig) -> StrategyKind {
-    match cfg.mode {
-        Mode::RoundRobin => StrategyKind::RoundRobin,
-        Mode::Weighted => StrategyKind::Weighted,
-        Mode::LeastLoad => StrategyKind::LeastLoad(cfg.balancer.least_load),
-        Mode::P2c => StrategyKind::P2c,
-        Mode::ConsistentHash => StrategyKind::ConsistentHash,
-    }
-}
-
 impl BalancerActor {
     /// Builds the balancer, answering to `queue`, and starts one supervised
     /// node per endpoint.
@@ -111,7 +101,8 @@ impl BalancerActor {
         let now = Instant::now();
         let service: Arc<str> = cfg.name.as_str().into();
         let members: Vec<Member> = Vec::new();
-        let strategy = strategy::build(&strategy_kind(&cfg), &members, cfg.balancer.seed);
+        let mut strategy = cfg.mode.strategy(&cfg.balancer);
+        strategy.rebuild(&members);
         let tuning = Tuning {
             probes: cfg.breaker.breaker.half_open_probes,
             ramp: cfg

@@ -58,6 +58,7 @@ impl fmt::Debug for Secret {
 
 /// One configured header.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ConfigHeader {
     /// Its name.
     pub name: HeaderName,

@@ -34,6 +34,7 @@
 //! ```
 
 mod headers;
+mod mode;
 mod raw;
 mod redis;
 #[cfg(test)]
@@ -52,6 +53,7 @@ use crate::algo::budget::BudgetConfig;
 use crate::algo::strategy::LeastLoadWeights;
 
 pub use headers::{ConfigHeader, HeaderSet, Secret};
+pub use mode::Mode;
 pub use redis::{OnDown, RedisConfig, SharedMode};
 pub use tls::{CaFile, TlsConfig};
 pub use validate::ConfigError;
@@ -59,6 +61,7 @@ pub(crate) use validate::{clamp_weight, normalize_address};
 
 /// A validated engine configuration: one entry per named service.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Config {
     /// The services, in file order; names are unique.
     pub services: Vec<ServiceConfig>,
@@ -89,44 +92,10 @@ impl Config {
     }
 }
 
-/// How a service picks the node for each task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    /// Each eligible node in turn (seed alias `Poll`).
-    RoundRobin,
-    /// nginx's smooth weighted round robin (seed alias `Weight`).
-    Weighted,
-    /// Lowest `0.5·in_flight/max + 0.3·EWMA latency + 0.2·error rate`.
-    LeastLoad,
-    /// Power of two choices on peak-EWMA cost (the default).
-    P2c,
-    /// Hash ring on the task's affinity key; p2c for tasks without one.
-    ConsistentHash,
-}
-
-impl Mode {
-    /// Parses a mode name, case-insensitively, with the seed's aliases.
-    pub fn parse(s: &str) -> Option<Mode> {
-        let norm: String = s
-            .chars()
-            .filter(|c| *c != '_' && *c != '-' && *c != ' ')
-            .collect::<String>()
-            .to_ascii_lowercase();
-        Some(match norm.as_str() {
-            "roundrobin" | "poll" | "rr" => Mode::RoundRobin,
-            "weighted" | "weight" | "weightedroundrobin" => Mode::Weighted,
-            "leastload" | "leastloaded" => Mode::LeastLoad,
-            "p2c" | "poweroftwochoices" => Mode::P2c,
-            "consistenthash" | "hash" => Mode::ConsistentHash,
-            _ => return None,
-        })
-    }
-}
-
 /// What `submit` does when a service's queue is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum OnFull {
     /// Answer a `QueueFull` rejection at once (default).
     Reject,
@@ -137,6 +106,7 @@ pub enum OnFull {
 /// What happens to tasks when every node's breaker is open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum OnAllOpen {
     /// Reject with `CircuitOpen` saying when the first breaker half-opens (default).
     FailFast,
@@ -147,6 +117,7 @@ pub enum OnAllOpen {
 /// What happens to a task when no token is available.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum OnLimit {
     /// Keep it queued; the balancer wakes when the next token is due (default).
     Wait,
@@ -156,6 +127,7 @@ pub enum OnLimit {
 
 /// One backend endpoint of a service.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct EndpointConfig {
     /// Base URL, `http(s)://host:port/prefix/`, always ending in `/`.
     pub address: String,
@@ -196,10 +168,17 @@ impl EndpointConfig {
         self.max_concurrent = max;
         self
     }
+
+    /// Sets whether it takes traffic.
+    pub fn active(mut self, active: bool) -> Self {
+        self.active = active;
+        self
+    }
 }
 
 /// Retry policy of a service.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RetryConfig {
     /// Retries after the first attempt (default 3).
     pub max_retries: u32,
@@ -215,6 +194,7 @@ pub struct RetryConfig {
 
 /// The bounded queue of a service.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct QueueConfig {
     /// Tasks waiting (ready or in backoff) at most (default 10 000).
     pub capacity: usize,
@@ -228,6 +208,7 @@ pub struct QueueConfig {
 
 /// Balancer settings of a service.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct BalancerConfig {
     /// How often every node is asked for its load (`GetLoad`, default 1 s).
     pub refresh_interval: Duration,
@@ -249,6 +230,7 @@ pub struct BalancerConfig {
 
 /// Circuit-breaker settings of a service (each node has its own breaker).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct BreakerSettings {
     /// Whether nodes have breakers at all (default true).
     pub enabled: bool,
@@ -267,6 +249,7 @@ pub struct BreakerSettings {
 
 /// Token-bucket parameters.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct BucketConfig {
     /// Tokens per second (> 0).
     pub rate: f64,
@@ -274,8 +257,17 @@ pub struct BucketConfig {
     pub burst: u32,
 }
 
+impl BucketConfig {
+    /// A bucket of `rate` tokens per second holding `burst` at most, as
+    /// given (a config file's buckets are checked by [`Config::from_json`]).
+    pub fn new(rate: f64, burst: u32) -> Self {
+        Self { rate, burst }
+    }
+}
+
 /// Rate limits of a service.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RateLimitConfig {
     /// A bucket per node.
     pub per_node: Option<BucketConfig>,
@@ -290,6 +282,7 @@ pub struct RateLimitConfig {
 
 /// A canned response returned, marked as a fallback, on open circuits or rate limits.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct FallbackConfig {
     /// Status code (default 200).
     pub status: u16,
@@ -301,6 +294,7 @@ pub struct FallbackConfig {
 
 /// Active health checking of a service's nodes.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct HealthCheckConfig {
     /// Path (relative to each endpoint) to GET (default `health`).
     pub path: String,
@@ -316,6 +310,7 @@ pub struct HealthCheckConfig {
 
 /// When to send a hedged second attempt.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub enum HedgeAfter {
     /// After a fixed delay.
     Delay(Duration),
@@ -325,6 +320,7 @@ pub enum HedgeAfter {
 
 /// One named service: a pool of endpoints and its policies.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ServiceConfig {
     /// Unique name that tasks address; names match case-insensitively (a
     /// task for `"did"` reaches service `"Did"`), as in the seed.

@@ -34,6 +34,7 @@ pub(crate) struct RawTls {
 
 /// Validated TLS settings.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct TlsConfig {
     /// Extra trusted authorities, loaded from `ca_file`.
     pub ca: Option<CaFile>,
@@ -43,6 +44,7 @@ pub struct TlsConfig {
 
 /// The certificates of a `ca_file`, read when the config was loaded.
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CaFile {
     /// The path given.
     pub path: String,

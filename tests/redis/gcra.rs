@@ -21,10 +21,7 @@ async fn gcra_script_is_exact_under_a_forced_now() {
 
     // A fresh bucket admits exactly its burst at one instant (rate 10,
     // burst 5); the next token is due one interval (100 ms) later.
-    let b = BucketConfig {
-        rate: 10.0,
-        burst: 5,
-    };
+    let b = BucketConfig::new(10.0, 5);
     let keys = vec![("t:{a}:rl".to_string(), b)];
     let t = take_tokens(&mut con, &keys, 7, Some(base)).await.unwrap();
     assert_eq!(t.granted, 5);
@@ -54,7 +51,7 @@ async fn gcra_script_is_exact_under_a_forced_now() {
     // Steady overload (arrivals every T/2): burst + n admitted, as the
     // local bucket's test says; and arrival by arrival the same answers.
     for (i, burst) in [1u32, 4, 25].into_iter().enumerate() {
-        let b = BucketConfig { rate: 100.0, burst };
+        let b = BucketConfig::new(100.0, burst);
         let keys = vec![(format!("t:{{s{i}}}:rl"), b)];
         let t0 = tokio::time::Instant::now();
         let mut local = TokenBucket::new(100.0, burst, t0);
@@ -73,10 +70,7 @@ async fn gcra_script_is_exact_under_a_forced_now() {
     }
 
     // Irregular gaps (rate 250/s: T = 4 ms exactly in µs and ns).
-    let b = BucketConfig {
-        rate: 250.0,
-        burst: 3,
-    };
+    let b = BucketConfig::new(250.0, 3);
     let keys = vec![("t:{g}:rl".to_string(), b)];
     let t0 = tokio::time::Instant::now();
     let mut local = TokenBucket::new(250.0, 3, t0);
@@ -92,14 +86,8 @@ async fn gcra_script_is_exact_under_a_forced_now() {
 
     // Atomic over several buckets (a service's and a node's): tokens are
     // taken from both or neither.
-    let svc = BucketConfig {
-        rate: 10.0,
-        burst: 2,
-    };
-    let node = BucketConfig {
-        rate: 100.0,
-        burst: 5,
-    };
+    let svc = BucketConfig::new(10.0, 2);
+    let node = BucketConfig::new(100.0, 5);
     let keys = vec![
         ("t:{m}:rl".to_string(), svc),
         ("t:{m}:node".to_string(), node),
@@ -135,20 +123,8 @@ async fn gcra_script_takes_from_both_buckets_or_neither() {
 
     // The node's bucket is empty: nothing is taken from the service's.
     let keys = vec![
-        (
-            "n:{e}:rl".to_string(),
-            BucketConfig {
-                rate: 100.0,
-                burst: 10,
-            },
-        ),
-        (
-            "n:{e}:rl:node".to_string(),
-            BucketConfig {
-                rate: 10.0,
-                burst: 1,
-            },
-        ),
+        ("n:{e}:rl".to_string(), BucketConfig::new(100.0, 10)),
+        ("n:{e}:rl:node".to_string(), BucketConfig::new(10.0, 1)),
     ];
     let (g, _) = take_many(&mut con, &keys, &[one(1, 1)], Some(base))
         .await
@@ -180,27 +156,9 @@ async fn gcra_script_takes_from_both_buckets_or_neither() {
 
     // Two nodes' asks share the service's bucket (burst 4): turns, 2 each.
     let keys = vec![
-        (
-            "n:{t}:rl".to_string(),
-            BucketConfig {
-                rate: 10.0,
-                burst: 4,
-            },
-        ),
-        (
-            "n:{t}:rl:a".to_string(),
-            BucketConfig {
-                rate: 100.0,
-                burst: 10,
-            },
-        ),
-        (
-            "n:{t}:rl:b".to_string(),
-            BucketConfig {
-                rate: 100.0,
-                burst: 10,
-            },
-        ),
+        ("n:{t}:rl".to_string(), BucketConfig::new(10.0, 4)),
+        ("n:{t}:rl:a".to_string(), BucketConfig::new(100.0, 10)),
+        ("n:{t}:rl:b".to_string(), BucketConfig::new(100.0, 10)),
     ];
     let asks = [
         Ask {
@@ -217,14 +175,8 @@ async fn gcra_script_takes_from_both_buckets_or_neither() {
 
     // Arrival by arrival, the same answers as two local buckets checked
     // together (service 50/s burst 3, node 20/s burst 2, every 7 ms).
-    let svc = BucketConfig {
-        rate: 50.0,
-        burst: 3,
-    };
-    let node = BucketConfig {
-        rate: 20.0,
-        burst: 2,
-    };
+    let svc = BucketConfig::new(50.0, 3);
+    let node = BucketConfig::new(20.0, 2);
     let keys = vec![
         ("n:{s}:rl".to_string(), svc),
         ("n:{s}:rl:node".to_string(), node),

@@ -7,13 +7,17 @@
 //! candidate. Strategies are pure: no I/O, no clock, randomness injected
 //! through a seed, so each can be tested with exact expected sequences.
 //!
-//! | [`StrategyKind`] | struct | origin |
+//! | [`Mode`](crate::Mode) | struct | origin |
 //! | --- | --- | --- |
 //! | `RoundRobin` | [`RoundRobin`] | classic rotation |
 //! | `Weighted` | [`SmoothWeighted`] | nginx smooth weighted round robin |
-//! | `LeastLoad(w)` | [`LeastLoad`] | weighted score of load, latency, errors |
+//! | `LeastLoad` | [`LeastLoad`] | weighted score of load, latency, errors |
 //! | `P2c` | [`P2c`] | power of two choices (Mitzenmacher; tower, linkerd, Finagle) |
 //! | `ConsistentHash` | [`ConsistentHash`] | ketama hash ring (Karger et al.) |
+//!
+//! A service's mode becomes its strategy in one place, the mode table of
+//! `config/mode.rs`, which builds each from the service's balancer settings
+//! (least-load weights, the seed).
 //!
 //! Strategies that keep per-node state learn the pool through
 //! [`Strategy::rebuild`] with one [`Member`] per node, in the same order as
@@ -26,7 +30,8 @@
 //!     Member { key: "10.0.0.1:80".into(), weight: 5 },
 //!     Member { key: "10.0.0.2:80".into(), weight: 1 },
 //! ];
-//! let mut strategy = build(&StrategyKind::Weighted, &members, None);
+//! let mut strategy = SmoothWeighted::new();
+//! strategy.rebuild(&members);
 //! let nodes = vec![Candidate::new(5, 10), Candidate::new(1, 10)];
 //! let index = strategy.pick(&nodes, None); // Some(0) five times in six
 //! let sticky = strategy.pick(&nodes, Some(hash_key("user-42")));
@@ -108,41 +113,6 @@ pub trait Strategy: Send + std::fmt::Debug {
     fn pick(&mut self, nodes: &[Candidate], affinity: Option<u64>) -> Option<usize>;
 }
 
-/// Which strategy to build.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StrategyKind {
-    /// [`RoundRobin`].
-    RoundRobin,
-    /// [`SmoothWeighted`] (nginx smooth weighted round robin).
-    Weighted,
-    /// [`LeastLoad`] with the given score weights.
-    LeastLoad(LeastLoadWeights),
-    /// [`P2c`] (power of two choices on peak-EWMA cost).
-    P2c,
-    /// [`ConsistentHash`] (hash ring; P2C for tasks without affinity).
-    ConsistentHash,
-}
-
-/// Builds a strategy of the given kind for `members`. With `seed`, every
-/// random draw is reproducible; without, randomness is seeded from entropy.
-pub fn build(kind: &StrategyKind, members: &[Member], seed: Option<u64>) -> Box<dyn Strategy> {
-    let mut strategy: Box<dyn Strategy> = match kind {
-        StrategyKind::RoundRobin => Box::new(RoundRobin::new()),
-        StrategyKind::Weighted => Box::new(SmoothWeighted::new()),
-        StrategyKind::LeastLoad(weights) => Box::new(LeastLoad::new(*weights)),
-        StrategyKind::P2c => Box::new(match seed {
-            Some(seed) => P2c::with_seed(seed),
-            None => P2c::new(),
-        }),
-        StrategyKind::ConsistentHash => Box::new(match seed {
-            Some(seed) => ConsistentHash::with_seed(seed),
-            None => ConsistentHash::new(),
-        }),
-    };
-    strategy.rebuild(members);
-    strategy
-}
-
 /// Stable 64-bit hash of an affinity key: FNV-1a over the UTF-8 bytes,
 /// followed by the MurmurHash3 `fmix64` finalizer so that similar keys
 /// (`"node#1"`, `"node#2"`) land far apart. Unlike std's `DefaultHasher`,
@@ -175,14 +145,19 @@ mod tests {
     use proptest::prelude::{any, prop, prop_assert, proptest};
     use proptest::strategy::Strategy as _;
 
-    fn kinds() -> Vec<StrategyKind> {
-        vec![
-            StrategyKind::RoundRobin,
-            StrategyKind::Weighted,
-            StrategyKind::LeastLoad(LeastLoadWeights::default()),
-            StrategyKind::P2c,
-            StrategyKind::ConsistentHash,
-        ]
+    /// One of each strategy, seeded when `seed` is given, knowing `members`.
+    fn each(members: &[Member], seed: Option<u64>) -> Vec<Box<dyn Strategy>> {
+        let mut all: Vec<Box<dyn Strategy>> = vec![
+            Box::new(RoundRobin::new()),
+            Box::new(SmoothWeighted::new()),
+            Box::new(LeastLoad::new(LeastLoadWeights::default())),
+            Box::new(seed.map_or_else(P2c::new, P2c::with_seed)),
+            Box::new(seed.map_or_else(ConsistentHash::new, ConsistentHash::with_seed)),
+        ];
+        for s in &mut all {
+            s.rebuild(members);
+        }
+        all
     }
 
     fn members(n: usize) -> Vec<Member> {
@@ -223,10 +198,10 @@ mod tests {
     }
 
     #[test]
-    fn build_returns_each_kind() {
-        let names: Vec<&str> = kinds()
+    fn each_strategy_picks_only_the_eligible() {
+        let names: Vec<&str> = each(&members(3), Some(1))
             .iter()
-            .map(|k| build(k, &members(3), Some(1)).name())
+            .map(|s| s.name())
             .collect();
         assert_eq!(
             names,
@@ -238,8 +213,7 @@ mod tests {
                 "consistent_hash"
             ]
         );
-        for kind in kinds() {
-            let mut s = build(&kind, &members(3), None);
+        for mut s in each(&members(3), None) {
             let nodes = vec![Candidate::new(1, 4); 3];
             assert!(s.pick(&nodes, Some(hash_key("k"))).is_some());
             assert!(s.pick(&nodes, None).is_some());
@@ -251,7 +225,7 @@ mod tests {
                 };
                 3
             ];
-            assert_eq!(s.pick(&none, Some(7)), None, "{kind:?}");
+            assert_eq!(s.pick(&none, Some(7)), None, "{}", s.name());
         }
     }
 
@@ -287,8 +261,7 @@ mod tests {
             ),
             seed in any::<u64>(),
         ) {
-            for kind in kinds() {
-                let mut s = build(&kind, &members(rounds[0].0.len()), Some(seed));
+            for mut s in each(&members(rounds[0].0.len()), Some(seed)) {
                 for (nodes, affinity) in &rounds {
                     // Membership changes between rounds, as in a live pool.
                     let ms: Vec<Member> = members(nodes.len())
@@ -300,8 +273,8 @@ mod tests {
                     for _ in 0..4 {
                         let any_eligible = nodes.iter().any(|c| c.eligible);
                         match s.pick(nodes, *affinity) {
-                            Some(i) => prop_assert!(nodes[i].eligible, "{:?} picked {}", kind, i),
-                            None => prop_assert!(!any_eligible, "{:?} found none", kind),
+                            Some(i) => prop_assert!(nodes[i].eligible, "{} picked {}", s.name(), i),
+                            None => prop_assert!(!any_eligible, "{} found none", s.name()),
                         }
                     }
                 }

@@ -1,0 +1,175 @@
+//! The seed format, modes and the errors of bad configs, end to end.
+
+use super::*;
+
+fn err(json: &str) -> String {
+    Config::from_json(json).unwrap_err().to_string()
+}
+
+#[test]
+fn seed_config_loads_unchanged() {
+    let c = Config::from_json(
+        r#"{"ApiServers":[{"Name":"Did","Mode":"Poll","ApiEndPoints":[{"Address":"http://localhost:10100/","Weight":1}]}]}"#,
+    )
+    .unwrap();
+    let s = &c.services[0];
+    assert_eq!(s.name, "Did");
+    assert_eq!(s.mode, Mode::RoundRobin);
+    assert_eq!(s.endpoints[0].address, "http://localhost:10100/");
+    assert_eq!(s.endpoints[0].weight, 1);
+    assert!(s.endpoints[0].active);
+    assert_eq!(s.timeout, Duration::from_secs(5));
+    assert_eq!(s.retry.max_retries, 3);
+    assert_eq!(s.queue.capacity, 10_000);
+}
+
+#[test]
+fn modes_are_case_insensitive_with_aliases() {
+    for (m, want) in [
+        ("poll", Mode::RoundRobin),
+        ("ROUND_ROBIN", Mode::RoundRobin),
+        ("Weight", Mode::Weighted),
+        ("weighted", Mode::Weighted),
+        ("Least_Load", Mode::LeastLoad),
+        ("P2C", Mode::P2c),
+        ("consistent_hash", Mode::ConsistentHash),
+    ] {
+        assert_eq!(Mode::parse(m), Some(want), "{m}");
+    }
+    assert_eq!(Mode::parse("random"), None);
+}
+
+#[test]
+fn weights_clamped_and_a_repeated_address_keeps_its_first_entry() {
+    let c = Config::from_json(
+        r#"{"services":[{"name":"a","endpoints":[
+            {"address":"http://127.0.0.1:1","weight":0},
+            {"address":"http://127.0.0.1:2/","weight":500},
+            {"address":"http://127.0.0.1:1/","weight":3,"max_concurrent":5}]}]}"#,
+    )
+    .unwrap();
+    let e = &c.services[0].endpoints;
+    assert_eq!(e.len(), 2);
+    assert_eq!(e[0].address, "http://127.0.0.1:1/");
+    assert_eq!(e[0].weight, 1);
+    assert_eq!(e[0].max_concurrent, 10);
+    assert_eq!(e[1].weight, 100);
+}
+
+#[test]
+fn bad_configs_name_service_and_field() {
+    let cases = [
+        (
+            r#"{"services":[{"name":"a","mode":"random","endpoints":[{"address":"http://h/"}]}]}"#,
+            r#"service "a": field `mode`"#,
+        ),
+        (
+            r#"{"services":[{"name":"a","endpoints":[]}]}"#,
+            r#"service "a": field `endpoints`"#,
+        ),
+        (
+            r#"{"services":[{"name":"a","endpoints":[{"address":"ftp://h/"}]}]}"#,
+            r#"service "a": field `endpoints[0].address`"#,
+        ),
+        (
+            r#"{"services":[{"name":"a","endpoints":[{"address":"not a url"}]}]}"#,
+            r#"service "a": field `endpoints[0].address`"#,
+        ),
+        (
+            r#"{"services":[{"name":"a","endpoints":[{"address":"http://h/"}]},{"name":"a","endpoints":[{"address":"http://h/"}]}]}"#,
+            r#"service "a": field `name`: duplicate"#,
+        ),
+        (
+            r#"{"services":[{"name":"a","endpoints":[{"address":"http://h/","max_concurrent":0}]}]}"#,
+            r#"service "a": field `endpoints[0].max_concurrent`"#,
+        ),
+        (
+            r#"{"services":[{"name":"a","queue":{"capacity":0},"endpoints":[{"address":"http://h/"}]}]}"#,
+            r#"service "a": field `queue.capacity`"#,
+        ),
+        (
+            r#"{"services":[{"name":"a","colour":"red","endpoints":[{"address":"http://h/"}]}]}"#,
+            r#"service "a": field `colour`"#,
+        ),
+        (
+            r#"{"services":[{"name":"a","endpoints":[{"address":"http://h/","wieght":2}]}]}"#,
+            r#"service "a": field `endpoints[0].wieght`"#,
+        ),
+        (
+            r#"{"services":[{"name":"a","retry":{"max_retries":"x"},"endpoints":[{"address":"http://h/"}]}]}"#,
+            r#"service "a": field `retry.max_retries`"#,
+        ),
+        (
+            r#"{"services":[{"name":"a","timeout":"soon","endpoints":[{"address":"http://h/"}]}]}"#,
+            r#"service "a": field `timeout`"#,
+        ),
+        (
+            r#"{"services":[{"name":"a","breaker":{"failure_rate":1.5},"endpoints":[{"address":"http://h/"}]}]}"#,
+            r#"service "a": field `breaker.failure_rate`"#,
+        ),
+        (
+            r#"{"services":[{"name":"a","rate_limit":{"per_node":{"rate":0,"burst":1}},"endpoints":[{"address":"http://h/"}]}]}"#,
+            r#"service "a": field `rate_limit.per_node.rate`"#,
+        ),
+        (
+            r#"{"services":[{"name":"a","rate_limit":{"service":{"rate":5,"burst":0}},"endpoints":[{"address":"http://h/"}]}]}"#,
+            r#"service "a": field `rate_limit.service.burst`"#,
+        ),
+        (r#"{"services":[{"name":"a","#, "malformed config JSON"),
+        (r#"{"servers":[]}"#, "field `servers`"),
+        (r#"{"services":[]}"#, "field `services`"),
+    ];
+    for (json, want) in cases {
+        let e = err(json);
+        assert!(e.contains(want), "{json}\n  gave: {e}\n  want: {want}");
+    }
+}
+
+#[test]
+fn durations_are_human_strings() {
+    let c = Config::from_json(
+        r#"{"services":[{"name":"a","timeout":"250ms","retry":{"backoff_base":"10ms","backoff_max":"2s"},"endpoints":[{"address":"https://h:8443/v1"}]}]}"#,
+    )
+    .unwrap();
+    let s = &c.services[0];
+    assert_eq!(s.timeout, Duration::from_millis(250));
+    assert_eq!(s.retry.backoff_base, Duration::from_millis(10));
+    assert_eq!(s.endpoints[0].address, "https://h:8443/v1/");
+    assert_eq!(s.mode, Mode::P2c);
+}
+
+#[test]
+fn an_unknown_mode_lists_the_modes() {
+    let e =
+        err(r#"{"services":[{"name":"a","mode":"random","endpoints":[{"address":"http://h/"}]}]}"#);
+    assert_eq!(
+        e,
+        r#"service "a": field `mode`: unknown mode "random" (expected round_robin/Poll, weighted/Weight, least_load, p2c, consistent_hash)"#
+    );
+}
+
+#[test]
+fn every_duration_is_bounded_before_any_section_is_checked() {
+    // A zero backoff (retry) and an unbounded breaker duration: the bound,
+    // checked for every section first, is the error reported.
+    let e = err(
+        r#"{"services":[{"name":"a","retry":{"backoff_base":"0s"},"breaker":{"open_for":"18446744073709551615s"},"endpoints":[{"address":"http://h/"}]}]}"#,
+    );
+    assert!(e.contains("field `breaker.open_for`"), "{e}");
+    // Then section by section: retry before breaker.
+    let e = err(
+        r#"{"services":[{"name":"a","retry":{"backoff_base":"0s"},"breaker":{"open_for":"0s"},"endpoints":[{"address":"http://h/"}]}]}"#,
+    );
+    assert!(e.contains("field `retry.backoff_base`"), "{e}");
+}
+
+#[test]
+fn endpoint_builders_set_their_fields() {
+    let e = EndpointConfig::new("http://h/")
+        .weight(3)
+        .max_concurrent(7)
+        .active(false);
+    assert_eq!((e.weight, e.max_concurrent, e.active), (3, 7, false));
+    let b = BucketConfig::new(2.5, 4);
+    assert_eq!((b.rate, b.burst), (2.5, 4));
+}
