@@ -6,6 +6,7 @@
 
 pub mod backoff;
 pub mod breaker;
+pub mod codel;
 pub mod budget;
 pub mod ewma;
 pub mod limiter;
