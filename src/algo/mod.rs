@@ -7,6 +7,7 @@
 pub mod backoff;
 pub mod breaker;
 pub mod codel;
+pub mod concurrency;
 pub mod budget;
 pub mod ewma;
 pub mod limiter;
