@@ -6,7 +6,7 @@
 //! [`LearnedLimit`] learns the limit from the latencies of the node's own
 //! answers, so the queue stays on our side, where it is managed.
 //!
-//! # Algorithm: Vegas, on window medians, with a drain probe
+//! # Algorithm: Vegas on window means, with slow start and a drain probe
 //!
 //! TCP Vegas (Brakmo and Peterson, 1994; Netflix concurrency-limits'
 //! `VegasLimit`) estimates how many requests wait inside the backend:
@@ -15,27 +15,32 @@
 //! queue = limit * (1 - base / rtt)
 //! ```
 //!
-//! where `base` is the latency with nothing queued and `rtt` the current
-//! one. By Little's law `limit * base / rtt` is the concurrency the backend
-//! actually serves at once, so `queue` counts requests, not a ratio; the
-//! limit is steered to keep it between `alpha = max(1, limit / 20)` and
+//! where `base` is the mean latency with nothing queued and `rtt` the
+//! current one. By Little's law `limit * base / rtt` is the concurrency the
+//! backend actually serves at once, so `queue` counts requests, not a ratio.
+//! The limit is steered to keep it between `alpha = max(1, limit / 20)` and
 //! `beta = 2 * alpha`: more than `beta` lowers the limit by half the excess
-//! over the middle of the band (at least 1, at most halving), less than
-//! `alpha` raises it by the shortfall (at least 1), in between holds. The
-//! dead band is chosen over a gradient (Gradient2, Envoy's
+//! over the middle of the band (at least 1, at most halving it), less than
+//! `alpha` raises it by the shortfall (at least 1), in between it holds.
+//!
+//! Vegas is chosen over a gradient (Gradient2, Envoy's
 //! `minRTT * (1 + buffer) / sample`) because a gradient plus a headroom term
 //! never stands still: under mild overload the term makes it creep up
 //! (concurrency-limits #134). Vegas holds where the queue is small and
-//! positive: the backend is fully used and latency rises by 5-10 %.
+//! positive: the backend is fully used and its latency rises 5-10 %.
 //!
-//! Samples are grouped in windows. A window closes once it holds
-//! `clamp(limit / 2, 4, 64)` outcomes, or after one second with at least
-//! one; the limit changes at most once per window (about once per round
-//! trip, as in TCP). `rtt` is the window's median, robust to the odd slow
-//! answer; `base` is the least window median over the last two probe
-//! periods (median against median, so a backend with variable service times
-//! is not read as queueing). Only samples of requests *sent* since the last
-//! change count, so a window judges the current limit, not the previous one.
+//! Samples are grouped in windows. A window closes once it holds `limit`
+//! outcomes (at least 4), one turn of the limit, or once it is a second old
+//! with at least one; the limit changes at most once per window, about once
+//! per round trip as in TCP. `rtt` is the window's mean latency of
+//! successes: a mean, because a backend with fixed service times shows its
+//! queue to only some of the requests, and Little's law holds for means.
+//! `base` is the least window mean over the current and the previous probe
+//! period (mean against mean, so a backend with variable service times is
+//! not read as queueing). Only successes of requests *sent* at least one
+//! base latency after the last change count: those sent in between are the
+//! burst that filled a raised limit (or the drain of a lowered one) and
+//! queue behind the old load, not the new one.
 //!
 //! # What it is careful about (the complaints of the anchors)
 //!
@@ -45,16 +50,17 @@
 //!   (concurrency-limits #176). [`SampleKind::NodeFailure`] is no latency
 //!   sample either, and a window mostly of failures holds the limit (a sick
 //!   node is the breaker's business).
-//! * **Steady timeouts never grow it** (concurrency-limits #137). A timeout
-//!   counts in the median at its full latency, and a window with any timeout
-//!   does not grow. A backend that hangs on everything pulls the median up
-//!   and the limit down; a few hung requests only stop growth.
+//! * **Steady timeouts never grow it** (concurrency-limits #137, where the
+//!   timeouts' latency became the new normal). A timeout is no latency
+//!   sample; a window with any timeout does not grow, and a window mostly of
+//!   timeouts (a hung backend) cuts the limit by `backoff`, as pushback does.
 //! * **No growth while the node is not used**: a window whose highest
-//!   in-flight count stayed below `limit / 2` does not grow (the Gradient2
+//!   in-flight count stayed below `limit / 2` does not grow (Gradient2's
 //!   rule), so a quiet period does not leave a huge limit behind.
 //! * **Slow start** (vector #7371 ramps too slowly): from `initial`, the
-//!   limit doubles each window until the first sign of queueing, timeout or
-//!   pushback, as TCP's slow start. From 20 that reaches 64 in three windows.
+//!   limit doubles each window until the first queue, timeout or pushback,
+//!   as in TCP's slow start. In the simulation below (64 slots, 20 ms) it
+//!   serves the best fixed limit's throughput from the second 100 ms on.
 //! * **Base drift** (Envoy #11579: minRTT drifts up under sustained load). At
 //!   the Vegas point every request waits behind a small queue, so no window
 //!   shows the unloaded latency, and an expiring minimum would take the
@@ -62,12 +68,15 @@
 //!   the injected rng, so nodes do not probe in step) one window runs at the
 //!   concurrency the backend serves without queueing, by the current
 //!   estimate, less 1/32: `ceil((limit - queue) * 31 / 32)`. That drains the
-//!   backend's queue, refreshes `base`, and the limit is restored.
+//!   backend's queue and refreshes `base`; then the limit is restored. A
+//!   backend that got slower is followed within two periods, when the old
+//!   `base` expires.
 //! * **Probe refusals** (Envoy #8337 and #9007: its probe pins the limit to
-//!   a floor of 3 and answers 503 to the rest). The probe limit is only
-//!   1/32 under what the backend serves at once, so it costs at most 1/32 of
-//!   the throughput of one window in each period, and nothing at all when
-//!   the load leaves that much room.
+//!   a floor of 3 and answers 503 to the rest). The probe runs only 1/32
+//!   under what the backend serves at once, for one window per period: with
+//!   the load at 90 % of capacity it refuses nothing; at 110 %, where the
+//!   excess is refused anyway, it refuses under 5 % more than the rest of
+//!   the time.
 //! * **Pushback**: [`LearnedLimit::on_pushback`] (a 429 or 503) multiplies
 //!   the limit by `backoff` (default 0.9), at most once per `base` latency
 //!   (at least 10 ms), so one burst of rejections is one cut, as one loss
@@ -83,9 +92,9 @@
 //! let t0 = Instant::now();
 //! let mut limit = LearnedLimit::with_seed(LearnedLimitConfig::default(), 1, t0);
 //! assert_eq!(limit.limit(), 20);
-//! // Ten answers of requests sent after t0, at 20 in flight, 50 ms each:
+//! // Twenty answers of requests sent at t0, at 20 in flight, 50 ms each:
 //! let now = t0 + Duration::from_millis(50);
-//! for _ in 0..10 {
+//! for _ in 0..20 {
 //!     limit.on_sample(Duration::from_millis(50), 20, SampleKind::Success, now);
 //! }
 //! assert_eq!(limit.limit(), 40); // slow start doubled it
@@ -199,6 +208,7 @@ pub enum SampleKind {
 
 /// Where the limit is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Phase {
     /// Doubling each window until the first sign of congestion.
     SlowStart,
@@ -242,10 +252,10 @@ pub struct LearnedLimit {
     epoch: Instant,
     window_start: Instant,
     window: Window,
-    /// Least window median of this probe period and of the one before.
+    /// Least window mean of this probe period and of the one before.
     base_now: Option<Duration>,
     base_before: Option<Duration>,
-    /// The latest window median and queue estimate, for stats.
+    /// The latest window mean and queue estimate, for stats.
     last_rtt: Option<Duration>,
     last_queue: f64,
     next_probe: Instant,
@@ -319,7 +329,7 @@ impl LearnedLimit {
         }
     }
 
-    /// The median latency of the last closed window.
+    /// The mean latency of the successes of the last closed window.
     pub fn last_rtt(&self) -> Option<Duration> {
         self.last_rtt
     }
@@ -446,7 +456,7 @@ impl LearnedLimit {
         }
         if self.phase == Phase::Probe {
             // The probe window only measures: roll the base periods (this
-            // window's median opens the new one) and restore the limit.
+            // window's mean opens the new one) and restore the limit.
             self.base_before = self.base_now;
             self.base_now = mean;
             self.phase = self.after_probe;

@@ -12,5 +12,6 @@ pub mod budget;
 pub mod ewma;
 pub mod limiter;
 pub mod policy;
+pub mod priority;
 pub mod strategy;
 pub mod time;
