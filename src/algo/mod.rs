@@ -14,4 +14,5 @@ pub mod limiter;
 pub mod policy;
 pub mod priority;
 pub mod strategy;
+pub mod throttle;
 pub mod time;
