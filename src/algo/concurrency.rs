@@ -353,10 +353,9 @@ impl LearnedLimit {
         let sent = now.checked_sub(rtt);
         match kind {
             SampleKind::Ignore => return None,
-            // A request sent before the last change judges an older limit.
             // A request sent before the last change settled judges an older
             // limit.
-            SampleKind::Success if !sent.is_some_and(|s| s >= self.epoch) => return None,
+            SampleKind::Success if sent.is_none_or(|s| s < self.epoch) => return None,
             SampleKind::Success => {
                 self.window.successes += 1;
                 self.window.rtt_sum = time::sum(self.window.rtt_sum, rtt);
@@ -721,7 +720,7 @@ mod tests {
         assert_eq!(l.on_pushback(now - 10 * MS), None);
         assert_eq!(l.on_pushback(now + 50 * MS), Some(32)); // 32.4
         assert_eq!(l.on_pushback(now + 100 * MS), Some(29)); // 29.16
-        // Never under min.
+                                                             // Never under min.
         let mut t = now + 100 * MS;
         for _ in 0..100 {
             t += 50 * MS;
@@ -736,7 +735,7 @@ mod tests {
         let mut l = LearnedLimit::with_seed(cfg(), 1, t0);
         assert_eq!(l.next_probe(), t0 + Duration::from_secs(5));
         let (now, _) = feed(&mut l, 20, 100 * MS, 20, t0); // limit 40, base 100 ms
-        // The backend serves 36 at once: a queue of 4 (beta), held.
+                                                           // The backend serves 36 at once: a queue of 4 (beta), held.
         feed(&mut l, 40, 111 * MS, 40, now + 100 * MS);
         assert_eq!((l.phase(), l.limit()), (Phase::Avoidance, 40));
         // At 5 s a window closes into a probe: queue = 40 * (1 - 100/111)
@@ -922,7 +921,9 @@ mod tests {
             .position(|&n| n * 10 >= BEST_PER_100MS * 8)
             .unwrap();
         assert!(first <= 5, "80 % first reached at {first}00 ms");
-        assert!(run.answers[10..].iter().all(|&n| n * 10 >= BEST_PER_100MS * 8));
+        assert!(run.answers[10..]
+            .iter()
+            .all(|&n| n * 10 >= BEST_PER_100MS * 8));
         let total: u64 = run.answers[10..].iter().sum();
         assert!(total * 100 >= BEST_PER_100MS * 500 * 95, "{total}");
         // No creep and no drift: the limit stays within a small queue of
@@ -978,7 +979,12 @@ mod tests {
             run.probe_arrivals
         );
         // After the first second (slow start), nearly nothing is refused.
-        assert!(run.refused * 100 <= run.arrivals, "{} of {}", run.refused, run.arrivals);
+        assert!(
+            run.refused * 100 <= run.arrivals,
+            "{} of {}",
+            run.refused,
+            run.arrivals
+        );
     }
 
     #[test]
@@ -994,8 +1000,8 @@ mod tests {
         // of its arrivals more than the rest of the time does.
         assert!(run.probes >= 10, "{} probes", run.probes);
         let inside = run.probe_refused as f64 / run.probe_arrivals as f64;
-        let outside = (run.refused - run.probe_refused) as f64
-            / (run.arrivals - run.probe_arrivals) as f64;
+        let outside =
+            (run.refused - run.probe_refused) as f64 / (run.arrivals - run.probe_arrivals) as f64;
         assert!(inside - outside <= 0.05, "{inside} against {outside}");
     }
 }

@@ -6,9 +6,9 @@
 
 pub mod backoff;
 pub mod breaker;
+pub mod budget;
 pub mod codel;
 pub mod concurrency;
-pub mod budget;
 pub mod ewma;
 pub mod limiter;
 pub mod policy;

@@ -74,7 +74,8 @@ pub enum Priority {
 
 impl Priority {
     /// All classes, most important first.
-    pub const ALL: [Priority; CLASSES] = [Priority::Critical, Priority::Default, Priority::Sheddable];
+    pub const ALL: [Priority; CLASSES] =
+        [Priority::Critical, Priority::Default, Priority::Sheddable];
 
     /// The name used in task lines, headers and config: `critical`,
     /// `default` or `sheddable`.
@@ -264,7 +265,9 @@ impl<T> ClassQueues<T> {
     /// shares and then priority, at the end `order` says: `None` only when
     /// nothing waits.
     pub fn pop(&mut self, order: Order) -> Option<(Priority, T)> {
-        let waiting: Vec<usize> = (0..CLASSES).filter(|&c| !self.queues[c].is_empty()).collect();
+        let waiting: Vec<usize> = (0..CLASSES)
+            .filter(|&c| !self.queues[c].is_empty())
+            .collect();
         let first = *waiting.first()?;
         for c in 0..CLASSES {
             if self.queues[c].is_empty() {
@@ -503,7 +506,10 @@ mod tests {
     fn retain_removes_in_every_class() {
         let mut q = filled(PriorityConfig::default(), 4);
         q.retain(|p, &i| p == Critical || i % 2 == 0);
-        assert_eq!((q.len_of(Critical), q.len_of(Normal), q.len_of(Sheddable)), (4, 2, 2));
+        assert_eq!(
+            (q.len_of(Critical), q.len_of(Normal), q.len_of(Sheddable)),
+            (4, 2, 2)
+        );
         q.retain(|_, _| false);
         assert!(q.is_empty());
     }

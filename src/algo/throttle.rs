@@ -261,7 +261,13 @@ mod tests {
             t.record(false, t0);
         }
         let drops: String = (0..20)
-            .map(|_| if t.should_throttle(&mut rng, t0) { 'x' } else { '.' })
+            .map(|_| {
+                if t.should_throttle(&mut rng, t0) {
+                    'x'
+                } else {
+                    '.'
+                }
+            })
             .collect();
         let dropped = drops.matches('x').count() as u64;
         assert_eq!(t.counts(t0), (10 + dropped, 0));
@@ -272,7 +278,13 @@ mod tests {
             t2.record(false, t0);
         }
         let again: String = (0..20)
-            .map(|_| if t2.should_throttle(&mut rng2, t0) { 'x' } else { '.' })
+            .map(|_| {
+                if t2.should_throttle(&mut rng2, t0) {
+                    'x'
+                } else {
+                    '.'
+                }
+            })
             .collect();
         assert_eq!(drops, again);
         assert_eq!(drops, "xxxx.xxx.xxxxxxxxxxx");
@@ -345,7 +357,10 @@ mod tests {
             t.record(ok, now);
         }
         let ratio = sent as f64 / accepted as f64;
-        assert!((1.8..=2.6).contains(&ratio), "sent {sent}, accepted {accepted}");
+        assert!(
+            (1.8..=2.6).contains(&ratio),
+            "sent {sent}, accepted {accepted}"
+        );
         assert!(sent * 100 <= total * 30, "sent {sent} of {total}");
         assert!(accepted * 100 >= 6_000 * 95, "accepted {accepted}");
     }
