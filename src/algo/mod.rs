@@ -7,8 +7,12 @@
 pub mod backoff;
 pub mod breaker;
 pub mod budget;
+pub mod codel;
+pub mod concurrency;
 pub mod ewma;
 pub mod limiter;
 pub mod policy;
+pub mod priority;
 pub mod strategy;
+pub mod throttle;
 pub mod time;

@@ -1,0 +1,598 @@
+//! Queue delay control: CoDel's target and interval, with adaptive LIFO.
+//!
+//! A bounded queue bounds how *many* tasks wait, not how *long*: at twice the
+//! backends' capacity a 10 000-task queue becomes a four-second wait, and
+//! every task served from it is already too late. [`Codel`] bounds the wait
+//! instead, with the controlled-delay queue of Facebook's "Fail at Scale"
+//! (ACM Queue, 2015), itself taken from CoDel (Nichols and Jacobson, RFC
+//! 8289):
+//!
+//! * **Calm**: tasks are served oldest first (FIFO) and none is shed, except
+//!   one that waited longer than the optional `max_wait` (HAProxy's `timeout
+//!   queue`).
+//! * **Overloaded** once the queue has not been empty for a whole `interval`
+//!   (default 100 ms): a queue that never drains in that long is a standing
+//!   queue, not a burst. Now a task that waited longer than `target`
+//!   (default 5 ms) is shed, answered at once with a `retry_after` hint, and
+//!   the newest task is served first (adaptive LIFO): under a standing queue
+//!   the newest task is the one whose caller is most likely still waiting.
+//! * **Back to calm** once an `interval` has passed with nothing shed and the
+//!   queue has been empty at least once in it (and has not since stayed
+//!   non-empty for a whole interval). The hysteresis keeps a queue that
+//!   drains now and then under a mild overload from flapping, so that the
+//!   "entering overload" and "leaving overload" log lines mean something.
+//!
+//! # Why not CoDel's drop schedule
+//!
+//! CoDel drops one packet per `interval / sqrt(count)` and relies on TCP
+//! senders halving their rate at each drop. Tasks come open-loop: nobody
+//! slows down when one is shed, so at twice the capacity the schedule would
+//! need thousands of drops before its rate caught up, and the queue would
+//! grow meanwhile. "Shed what waited past the target while overloaded" keeps
+//! the wait of every served task within `target` from the first moment of
+//! overload, whatever the excess. And CoDel leaves its dropping state when
+//! one served packet's wait is below target, which under LIFO (the newest
+//! waited nothing) and under shedding at the target would be at once; the
+//! queue-empty signal of "Fail at Scale" does not depend on the order of
+//! service or on what was shed.
+//!
+//! # Use by the queue
+//!
+//! The queue calls [`Codel::on_queue_len`] after each change to its ready
+//! queue (it returns the [`Transition`] to log), asks [`Codel::order`] which
+//! end to serve, and [`Codel::on_dequeue`] for each task it takes. The
+//! oldest tasks of a LIFO queue are never taken while newer ones come, so
+//! the queue also sweeps from its oldest end: ask `on_dequeue` about the
+//! oldest task and shed it while the answer is [`Verdict::Shed`]; a `Serve`
+//! answer records nothing, so asking about a task that stays is harmless.
+//! [`Codel::next_change`] and [`Codel::expires_at`] say when to set a timer.
+//!
+//! The module is pure: it reads no clock; every method takes `now`.
+//!
+//! ```
+//! use actix_dispatch::algo::codel::{Codel, CodelConfig, Order, Transition, Verdict};
+//! use tokio::time::{Duration, Instant};
+//!
+//! let t0 = Instant::now();
+//! let ms = |n| t0 + Duration::from_millis(n);
+//! let mut codel = Codel::new(CodelConfig::default());
+//! assert_eq!(codel.on_queue_len(1, t0), None); // the queue is busy from t0
+//! assert_eq!(codel.on_dequeue(t0, ms(50)), Verdict::Serve); // calm: any wait
+//! assert_eq!(codel.on_queue_len(3, ms(100)), Some(Transition::Entered));
+//! assert_eq!(codel.order(ms(100)), Order::Lifo);
+//! assert_eq!(codel.on_dequeue(ms(96), ms(100)), Verdict::Serve); // waited 4 ms
+//! assert_eq!(codel.on_dequeue(ms(90), ms(100)), Verdict::Shed); // waited 10 ms
+//! ```
+
+use tokio::time::{Duration, Instant};
+
+use crate::algo::time;
+
+/// The `retry_after` hint is at most this many intervals.
+const MAX_RETRY_INTERVALS: u32 = 10;
+
+/// Tuning of a [`Codel`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodelConfig {
+    /// While overloaded, a task that waited longer than this is shed.
+    pub target: Duration,
+    /// The queue is overloaded once it has not been empty for this long.
+    pub interval: Duration,
+    /// Serve the newest task first while overloaded (adaptive LIFO).
+    pub lifo: bool,
+    /// A task that waited longer than this is shed even when calm (HAProxy's
+    /// `timeout queue`). `None`: no bound while calm.
+    pub max_wait: Option<Duration>,
+}
+
+impl Default for CodelConfig {
+    /// `target: 5 ms`, `interval: 100 ms` (the numbers of CoDel and of
+    /// "Fail at Scale"), `lifo: true`, `max_wait: None`.
+    ///
+    /// There is no default calm bound: a task's own deadline bounds its
+    /// wait, and a burst that the backends clear within an interval should
+    /// not be shed.
+    fn default() -> Self {
+        CodelConfig {
+            target: Duration::from_millis(5),
+            interval: Duration::from_millis(100),
+            lifo: true,
+            max_wait: None,
+        }
+    }
+}
+
+impl CodelConfig {
+    /// Checks the fields: `target` and `interval` greater than zero and at
+    /// most [`time::MAX_DURATION`], `target <= interval`, `max_wait` (when
+    /// set) greater than zero and bounded. The error names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, d) in [("target", self.target), ("interval", self.interval)] {
+            if d.is_zero() {
+                return Err(format!("{name} must be greater than zero"));
+            }
+            time::bounded(name, d)?;
+        }
+        if self.target > self.interval {
+            return Err(format!(
+                "target ({:?}) must not be longer than interval ({:?})",
+                self.target, self.interval
+            ));
+        }
+        if let Some(w) = self.max_wait {
+            if w.is_zero() {
+                return Err("max_wait must be greater than zero".into());
+            }
+            time::bounded("max_wait", w)?;
+        }
+        Ok(())
+    }
+}
+
+/// What to do with a task taken from the queue, from [`Codel::on_dequeue`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Dispatch it.
+    Serve,
+    /// Answer it at once as overloaded (with [`Codel::retry_after`]).
+    Shed,
+}
+
+/// Which end of the queue to serve, from [`Codel::order`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Oldest first.
+    Fifo,
+    /// Newest first.
+    Lifo,
+}
+
+/// A change of state, for the one log line per change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Transition {
+    /// Calm -> overloaded: the queue has not been empty for an interval.
+    Entered,
+    /// Overloaded -> calm, after being overloaded this long.
+    Left {
+        /// How long the overload lasted.
+        lasted: Duration,
+    },
+}
+
+/// Delay control of one queue. See the [module documentation](self).
+#[derive(Debug, Clone)]
+pub struct Codel {
+    config: CodelConfig,
+    /// The queue has not been empty since; `None` while it is empty.
+    busy_since: Option<Instant>,
+    /// The latest instant the queue was seen empty.
+    last_empty: Option<Instant>,
+    /// Overloaded since (as last committed by `poll`).
+    overloaded: Option<Instant>,
+    /// The latest shed.
+    last_shed: Option<Instant>,
+}
+
+impl Codel {
+    /// Creates the control of an empty, calm queue.
+    ///
+    /// # Panics
+    ///
+    /// If `config` fails [`CodelConfig::validate`].
+    pub fn new(config: CodelConfig) -> Self {
+        if let Err(e) = config.validate() {
+            panic!("invalid CodelConfig: {e}");
+        }
+        Codel {
+            config,
+            busy_since: None,
+            last_empty: None,
+            overloaded: None,
+            last_shed: None,
+        }
+    }
+
+    /// The configuration this control was made with.
+    pub fn config(&self) -> &CodelConfig {
+        &self.config
+    }
+
+    /// Overloaded since when, as of the last [`poll`](Self::poll) (or
+    /// [`on_queue_len`](Self::on_queue_len)); `None` when calm.
+    pub fn congested(&self) -> Option<Instant> {
+        self.overloaded
+    }
+
+    /// Tells the control the ready queue's length after a change (a push, a
+    /// pop, a shed) at `now`, and returns the state change to log, if any.
+    /// Only the changes between empty and non-empty matter, so calling it on
+    /// every change or only on those is the same.
+    pub fn on_queue_len(&mut self, len: usize, now: Instant) -> Option<Transition> {
+        // The time up to `now` is judged with the old emptiness first, so a
+        // queue that drains just after a whole busy interval still counts.
+        let before = self.poll(now);
+        if len == 0 {
+            self.busy_since = None;
+            self.last_empty = Some(now);
+        } else if self.busy_since.is_none() {
+            self.busy_since = Some(now);
+        }
+        before.or_else(|| self.poll(now))
+    }
+
+    /// Commits the state at `now` and returns the change, if any. Call it
+    /// when the timer set from [`next_change`](Self::next_change) fires.
+    pub fn poll(&mut self, now: Instant) -> Option<Transition> {
+        let next = self.state_at(now);
+        match (self.overloaded, next) {
+            (None, Some(_)) => {
+                self.overloaded = next;
+                Some(Transition::Entered)
+            }
+            (Some(since), None) => {
+                self.overloaded = None;
+                Some(Transition::Left {
+                    lasted: now.saturating_duration_since(since),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// When the state would change if nothing else happened: the instant to
+    /// call [`poll`](Self::poll) at. `None`: only a change of the queue can
+    /// change the state.
+    pub fn next_change(&self) -> Option<Instant> {
+        match self.overloaded {
+            None => self.busy_since.map(|b| time::add(b, self.config.interval)),
+            Some(since) => {
+                let quiet = self.quiet_from(since);
+                self.emptied_since(quiet)
+                    .then(|| time::add(quiet, self.config.interval))
+            }
+        }
+    }
+
+    /// Which end of the queue to serve at `now`: LIFO while overloaded (when
+    /// `lifo` is on), FIFO otherwise.
+    pub fn order(&self, now: Instant) -> Order {
+        if self.config.lifo && self.state_at(now).is_some() {
+            Order::Lifo
+        } else {
+            Order::Fifo
+        }
+    }
+
+    /// Judges a task enqueued at `enqueued_at`, taken (or looked at) at
+    /// `now`: shed when it waited longer than the current bound (`target`
+    /// while overloaded, `max_wait` always). A shed is recorded (it keeps
+    /// the queue overloaded); `Serve` records nothing.
+    pub fn on_dequeue(&mut self, enqueued_at: Instant, now: Instant) -> Verdict {
+        let waited = now.saturating_duration_since(enqueued_at);
+        match self.bound(now) {
+            Some(bound) if waited > bound => {
+                self.last_shed = Some(self.last_shed.map_or(now, |s| s.max(now)));
+                Verdict::Shed
+            }
+            _ => Verdict::Serve,
+        }
+    }
+
+    /// The longest wait served at `now`: `target` while overloaded (or
+    /// `max_wait` if shorter), `max_wait` while calm.
+    pub fn bound(&self, now: Instant) -> Option<Duration> {
+        let calm = self.config.max_wait;
+        if self.state_at(now).is_some() {
+            Some(calm.map_or(self.config.target, |w| w.min(self.config.target)))
+        } else {
+            calm
+        }
+    }
+
+    /// The first instant at which a task enqueued at `enqueued_at` would be
+    /// shed under the bound of `now`, for the queue's sweep timer. `None`:
+    /// no bound applies.
+    pub fn expires_at(&self, enqueued_at: Instant, now: Instant) -> Option<Instant> {
+        let bound = self.bound(now)?;
+        // Shed when the wait is strictly longer than the bound.
+        Some(time::add(
+            time::add(enqueued_at, bound),
+            Duration::from_nanos(1),
+        ))
+    }
+
+    /// The hint for the `Overloaded { retry_after }` rejection at `now`:
+    /// one interval, or as long as the overload has lasted, up to ten
+    /// intervals. A long overload is likely to go on, so its callers are
+    /// asked to stay away longer.
+    pub fn retry_after(&self, now: Instant) -> Duration {
+        let interval = self.config.interval;
+        let lasted = self
+            .state_at(now)
+            .map_or(Duration::ZERO, |since| now.saturating_duration_since(since));
+        lasted.clamp(interval, time::mul(interval, MAX_RETRY_INTERVALS))
+    }
+
+    /// Overloaded since when at `now`, from the recorded history; what
+    /// [`poll`](Self::poll) would commit.
+    fn state_at(&self, now: Instant) -> Option<Instant> {
+        let interval = self.config.interval;
+        let busy_long = self
+            .busy_since
+            .map(|b| time::add(b, interval))
+            .filter(|&entered| now >= entered);
+        match self.overloaded {
+            None => busy_long,
+            Some(since) => {
+                let quiet = self.quiet_from(since);
+                let leaves = self.emptied_since(quiet)
+                    && now >= time::add(quiet, interval)
+                    && busy_long.is_none();
+                (!leaves).then_some(since)
+            }
+        }
+    }
+
+    /// The start of the quiet time that ends an overload: its start or its
+    /// latest shed.
+    fn quiet_from(&self, since: Instant) -> Instant {
+        self.last_shed.map_or(since, |s| s.max(since))
+    }
+
+    /// Whether the queue has been empty at some instant from `t` on.
+    fn emptied_since(&self, t: Instant) -> bool {
+        self.busy_since.is_none() || self.last_empty.is_some_and(|e| e >= t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(t0: Instant, ms: u64) -> Instant {
+        t0 + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn default_numbers() {
+        let c = CodelConfig::default();
+        assert_eq!(c.target, Duration::from_millis(5));
+        assert_eq!(c.interval, Duration::from_millis(100));
+        assert!(c.lifo);
+        assert_eq!(c.max_wait, None);
+        assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let bad = |f: fn(&mut CodelConfig)| {
+            let mut c = CodelConfig::default();
+            f(&mut c);
+            c.validate().unwrap_err()
+        };
+        assert!(bad(|c| c.target = Duration::ZERO).contains("target"));
+        assert!(bad(|c| c.interval = Duration::ZERO).contains("interval"));
+        assert!(bad(|c| c.target = Duration::from_secs(1)).contains("target"));
+        assert!(bad(|c| c.max_wait = Some(Duration::ZERO)).contains("max_wait"));
+        let e = bad(|c| c.max_wait = Some(Duration::MAX));
+        assert!(e.contains("max_wait"), "{e}");
+        let e = bad(|c| {
+            c.interval = Duration::MAX;
+            c.target = Duration::from_secs(1);
+        });
+        assert!(e.contains("interval"), "{e}");
+    }
+
+    #[test]
+    fn calm_serves_fifo_whatever_the_wait() {
+        let t0 = Instant::now();
+        let mut c = Codel::new(CodelConfig::default());
+        assert_eq!(c.on_queue_len(1, t0), None);
+        assert_eq!(c.order(t0), Order::Fifo);
+        // A burst drains within the interval: nothing is shed.
+        assert_eq!(c.on_dequeue(t0, at(t0, 99)), Verdict::Serve);
+        assert_eq!(c.on_queue_len(0, at(t0, 99)), None);
+        assert_eq!(c.bound(at(t0, 99)), None);
+        assert_eq!(c.expires_at(t0, at(t0, 99)), None);
+        assert_eq!(c.congested(), None);
+        // Empty: nothing can change until the queue does.
+        assert_eq!(c.next_change(), None);
+        assert_eq!(c.poll(at(t0, 10_000)), None);
+    }
+
+    #[test]
+    fn enters_after_a_busy_interval_exactly() {
+        let t0 = Instant::now();
+        let mut c = Codel::new(CodelConfig::default());
+        c.on_queue_len(4, t0);
+        assert_eq!(c.next_change(), Some(at(t0, 100)));
+        let almost = at(t0, 100) - Duration::from_nanos(1);
+        assert_eq!(c.poll(almost), None);
+        assert_eq!(c.order(almost), Order::Fifo);
+        assert_eq!(c.on_dequeue(t0, almost), Verdict::Serve);
+        assert_eq!(c.poll(at(t0, 100)), Some(Transition::Entered));
+        assert_eq!(c.congested(), Some(at(t0, 100)));
+        assert_eq!(c.poll(at(t0, 100)), None);
+        assert_eq!(c.order(at(t0, 100)), Order::Lifo);
+        // Waited exactly the target: served; a nanosecond more: shed.
+        let now = at(t0, 110);
+        assert_eq!(c.on_dequeue(at(t0, 105), now), Verdict::Serve);
+        let older = at(t0, 105) - Duration::from_nanos(1);
+        assert_eq!(c.on_dequeue(older, now), Verdict::Shed);
+        assert_eq!(
+            c.expires_at(at(t0, 105), now),
+            Some(at(t0, 110) + Duration::from_nanos(1))
+        );
+    }
+
+    #[test]
+    fn a_queue_that_drains_within_the_interval_stays_calm() {
+        let t0 = Instant::now();
+        let mut c = Codel::new(CodelConfig::default());
+        assert_eq!(c.on_queue_len(1, t0), None);
+        assert_eq!(c.on_queue_len(0, at(t0, 50)), None);
+        assert_eq!(c.on_queue_len(2, at(t0, 60)), None);
+        assert_eq!(c.next_change(), Some(at(t0, 160)));
+        assert_eq!(c.poll(at(t0, 150)), None);
+        assert_eq!(c.on_queue_len(3, at(t0, 159)), None);
+        assert_eq!(c.on_queue_len(2, at(t0, 160)), Some(Transition::Entered));
+    }
+
+    #[test]
+    fn a_busy_interval_ending_in_the_drain_still_counts() {
+        let t0 = Instant::now();
+        let mut c = Codel::new(CodelConfig::default());
+        c.on_queue_len(1, t0);
+        // The call that reports the drain comes late: the busy time before
+        // it was a whole interval.
+        assert_eq!(c.on_queue_len(0, at(t0, 120)), Some(Transition::Entered));
+        assert_eq!(c.congested(), Some(at(t0, 100)));
+    }
+
+    #[test]
+    fn leaves_after_a_quiet_interval_with_an_empty_queue() {
+        let t0 = Instant::now();
+        let mut c = Codel::new(CodelConfig::default());
+        c.on_queue_len(5, t0);
+        assert_eq!(c.poll(at(t0, 100)), Some(Transition::Entered));
+        assert_eq!(c.on_dequeue(at(t0, 110), at(t0, 120)), Verdict::Shed);
+        // Drained at 130, but the last shed was at 120: calm from 220.
+        assert_eq!(c.on_queue_len(0, at(t0, 130)), None);
+        assert_eq!(c.next_change(), Some(at(t0, 220)));
+        assert_eq!(c.poll(at(t0, 219)), None);
+        assert_eq!(c.order(at(t0, 219)), Order::Lifo);
+        assert_eq!(c.order(at(t0, 220)), Order::Fifo);
+        assert_eq!(
+            c.poll(at(t0, 220)),
+            Some(Transition::Left {
+                lasted: Duration::from_millis(120)
+            })
+        );
+        assert_eq!(c.congested(), None);
+        assert_eq!(c.on_dequeue(t0, at(t0, 220)), Verdict::Serve);
+    }
+
+    #[test]
+    fn a_queue_that_never_drains_stays_overloaded() {
+        let t0 = Instant::now();
+        let mut c = Codel::new(CodelConfig::default());
+        c.on_queue_len(5, t0);
+        assert_eq!(c.poll(at(t0, 100)), Some(Transition::Entered));
+        // No shed, but no drain either: no change is due.
+        assert_eq!(c.next_change(), None);
+        assert_eq!(c.poll(at(t0, 10_000)), None);
+        assert!(c.congested().is_some());
+    }
+
+    #[test]
+    fn a_drain_ends_it_and_a_new_busy_interval_starts_another() {
+        let t0 = Instant::now();
+        let mut c = Codel::new(CodelConfig::default());
+        c.on_queue_len(5, t0);
+        c.poll(at(t0, 100));
+        assert_eq!(c.on_queue_len(0, at(t0, 150)), None);
+        assert_eq!(c.on_queue_len(1, at(t0, 151)), None);
+        // Quiet since 100 and drained at 150: calm at 200, although busy
+        // again since 151; overloaded again once that lasts an interval.
+        assert_eq!(c.next_change(), Some(at(t0, 200)));
+        assert_eq!(c.poll(at(t0, 199)), None);
+        assert_eq!(
+            c.poll(at(t0, 200)),
+            Some(Transition::Left {
+                lasted: Duration::from_millis(100)
+            })
+        );
+        assert_eq!(c.next_change(), Some(at(t0, 251)));
+        assert_eq!(c.poll(at(t0, 251)), Some(Transition::Entered));
+        assert_eq!(c.congested(), Some(at(t0, 251)));
+    }
+
+    #[test]
+    fn a_late_poll_never_leaves_a_queue_busy_for_an_interval() {
+        let t0 = Instant::now();
+        let mut c = Codel::new(CodelConfig::default());
+        c.on_queue_len(5, t0);
+        c.poll(at(t0, 100));
+        c.on_queue_len(0, at(t0, 150));
+        c.on_queue_len(1, at(t0, 151));
+        // Nobody polled at 200; at 260 the queue has been busy since 151.
+        assert_eq!(c.poll(at(t0, 260)), None);
+        assert_eq!(c.congested(), Some(at(t0, 100)));
+    }
+
+    #[test]
+    fn sheds_within_the_quiet_interval_postpone_leaving() {
+        let t0 = Instant::now();
+        let mut c = Codel::new(CodelConfig::default());
+        c.on_queue_len(5, t0);
+        c.poll(at(t0, 100));
+        c.on_queue_len(0, at(t0, 105));
+        c.on_queue_len(1, at(t0, 106));
+        // A sweep sheds at 180 (served at 150 saw a 3 ms wait: no record).
+        assert_eq!(c.on_dequeue(at(t0, 147), at(t0, 150)), Verdict::Serve);
+        assert_eq!(c.on_dequeue(at(t0, 170), at(t0, 180)), Verdict::Shed);
+        c.on_queue_len(0, at(t0, 190));
+        assert_eq!(c.next_change(), Some(at(t0, 280)));
+        assert_eq!(c.poll(at(t0, 279)), None);
+        assert!(matches!(c.poll(at(t0, 280)), Some(Transition::Left { .. })));
+    }
+
+    #[test]
+    fn max_wait_bounds_a_calm_queue() {
+        let t0 = Instant::now();
+        let cfg = CodelConfig {
+            max_wait: Some(Duration::from_millis(50)),
+            ..CodelConfig::default()
+        };
+        let mut c = Codel::new(cfg);
+        c.on_queue_len(1, t0);
+        assert_eq!(c.bound(at(t0, 10)), Some(Duration::from_millis(50)));
+        assert_eq!(c.on_dequeue(t0, at(t0, 50)), Verdict::Serve);
+        assert_eq!(
+            c.on_dequeue(t0, at(t0, 50) + Duration::from_nanos(1)),
+            Verdict::Shed
+        );
+        // Overloaded: the shorter of target and max_wait.
+        c.poll(at(t0, 100));
+        assert_eq!(c.bound(at(t0, 100)), Some(Duration::from_millis(5)));
+    }
+
+    #[test]
+    fn fifo_only_when_lifo_is_off() {
+        let t0 = Instant::now();
+        let mut c = Codel::new(CodelConfig {
+            lifo: false,
+            ..CodelConfig::default()
+        });
+        c.on_queue_len(1, t0);
+        c.poll(at(t0, 100));
+        assert!(c.congested().is_some());
+        assert_eq!(c.order(at(t0, 100)), Order::Fifo);
+        assert_eq!(c.on_dequeue(at(t0, 90), at(t0, 100)), Verdict::Shed);
+    }
+
+    #[test]
+    fn retry_after_grows_with_the_overload_up_to_ten_intervals() {
+        let t0 = Instant::now();
+        let mut c = Codel::new(CodelConfig::default());
+        assert_eq!(c.retry_after(t0), Duration::from_millis(100));
+        c.on_queue_len(1, t0);
+        c.poll(at(t0, 100));
+        assert_eq!(c.retry_after(at(t0, 150)), Duration::from_millis(100));
+        assert_eq!(c.retry_after(at(t0, 400)), Duration::from_millis(300));
+        assert_eq!(c.retry_after(at(t0, 60_000)), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn instants_out_of_order_do_not_panic() {
+        let t0 = at(Instant::now(), 1_000);
+        let mut c = Codel::new(CodelConfig::default());
+        c.on_queue_len(1, t0);
+        c.poll(at(t0, 100));
+        // Enqueued "after" now: waited zero.
+        assert_eq!(c.on_dequeue(at(t0, 500), at(t0, 100)), Verdict::Serve);
+        assert_eq!(c.on_queue_len(0, t0 - Duration::from_millis(900)), None);
+        assert_eq!(c.retry_after(t0), Duration::from_millis(100));
+    }
+}
