@@ -6,6 +6,9 @@
 
 mod support;
 
+#[path = "web/clients.rs"]
+mod clients;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 

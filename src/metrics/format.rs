@@ -3,12 +3,14 @@
 //! Prometheus text format 0.0.4 (what `promtool check metrics` and older
 //! scrapers read).
 //!
-//! **Negotiation** as client_golang's `promhttp` does it: the media range
-//! of the highest `q` among those served wins (the first listed on a tie);
-//! `application/openmetrics-text` gives OpenMetrics, `text/plain` the text
-//! format; anything else, `*/*`, or no `Accept` at all gives the text
-//! format, which every scraper reads. Prometheus itself asks for
-//! OpenMetrics first.
+//! **Negotiation**: the media range of the highest `q` among those served
+//! wins (the first listed on a tie); `application/openmetrics-text` gives
+//! OpenMetrics, `text/plain` (or `text/*`) the text format. Without either
+//! (no `Accept`, `*/*`, only other types) the answer is OpenMetrics, as it
+//! was before there was a choice. Prometheus asks for OpenMetrics first;
+//! scrapers that predate it (and Telegraf, vmagent) ask for `text/plain`;
+//! for promtool, ask for it too: `curl -H 'Accept: text/plain' ... |
+//! promtool check metrics`.
 //!
 //! **Conversion** from OpenMetrics to text 0.0.4 (the formats differ only
 //! in the comment lines and suffixes): a counter family is named with its
@@ -46,7 +48,9 @@ impl Format {
             }
             let format = if media.eq_ignore_ascii_case("application/openmetrics-text") {
                 Format::OpenMetrics
-            } else if media.eq_ignore_ascii_case("text/plain") {
+            } else if media.eq_ignore_ascii_case("text/plain")
+                || media.eq_ignore_ascii_case("text/*")
+            {
                 Format::Text
             } else {
                 continue;
@@ -56,7 +60,7 @@ impl Format {
                 best = Some((q, format));
             }
         }
-        best.map_or(Format::Text, |(_, f)| f)
+        best.map_or(Format::OpenMetrics, |(_, f)| f)
     }
 
     /// The `Content-Type` of an answer in this format.
@@ -211,23 +215,33 @@ mod tests {
     }
 
     #[test]
-    fn curl_an_unknown_type_or_no_accept_get_the_text_format() {
-        assert_eq!(Format::negotiate(None), Format::Text);
-        assert_eq!(Format::negotiate(Some("*/*")), Format::Text);
-        assert_eq!(Format::negotiate(Some("application/json")), Format::Text);
-        assert_eq!(Format::negotiate(Some("")), Format::Text);
+    fn older_scrapers_get_the_text_format() {
+        let old_prometheus = "application/vnd.google.protobuf;\
+            proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,\
+            text/plain;version=0.0.4;q=0.3,*/*;q=0.1";
+        assert_eq!(Format::negotiate(Some(old_prometheus)), Format::Text);
+        assert_eq!(Format::negotiate(Some("text/plain")), Format::Text);
+        assert_eq!(Format::negotiate(Some("text/*")), Format::Text);
+    }
+
+    #[test]
+    fn no_choice_gets_openmetrics_as_before() {
+        assert_eq!(Format::negotiate(None), Format::OpenMetrics);
+        assert_eq!(Format::negotiate(Some("*/*")), Format::OpenMetrics);
+        assert_eq!(Format::negotiate(Some("application/json")), Format::OpenMetrics);
+        assert_eq!(Format::negotiate(Some("")), Format::OpenMetrics);
     }
 
     #[test]
     fn q_zero_refuses_a_type_and_ties_go_to_the_first() {
         let refused = "application/openmetrics-text;q=0, text/plain;q=0.1";
         assert_eq!(Format::negotiate(Some(refused)), Format::Text);
-        let only_refused = "Application/OpenMetrics-Text; q=0";
-        assert_eq!(Format::negotiate(Some(only_refused)), Format::Text);
+        let only_refused = "text/plain; q=0";
+        assert_eq!(Format::negotiate(Some(only_refused)), Format::OpenMetrics);
         let tie = "APPLICATION/OPENMETRICS-TEXT, text/plain";
         assert_eq!(Format::negotiate(Some(tie)), Format::OpenMetrics);
-        let bad_q = "application/openmetrics-text;q=x";
-        assert_eq!(Format::negotiate(Some(bad_q)), Format::Text);
+        let bad_q = "text/plain;q=x";
+        assert_eq!(Format::negotiate(Some(bad_q)), Format::OpenMetrics);
     }
 
     #[test]
