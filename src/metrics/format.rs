@@ -228,7 +228,10 @@ mod tests {
     fn no_choice_gets_openmetrics_as_before() {
         assert_eq!(Format::negotiate(None), Format::OpenMetrics);
         assert_eq!(Format::negotiate(Some("*/*")), Format::OpenMetrics);
-        assert_eq!(Format::negotiate(Some("application/json")), Format::OpenMetrics);
+        assert_eq!(
+            Format::negotiate(Some("application/json")),
+            Format::OpenMetrics
+        );
         assert_eq!(Format::negotiate(Some("")), Format::OpenMetrics);
     }
 
@@ -287,6 +290,9 @@ build_info{v=\"1 # {\"} 1
     #[test]
     fn a_counter_already_named_total_keeps_its_name() {
         let open = "# TYPE x_total counter\nx_total 1\n# EOF\n";
-        assert_eq!(openmetrics_to_text(open), "# TYPE x_total counter\nx_total 1\n");
+        assert_eq!(
+            openmetrics_to_text(open),
+            "# TYPE x_total counter\nx_total 1\n"
+        );
     }
 }

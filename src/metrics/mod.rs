@@ -286,9 +286,9 @@ pub(crate) use enabled::PromStream;
 #[cfg(feature = "metrics")]
 pub use enabled::{encode, encode_as, CONTENT_TYPE};
 #[cfg(feature = "metrics")]
-pub use format::{openmetrics_to_text, Format, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
-#[cfg(feature = "metrics")]
 use enabled::{PromNode, PromService};
+#[cfg(feature = "metrics")]
+pub use format::{openmetrics_to_text, Format, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
 
 /// Counts of a service's endpoints by state, for `dispatch_endpoints`.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

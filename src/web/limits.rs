@@ -59,7 +59,10 @@ impl std::fmt::Display for OverLimit {
                 "request header {name} is over {limit} bytes (max_header_line)"
             ),
             OverLimit::Total { limit } => {
-                write!(f, "request headers over {limit} bytes in all (max_header_bytes)")
+                write!(
+                    f,
+                    "request headers over {limit} bytes in all (max_header_bytes)"
+                )
             }
         }
     }
@@ -128,7 +131,10 @@ mod tests {
     #[test]
     fn the_total_and_the_count_are_limits_of_their_own() {
         // 20 + 20 + 10 = 50: at the limit.
-        assert_eq!(SMALL.check(&map(&[("a1", 14), ("a2", 14), ("a3", 4)])), Ok(()));
+        assert_eq!(
+            SMALL.check(&map(&[("a1", 14), ("a2", 14), ("a3", 4)])),
+            Ok(())
+        );
         assert_eq!(
             SMALL.check(&map(&[("a1", 14), ("a2", 14), ("a3", 5)])),
             Err(OverLimit::Total { limit: 50 })

@@ -85,7 +85,10 @@ async fn metrics_answer_in_the_format_the_scraper_accepts() {
     let bs = backends(1);
     let d = Dispatcher::start(config("round_robin", &[(&bs[0], 1, 10)], "")).unwrap();
     for i in 0..3 {
-        assert!(d.submit(Task::get("svc", format!("/{i}"))).await.is_success());
+        assert!(d
+            .submit(Task::get("svc", format!("/{i}")))
+            .await
+            .is_success());
     }
     let data = web::Data::new(d.clone());
     let server = HttpServer::new(move || {
@@ -151,7 +154,10 @@ async fn metrics_answer_in_the_format_the_scraper_accepts() {
             &[("service", "svc"), ("outcome", "success")],
         );
         assert_eq!(ok, 3.0);
-        assert!(text.contains("# TYPE dispatch_tasks_total counter\n"), "{text}");
+        assert!(
+            text.contains("# TYPE dispatch_tasks_total counter\n"),
+            "{text}"
+        );
     }
 
     // No preference: OpenMetrics, as before.

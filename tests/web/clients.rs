@@ -21,7 +21,10 @@ fn addr_of(gw: &Gateway) -> String {
 #[actix_rt::test]
 async fn headers_over_the_default_limits_are_431_and_never_sent() {
     let b = Backend::start();
-    let gw = Gateway::start(config("round_robin", &[(&b, 1, 10)], ""), Default::default());
+    let gw = Gateway::start(
+        config("round_robin", &[(&b, 1, 10)], ""),
+        Default::default(),
+    );
     // A browser's worth of headers passes.
     let ok = request_with(&[
         ("user-agent".into(), "x".repeat(200)),
@@ -117,7 +120,10 @@ async fn exchange(addr: String, method: &str, path: &str) -> (String, usize, Str
 #[actix_rt::test]
 async fn head_on_the_admin_routes_answers_as_get_without_a_body() {
     let b = Backend::start();
-    let gw = Gateway::start(config("round_robin", &[(&b, 1, 10)], ""), Default::default());
+    let gw = Gateway::start(
+        config("round_robin", &[(&b, 1, 10)], ""),
+        Default::default(),
+    );
     let mut paths = vec!["/health", "/stats"];
     if cfg!(feature = "metrics") {
         paths.push("/metrics");
