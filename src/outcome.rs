@@ -470,10 +470,10 @@ pub enum ErrorKind {
     Cancelled,
     /// The TLS handshake failed: a certificate from an unknown authority,
     /// expired, or for another host name, or no common protocol. Nothing
-    /// was sent, so the task may go to another node (never this one: a
-    /// failed node is avoided for the rest of the task), and it counts
-    /// against this node's breaker: the node stays misconfigured until
-    /// someone fixes it.
+    /// was sent, so the task may go to another node (never this one: when
+    /// only this node could take it, the task fails `NotRetryable`), and it
+    /// counts against this node's breaker: the node stays misconfigured
+    /// until someone fixes it. The attempt's [`Attempt::error`] says why.
     Tls,
     /// The task's own deadline cut the attempt before the node's timeout
     /// would have. Not retried (the task has no time left), and never the
