@@ -104,6 +104,7 @@ fn done(seq: Seq, node: u32, hedge: bool, status: u16) -> Vec<ToQueue> {
                 protocol: None,
             }),
             retry_after: None,
+            detail: None,
             stream: None,
         },
     };
