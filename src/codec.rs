@@ -254,14 +254,7 @@ impl ResultLine {
             }
             None => (None, None),
         };
-        let error = match &r.outcome {
-            Outcome::Success(_) => None,
-            Outcome::Failure(f) => Some(match &f.last {
-                Some(last) => format!("{}; last attempt: {last}", f.reason),
-                None => f.reason.to_string(),
-            }),
-            Outcome::Rejected(why) | Outcome::Fallback { reason: why, .. } => Some(why.to_string()),
-        };
+        let error = error_message(r);
         ResultLine {
             id,
             line,
@@ -328,6 +321,28 @@ pub fn outcome_name(o: &Outcome) -> &'static str {
         Outcome::Failure(_) => "failure",
         Outcome::Rejected(_) => "rejected",
         Outcome::Fallback { .. } => "fallback",
+    }
+}
+
+/// Why a task did not succeed, in words (`None` for a success): a
+/// failure's reason and its last attempt, with the transport's detail when
+/// it gave one (`retries exhausted; last attempt: TLS error: TLS with
+/// host:443: certificate expired (...)`); a rejection's reason (a
+/// `circuit_open` one names the error that opened the breakers).
+pub fn error_message(r: &crate::TaskResult) -> Option<String> {
+    match &r.outcome {
+        Outcome::Success(_) => None,
+        Outcome::Failure(f) => Some(match &f.last {
+            Some(last) => {
+                let detail = r.attempts.last().and_then(|a| a.error.as_deref());
+                match detail {
+                    Some(d) => format!("{}; last attempt: {last}: {d}", f.reason),
+                    None => format!("{}; last attempt: {last}", f.reason),
+                }
+            }
+            None => f.reason.to_string(),
+        }),
+        Outcome::Rejected(why) | Outcome::Fallback { reason: why, .. } => Some(why.to_string()),
     }
 }
 
@@ -448,6 +463,7 @@ mod tests {
                 latency: Duration::from_millis(3),
                 hedge: false,
                 protocol: None,
+                error: None,
             }],
             total: Duration::from_micros(4_321),
         };

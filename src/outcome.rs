@@ -334,10 +334,17 @@ pub enum Rejection {
     #[error("invalid task: {0}")]
     InvalidTask(String),
     /// Every node's breaker is open (`on_all_open: fail_fast`).
-    #[error("circuit open on every node; first half-opens in {retry_after:?}")]
+    #[error(
+        "circuit open on every node; first half-opens in {retry_after:?}{}",
+        cause(last_error)
+    )]
     CircuitOpen {
         /// Time until the first breaker half-opens.
         retry_after: Duration,
+        /// What the node whose breaker half-opens first last failed with,
+        /// in words (`TLS with host:443: certificate expired (...)`,
+        /// `status 503`): why the breakers opened.
+        last_error: Option<Arc<str>>,
     },
     /// The service's pipeline failed inside the engine (a bug, logged at
     /// `error`); the task was not finished and may be submitted again.
@@ -349,6 +356,13 @@ pub enum Rejection {
         /// Time until the next token.
         retry_after: Duration,
     },
+}
+
+/// `"; last error: {e}"`, or nothing.
+fn cause(last_error: &Option<Arc<str>>) -> String {
+    last_error
+        .as_deref()
+        .map_or_else(String::new, |e| format!("; last error: {e}"))
 }
 
 /// One attempt of a task on one node.
@@ -365,6 +379,10 @@ pub struct Attempt {
     /// The HTTP version the answer came over; `None` when there was no
     /// answer (or the transport does not say).
     pub protocol: Option<Protocol>,
+    /// A failed attempt's error in words, when the transport said more
+    /// than its kind (`TLS with host:443: certificate signed by an unknown
+    /// authority (...)`); `None` for an answer.
+    pub error: Option<Arc<str>>,
 }
 
 /// The HTTP version of an answer: HTTP/2 where the server offered it over
@@ -452,10 +470,10 @@ pub enum ErrorKind {
     Cancelled,
     /// The TLS handshake failed: a certificate from an unknown authority,
     /// expired, or for another host name, or no common protocol. Nothing
-    /// was sent, so the task may go to another node (never this one: a
-    /// failed node is avoided for the rest of the task), and it counts
-    /// against this node's breaker: the node stays misconfigured until
-    /// someone fixes it.
+    /// was sent, so the task may go to another node (never this one: when
+    /// only this node could take it, the task fails `NotRetryable`), and it
+    /// counts against this node's breaker: the node stays misconfigured
+    /// until someone fixes it. The attempt's [`Attempt::error`] says why.
     Tls,
     /// The task's own deadline cut the attempt before the node's timeout
     /// would have. Not retried (the task has no time left), and never the

@@ -8,6 +8,9 @@
 
 mod support;
 
+#[path = "cli/clients.rs"]
+mod clients;
+
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::PathBuf;

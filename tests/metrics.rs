@@ -5,6 +5,10 @@
 
 mod support;
 
+#[cfg(feature = "web")]
+#[path = "metrics/formats.rs"]
+mod formats;
+
 use std::collections::HashMap;
 use std::time::Duration;
 

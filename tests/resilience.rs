@@ -103,7 +103,7 @@ async fn all_open_fails_fast_with_when_or_falls_back() {
     sleep(20).await;
     let r = d.submit(Task::get("svc", "/x")).await;
     match r.rejection() {
-        Some(Rejection::CircuitOpen { retry_after }) => {
+        Some(Rejection::CircuitOpen { retry_after, .. }) => {
             assert!(*retry_after <= Duration::from_secs(2) && *retry_after > Duration::from_secs(1))
         }
         o => panic!("{o:?} {:?}", r.outcome),

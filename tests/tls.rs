@@ -9,6 +9,9 @@
 
 mod support;
 
+#[path = "tls/clients.rs"]
+mod clients;
+
 use std::time::Duration;
 
 use actix_dispatch::{

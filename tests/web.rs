@@ -6,6 +6,9 @@
 
 mod support;
 
+#[path = "web/clients.rs"]
+mod clients;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -493,6 +496,7 @@ fn result(outcome: Outcome) -> TaskResult {
             latency: Duration::from_millis(1),
             hedge: false,
             protocol: None,
+            error: None,
         }],
         total: Duration::from_millis(2),
     }
@@ -560,6 +564,7 @@ async fn every_outcome_maps_to_its_response() {
                 response: response(200, "fallback"),
                 reason: Rejection::CircuitOpen {
                     retry_after: secs(10),
+                    last_error: None,
                 },
             },
             (200, None, "fallback"),
@@ -597,12 +602,14 @@ async fn every_outcome_maps_to_its_response() {
         (
             Outcome::Rejected(Rejection::CircuitOpen {
                 retry_after: secs(1),
+                last_error: None,
             }),
             (503, s("1"), "circuit_open"),
         ),
         (
             Outcome::Rejected(Rejection::CircuitOpen {
                 retry_after: secs(0),
+                last_error: None,
             }),
             (503, s("1"), "circuit_open"),
         ),

@@ -193,6 +193,7 @@ impl BalancerActor {
             trips: 0,
             tokens: None,
             restarts: 0,
+            last_error: None,
         };
         let bucket = self
             .cfg
@@ -214,9 +215,16 @@ impl BalancerActor {
 
     /// Hands `route` back to the queue unplaced (its credit is not used).
     pub(super) fn bounce(&mut self, route: &Route, ctx: &mut Context<Self>) {
+        self.bounce_as(route, false, ctx);
+    }
+
+    /// [`Self::bounce`]; `refused`: only nodes the route excludes could
+    /// take it.
+    pub(super) fn bounce_as(&mut self, route: &Route, refused: bool, ctx: &mut Context<Self>) {
         let back = ToQueue::Bounce {
             seq: route.seq,
             hedge: route.hedge,
+            refused,
         };
         self.answer(back, ctx);
     }
@@ -355,13 +363,14 @@ impl BalancerActor {
             let first = in_service
                 .iter()
                 .filter_map(|n| match n.mirror {
-                    Mirror::Open { until } => Some(until),
+                    Mirror::Open { until } => Some((until, n)),
                     _ => None,
                 })
-                .min()
-                .unwrap_or(now);
+                .min_by_key(|(until, _)| *until);
             return Gate::Reject(Rejection::CircuitOpen {
-                retry_after: first.saturating_duration_since(now),
+                retry_after: first
+                    .map_or(Duration::ZERO, |(t, _)| t.saturating_duration_since(now)),
+                last_error: first.and_then(|(_, n)| n.load.last_error.clone()),
             });
         }
         if self.cfg.rate_limit.on_limit == OnLimit::Reject {
@@ -401,12 +410,22 @@ impl BalancerActor {
             true => self.working.get(&route.seq).map_or(&[], Vec::as_slice),
             false => &[],
         };
-        self.nodes.pick(
+        let i = self.nodes.pick(
             &mut *self.strategy,
             route.job.affinity,
             working,
             &route.avoid,
-        )
+        )?;
+        if route.exclude.is_empty() || !route.exclude.contains(&self.nodes.node(i).id) {
+            return Some(i);
+        }
+        // The fallback to an avoided node landed on an excluded one: any
+        // other eligible node first (the caller refuses the route if none).
+        let hard: Vec<NodeId> = working.iter().chain(&route.exclude).copied().collect();
+        let other = self
+            .nodes
+            .pick(&mut *self.strategy, route.job.affinity, &hard, &route.avoid);
+        Some(other.unwrap_or(i))
     }
 
     fn node_stats(&self, now: Instant) -> Vec<NodeStats> {

@@ -102,6 +102,7 @@ impl NodeActor {
             reports: std::cell::Cell::new(0),
             cancels: HashMap::new(),
             headers,
+            last_error: None,
             metrics: spec.metrics,
             cfg,
         };

@@ -90,6 +90,9 @@ pub struct LoadReport {
     pub tokens: Option<u32>,
     /// Times the actor was restarted by its supervisor.
     pub restarts: u32,
+    /// The last attempt that counted against the node, in words (its
+    /// transport error, or its 5xx status): why its breaker opened.
+    pub last_error: Option<Arc<str>>,
 }
 
 /// The queue's hold on a task: its job, and the duty to answer it once,
@@ -117,6 +120,9 @@ pub(crate) struct Route {
     pub job: Arc<Job>,
     /// Nodes that already failed this task: used only if nothing else can take it.
     pub avoid: Vec<NodeId>,
+    /// Nodes whose TLS handshake this task failed (also in `avoid`): never
+    /// used again; when only they can take it, the route is refused.
+    pub exclude: Vec<NodeId>,
     pub hedge: bool,
     /// When the queue sent it: the time the balancer and node decide at.
     pub at: Instant,
@@ -181,6 +187,8 @@ pub(crate) struct AttemptReport {
     pub latency: Duration,
     pub reply: Option<HttpReply>,
     pub retry_after: Option<Duration>,
+    /// A failed attempt's error in words (the transport's detail).
+    pub detail: Option<Arc<str>>,
     /// A streamed answer's body ([`crate::Task::stream`]): the attempt still
     /// holds its node's slot until the body ends
     /// ([`NodeReport::streams_ended`]).
@@ -222,8 +230,14 @@ pub(crate) enum ToQueue {
     /// Attempts of one node ended, passed on as the node reported them
     /// (the list is not copied on the way).
     Ended(NodeAnswers),
-    /// No attempt was made; the task goes back to the queue's front.
-    Bounce { seq: Seq, hedge: bool },
+    /// No attempt was made; the task goes back to the queue's front, or,
+    /// when `refused` (only nodes in the route's `exclude` could take it),
+    /// fails with its last failure instead of waiting.
+    Bounce {
+        seq: Seq,
+        hedge: bool,
+        refused: bool,
+    },
     /// A hedge was placed: the nodes now working on the task (sent for
     /// hedges only, so that the attempt that loses the race can still be
     /// listed in the task's result).

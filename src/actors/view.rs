@@ -450,6 +450,7 @@ pub(crate) mod tests {
             trips: 0,
             tokens: None,
             restarts: 0,
+            last_error: None,
         }
     }
 

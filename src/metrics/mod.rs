@@ -35,6 +35,10 @@
 //! dispatcher is dropped; `dispatch_endpoints` counts only the nodes still
 //! in the pool.
 //!
+//! **Formats.** [`encode`] gives OpenMetrics (what prometheus-client
+//! writes); [`encode_as`] also the Prometheus text format 0.0.4, and
+//! `GET /metrics` picks one by the scraper's `Accept` ([`Format`]).
+//!
 //! Without the feature every handle is a zero-sized no-op, so the default
 //! build pays nothing.
 
@@ -277,9 +281,11 @@ pub(crate) use enabled::Families;
 #[cfg(all(feature = "metrics", feature = "redis"))]
 pub(crate) use enabled::PromStream;
 #[cfg(feature = "metrics")]
-pub use enabled::{encode, CONTENT_TYPE};
+pub use enabled::{encode, encode_as, CONTENT_TYPE};
 #[cfg(feature = "metrics")]
 use enabled::{PromNode, PromService};
+#[cfg(feature = "metrics")]
+pub use format::{openmetrics_to_text, Format, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
 
 /// Counts of a service's endpoints by state, for `dispatch_endpoints`.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -296,6 +302,8 @@ pub(crate) struct EndpointCounts {
 
 #[cfg(feature = "metrics")]
 mod enabled;
+#[cfg(feature = "metrics")]
+mod format;
 
 #[cfg(not(feature = "metrics"))]
 mod disabled;

@@ -1,18 +1,25 @@
-//! [`configure`]: `GET /stats`, `GET /health` and, with `metrics`, `GET /metrics`.
+//! [`configure`]: `GET /stats`, `GET /health` and, with `metrics`, `GET /metrics`;
+//! `HEAD` on each as `GET` (actix-http sends the head, with the body's
+//! `Content-Length`, and no body).
 
 use super::*;
 
 // === configure: /stats, /health, /metrics ===
 
 /// Serves `GET /stats`, `GET /health` and, with the `metrics` feature,
-/// `GET /metrics`; mount it at the root or in a scope
+/// `GET /metrics`, and `HEAD` on each; mount it at the root or in a scope
 /// (`web::scope("/admin").configure(configure)`).
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/stats", web::get().to(stats))
-        .route("/health", web::get().to(health));
-    // The Prometheus exposition (issue 10, part 2) plugs in here.
+    cfg.route("/stats", get_or_head().to(stats))
+        .route("/health", get_or_head().to(health));
     #[cfg(feature = "metrics")]
-    cfg.route("/metrics", web::get().to(crate::metrics::serve));
+    cfg.route("/metrics", get_or_head().to(crate::metrics::serve));
+}
+
+/// A route for `GET` and `HEAD` (a monitor's probe is often a `HEAD`).
+fn get_or_head() -> Route {
+    use actix_web::guard;
+    web::route().guard(guard::Any(guard::Get()).or(guard::Head()))
 }
 
 /// `GET /stats`: the JSON of [`Dispatcher::stats`].

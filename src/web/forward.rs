@@ -28,6 +28,10 @@ async fn forward_one(service: &str, req: HttpRequest, body: web::Payload) -> Htt
         );
     };
     let cfg = ForwardConfig::of(&req);
+    if let Err(over) = cfg.headers.check(req.headers()) {
+        let status = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+        return error(status, "headers_too_large", &over.to_string(), service);
+    }
     let too_large = || {
         let msg = format!("request body over {} bytes", cfg.max_body);
         error(

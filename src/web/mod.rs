@@ -14,7 +14,9 @@
 //!   [`Dispatcher::submit`] the same mapping of outcomes to responses.
 //! - [`configure`] serves `GET /stats` (the JSON of [`Dispatcher::stats`]),
 //!   `GET /health` (200 while every service has an eligible node, else 503)
-//!   and, with the `metrics` feature, `GET /metrics`.
+//!   and, with the `metrics` feature, `GET /metrics` (Prometheus text 0.0.4
+//!   or OpenMetrics, by the request's `Accept`); `HEAD` on each answers as
+//!   `GET` without the body.
 //!
 //! The handlers find the [`Dispatcher`] in the app data (as
 //! `web::Data<Dispatcher>` or a plain `Dispatcher`), and their options in a
@@ -39,7 +41,11 @@
 //! and timeouts). Every error the gateway makes itself has a small JSON body:
 //! `{"error":"retries_exhausted","message":"...","service":"inference",...}`,
 //! with the codes of [`crate::codec::reason_code`]. A request body over
-//! [`ForwardConfig::max_body`] is answered 413 without being sent.
+//! [`ForwardConfig::max_body`] is answered 413 without being sent, and
+//! request headers over [`ForwardConfig::max_headers`] fields,
+//! [`ForwardConfig::max_header_line`] bytes in one field or
+//! [`ForwardConfig::max_header_bytes`] in all (defaults 100, 8 KiB and
+//! 32 KiB, as nginx and Envoy) are answered 431 (`headers_too_large`).
 //!
 //! **Streaming.** A request whose `Accept` names `text/event-stream` (a
 //! client of server-sent events, as OpenAI-compatible chat completions with
@@ -85,19 +91,21 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse, Responder, Route};
 use serde_json::json;
 
-use crate::codec::{reason_code, rejection_code};
+use crate::codec::{error_message, reason_code, rejection_code};
 use crate::outcome::{FailReason, Outcome, Rejection, Response, TaskResult};
 use crate::stats::{NodeStats, Stats};
 use crate::{Dispatcher, Task};
 
 mod admin;
 mod forward;
+mod limits;
 mod respond;
 
 pub use admin::{configure, health_of};
 pub use forward::{forward, is_hop_by_hop};
 
 use forward::end_to_end;
+use limits::HeaderLimits;
 use respond::{error, respond};
 
 /// Options of [`forward`] and of the `TaskResult` responder, found in the
@@ -110,6 +118,7 @@ pub struct ForwardConfig {
     rate_limited_status: StatusCode,
     queue_full_retry_after: Duration,
     stream: StreamWhen,
+    headers: HeaderLimits,
 }
 
 /// Which forwarded requests are streamed ([`ForwardConfig::stream`]).
@@ -128,7 +137,9 @@ pub enum StreamWhen {
 impl Default for ForwardConfig {
     /// Bodies up to 2 MiB (the engine's default response limit), no
     /// deadline (each attempt is bounded by the service's timeout),
-    /// `QueueFull` → 503 with `Retry-After: 1`, `RateLimited` → 429.
+    /// `QueueFull` → 503 with `Retry-After: 1`, `RateLimited` → 429;
+    /// request headers up to 100 fields, 8 KiB a field and 32 KiB in all
+    /// (nginx's and Envoy's limits; see [`ForwardConfig::max_header_bytes`]).
     fn default() -> Self {
         ForwardConfig {
             max_body: 2 * 1024 * 1024,
@@ -137,6 +148,7 @@ impl Default for ForwardConfig {
             rate_limited_status: StatusCode::TOO_MANY_REQUESTS,
             queue_full_retry_after: Duration::from_secs(1),
             stream: StreamWhen::EventStream,
+            headers: HeaderLimits::default(),
         }
     }
 }
@@ -178,6 +190,30 @@ impl ForwardConfig {
     /// `text/event-stream`).
     pub fn stream(mut self, when: StreamWhen) -> Self {
         self.stream = when;
+        self
+    }
+
+    /// Largest total of the request's header fields, bytes, each counted
+    /// as `name: value\r\n` (default 32 KiB, nginx's 4 × 8 KiB; Envoy
+    /// allows 60 KiB). A request over it is answered 431 without being
+    /// sent.
+    pub fn max_header_bytes(mut self, bytes: usize) -> Self {
+        self.headers.total = bytes;
+        self
+    }
+
+    /// Largest single header field, bytes, `name: value\r\n` (default
+    /// 8 KiB, nginx's); over it, 431.
+    pub fn max_header_line(mut self, bytes: usize) -> Self {
+        self.headers.line = bytes;
+        self
+    }
+
+    /// Most request header fields, a repeated name counting once per
+    /// field (default 100, Envoy's); over it, 431. actix-http's HTTP/1
+    /// parser answers a request of more than 96 fields 400 itself.
+    pub fn max_headers(mut self, count: usize) -> Self {
+        self.headers.count = count;
         self
     }
 

@@ -17,16 +17,14 @@ pub(super) fn respond(r: TaskResult, cfg: &ForwardConfig) -> HttpResponse {
     let code = reason_code(&r.outcome).unwrap_or("ok");
     let service = r.service.clone();
     let attempts = r.attempts.len();
+    let words = error_message(&r).unwrap_or_default();
     let (status, message, retry_after) = match r.outcome {
         Outcome::Success(mut resp)
         | Outcome::Fallback {
             response: mut resp, ..
         } => return proxied(&mut resp),
         Outcome::Failure(f) => {
-            let message = match &f.last {
-                Some(last) => format!("{}; last attempt: {last}", f.reason),
-                None => f.reason.to_string(),
-            };
+            let message = words;
             match (f.reason, f.response) {
                 (FailReason::NotRetryable, Some(mut resp)) => return proxied(&mut resp),
                 (FailReason::DeadlineExceeded, _) => (StatusCode::GATEWAY_TIMEOUT, message, None),
@@ -39,7 +37,7 @@ pub(super) fn respond(r: TaskResult, cfg: &ForwardConfig) -> HttpResponse {
                 Rejection::RateLimited { retry_after } => {
                     (cfg.rate_limited_status, Some(*retry_after))
                 }
-                Rejection::CircuitOpen { retry_after } => {
+                Rejection::CircuitOpen { retry_after, .. } => {
                     (StatusCode::SERVICE_UNAVAILABLE, Some(*retry_after))
                 }
                 Rejection::ShuttingDown | Rejection::UnknownService(_) | Rejection::Internal(_) => {
@@ -49,7 +47,7 @@ pub(super) fn respond(r: TaskResult, cfg: &ForwardConfig) -> HttpResponse {
                 Rejection::InvalidTask(_) => (StatusCode::BAD_REQUEST, None),
             };
             debug_assert_eq!(code, rejection_code(&why));
-            (status, why.to_string(), after)
+            (status, words, after)
         }
     };
     let mut body = json!({"error": code, "message": message, "service": &*service});

@@ -48,7 +48,14 @@ impl BalancerActor {
                 );
             }
             for (seq, hedge) in refused {
-                self.answer(ToQueue::Bounce { seq, hedge }, ctx);
+                self.answer(
+                    ToQueue::Bounce {
+                        seq,
+                        hedge,
+                        refused: false,
+                    },
+                    ctx,
+                );
             }
             return;
         };
@@ -87,7 +94,14 @@ impl BalancerActor {
             );
         }
         for (seq, hedge) in refused {
-            self.answer(ToQueue::Bounce { seq, hedge }, ctx);
+            self.answer(
+                ToQueue::Bounce {
+                    seq,
+                    hedge,
+                    refused: false,
+                },
+                ctx,
+            );
         }
         // The slots they freed travel with the answers.
         self.grant(ctx, now);

@@ -53,6 +53,11 @@ impl BalancerActor {
             self.recompute_all(now);
             return Some(now);
         };
+        if !msg.hedge && msg.exclude.contains(&self.nodes.node(i).id) {
+            // Only nodes that failed this task's TLS handshake can take it.
+            self.bounce_as(&msg, true, ctx);
+            return Some(now);
+        }
         // The node's shared bucket: a token in hand, or wait for one call.
         #[cfg(feature = "redis")]
         let msg = self.shared_place(i, msg, ctx)?;

@@ -78,6 +78,7 @@ fn route(task: u64, at: Instant) -> Route {
         seq: Seq { task, round: 1 },
         job: Arc::new(job),
         avoid: Vec::new(),
+        exclude: Vec::new(),
         hedge: false,
         at,
     }

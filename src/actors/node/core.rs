@@ -51,6 +51,8 @@ pub(super) struct NodeCore {
     pub(super) headers: HeaderSet,
     /// Prometheus series (no-op without `metrics`).
     pub(super) metrics: crate::metrics::NodeMetrics,
+    /// The last attempt that counted against the node, in words.
+    pub(super) last_error: Option<Arc<str>>,
 }
 
 impl NodeCore {
@@ -74,6 +76,7 @@ impl NodeCore {
             trips: self.breaker.as_ref().map_or(0, |b| b.trips()),
             tokens: self.bucket.as_ref().map(|b| b.available(now)),
             restarts: self.restarts,
+            last_error: self.last_error.clone(),
         }
     }
 
@@ -229,12 +232,19 @@ impl NodeCore {
             AttemptOutcome::Error(ErrorKind::Cancelled) => {}
             _ => self.record_health(&outcome, permit, latency, now),
         }
+        let detail: Option<Arc<str>> = result.as_ref().err().map(|e| e.detail.as_str().into());
         if let Err(e) = &result {
             log::debug!(
                 "service {}: node {}: attempt failed: {e}",
                 self.service,
                 self.address
             );
+        }
+        if outcome.is_node_failure() {
+            self.last_error = Some(match &detail {
+                Some(d) => format!("{outcome}: {d}").into(),
+                None => outcome.to_string().into(),
+            });
         }
         let (reply, retry_after) = match result {
             Ok(r) => {
@@ -251,6 +261,7 @@ impl NodeCore {
                 latency,
                 reply,
                 retry_after,
+                detail,
                 stream: None,
             },
         }

@@ -242,6 +242,7 @@ impl NodeCore {
                 latency,
                 reply: Some(head),
                 retry_after: None,
+                detail: None,
                 stream: Some(body),
             },
         };

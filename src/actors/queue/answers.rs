@@ -44,6 +44,7 @@ impl QueueActor {
             latency: r.latency,
             hedge,
             protocol: r.reply.as_ref().and_then(|rep| rep.protocol),
+            error: r.detail,
         });
         let mut stream = r.stream;
         let response = r.reply.map(|rep| Response {
@@ -79,6 +80,7 @@ impl QueueActor {
                 response: None,
                 retry_after: None,
                 avoid: Vec::new(),
+                exclude: Vec::new(),
                 retries: 0,
             });
             last.outcome = r.outcome;
@@ -86,6 +88,10 @@ impl QueueActor {
             last.retry_after = r.retry_after;
             if !last.avoid.contains(&node) {
                 last.avoid.push(node);
+            }
+            // A failed handshake fails again: never this node for this task.
+            if r.outcome == AttemptOutcome::Error(ErrorKind::Tls) && !last.exclude.contains(&node) {
+                last.exclude.push(node);
             }
         }
         if p.outstanding == 0 {
@@ -239,6 +245,8 @@ pub(super) struct LastFailure {
     pub(super) retry_after: Option<Duration>,
     /// Nodes that failed this task: avoided by its retries where possible.
     pub(super) avoid: Vec<NodeId>,
+    /// Nodes whose TLS handshake this task failed: never tried again.
+    pub(super) exclude: Vec<NodeId>,
     /// Retries so far.
     pub(super) retries: u32,
 }
@@ -247,6 +255,11 @@ impl Pending {
     /// The nodes that failed this task so far.
     pub(super) fn avoid(&self) -> Vec<NodeId> {
         self.last().map_or_else(Vec::new, |l| l.avoid.clone())
+    }
+
+    /// The nodes whose TLS handshake this task failed.
+    pub(super) fn exclude(&self) -> Vec<NodeId> {
+        self.last().map_or_else(Vec::new, |l| l.exclude.clone())
     }
 }
 
@@ -260,9 +273,13 @@ impl QueueActor {
                     self.on_attempt(d.seq, d.hedge, (a.node, &a.address), d.report, ctx);
                 }
             }
-            ToQueue::Bounce { seq, hedge } => {
+            ToQueue::Bounce {
+                seq,
+                hedge,
+                refused,
+            } => {
                 self.tick(None);
-                self.on_bounce(seq, hedge, ctx);
+                self.on_bounce(seq, hedge, refused, ctx);
             }
             ToQueue::Placed(p) => {
                 self.tick(None);

@@ -47,6 +47,7 @@ impl QueueActor {
                 seq: Seq { task: no, round },
                 job: p.job().clone(),
                 avoid: p.avoid(),
+                exclude: p.exclude(),
                 hedge: false,
                 at: now,
             };
@@ -91,6 +92,7 @@ impl QueueActor {
             },
             job: p.job().clone(),
             avoid: p.avoid(),
+            exclude: p.exclude(),
             hedge: true,
             at: now,
         };
@@ -111,7 +113,13 @@ impl QueueActor {
     /// The balancer could not place an attempt: if it was the round's last
     /// one out, the task goes back to the front (or, if the other attempt of
     /// a hedged round failed meanwhile, the policy decides).
-    pub(super) fn on_bounce(&mut self, seq: Seq, hedge: bool, ctx: &mut Context<Self>) {
+    pub(super) fn on_bounce(
+        &mut self,
+        seq: Seq,
+        hedge: bool,
+        refused: bool,
+        ctx: &mut Context<Self>,
+    ) {
         let Some(p) = self.current(seq) else {
             return;
         };
@@ -121,6 +129,10 @@ impl QueueActor {
                 race.hedge = None;
                 race.hedge_done = true;
             }
+        }
+        if refused && p.outstanding == 0 {
+            // Only nodes that failed its TLS handshake could take it.
+            return self.fail(seq.task, FailReason::NotRetryable, ctx);
         }
         if p.outstanding == 0 {
             self.round_ended(seq.task, ctx);
@@ -193,6 +205,7 @@ pub(super) fn list_cancelled_twin(p: &mut Pending, now: Instant, epoch: &Epoch) 
             latency: now.saturating_duration_since(sent),
             hedge,
             protocol: None,
+            error: None,
         });
     }
 }

@@ -104,6 +104,7 @@ fn done(seq: Seq, node: u32, hedge: bool, status: u16) -> Vec<ToQueue> {
                 protocol: None,
             }),
             retry_after: None,
+            detail: None,
             stream: None,
         },
     };
@@ -118,7 +119,14 @@ fn done(seq: Seq, node: u32, hedge: bool, status: u16) -> Vec<ToQueue> {
 
 /// The balancer could not place `seq`'s attempt (and gives its credit back).
 fn bounce(seq: Seq, hedge: bool) -> Vec<ToQueue> {
-    vec![ToQueue::Bounce { seq, hedge }, ToQueue::Credit(1)]
+    vec![
+        ToQueue::Bounce {
+            seq,
+            hedge,
+            refused: false,
+        },
+        ToQueue::Credit(1),
+    ]
 }
 
 /// Lets every ready actor run (paused time does not move).

@@ -115,6 +115,7 @@ impl QueueActor {
                     latency,
                     reply: None,
                     retry_after: None,
+                    detail: None,
                     stream: None,
                 };
                 self.on_attempt(seq, false, (NodeId(u32::MAX), &unknown), report, ctx);

@@ -8,8 +8,10 @@
 //! from a file or stdin, lazily, through `Dispatcher::feed`'s backpressure,
 //! and writes one JSONL result per task to stdout as tasks finish. Progress
 //! and a summary go to stderr. Exit code: 0 when every task succeeded, 1
-//! when some did not (or a line was not a task), 2 for usage and config
-//! errors, 130 after an interrupt.
+//! when some did not (or a line was not a task, or the input could not be
+//! read to its end), 2 for usage and config errors (a directory as
+//! `--tasks`), 130 after an interrupt, 141 when stdout closed under the run
+//! (`| head`).
 //!
 //! With the `redis` feature, `actix-dispatch enqueue --config cfg.json
 //! --tasks tasks.jsonl` adds the same task lines to the durable task
@@ -20,6 +22,7 @@
 
 #[cfg(feature = "redis")]
 mod enqueue;
+mod input;
 mod progress;
 mod run;
 mod summary;

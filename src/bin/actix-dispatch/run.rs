@@ -1,26 +1,36 @@
 //! `actix-dispatch run`: JSONL tasks in, JSONL results out.
 //!
-//! A reader thread reads the input line by line into a bounded channel; the
-//! engine's `feed` pulls from it only while it has room, so the file is
-//! never held in memory (at most the channel and the engine's window). Each
-//! task carries its line number as its engine id, which maps its result back
-//! to the line's own id and, after an interrupt, to the line itself.
+//! A reader thread ([`crate::input`]) reads the input line by line into a
+//! bounded channel; the engine's `feed` pulls from it only while it has
+//! room, so the file is never held in memory (at most the channel and the
+//! engine's window). Each task carries its line number as its engine id,
+//! which maps its result back to the line's own id and, after an
+//! interrupt, to the line itself.
+//!
+//! The run stops early on an interrupt (in-flight tasks get `--grace`) or
+//! when stdout fails (a closed pipe, as under `| head`: no new task is
+//! sent, in-flight ones are not waited for, the process exits 141, as a
+//! tool killed by `SIGPIPE` would). Either way `--unfinished` then holds
+//! every task without a result: in flight, read ahead, and the input not
+//! read yet.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{self, BufRead, BufReader, BufWriter, Write};
 use std::process::ExitCode;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Poll, Waker};
+use std::time::Duration;
 
 use actix_dispatch::codec::{ResultLine, TaskLine, WireId};
 use actix_dispatch::{Config, Dispatcher, Instant, Outcome, Rejection, TaskResult};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
 
+use crate::input::{lock, read_lines, Line, ReadEnd, Unfinished, UnfinishedFile};
 use crate::progress::{Counts, LogWriter, Progress};
 use crate::summary::Tally;
 use crate::{ProgressMode, RunArgs};
@@ -32,9 +42,9 @@ const READ_AHEAD: usize = 1024;
 const EXIT_FAILED: u8 = 1;
 const EXIT_USAGE: u8 = 2;
 const EXIT_INTERRUPTED: u8 = 130;
-
-/// One input line: its number and text (or why it is not text).
-type Line = (u64, Result<String, String>);
+/// stdout closed under the run (128 + SIGPIPE, as a shell reports a tool
+/// that `SIGPIPE` killed).
+const EXIT_BROKEN_PIPE: u8 = 141;
 
 /// A task handed to the engine and not answered yet.
 struct Pending {
@@ -49,23 +59,50 @@ struct Shared {
     tally: RefCell<Tally>,
     counts: Rc<Counts>,
     stop: Cell<bool>,
+    /// Why stdout failed, once it has: nothing more is written or sent.
+    broken: RefCell<Option<io::Error>>,
     waker: RefCell<Option<Waker>>,
-    unfinished: RefCell<Option<BufWriter<File>>>,
-    unfinished_count: Cell<u64>,
+    unfinished: Unfinished,
 }
 
 impl Shared {
     fn write(&self, line: &ResultLine) {
-        let mut out = self.out.borrow_mut();
-        let ok = serde_json::to_writer(&mut *out, line).is_ok() && out.write_all(b"\n").is_ok();
-        if !ok {
-            eprintln!("actix-dispatch: cannot write to stdout; stopping");
-            std::process::exit(i32::from(EXIT_FAILED));
+        if self.broken.borrow().is_some() {
+            return;
+        }
+        let written = {
+            let mut out = self.out.borrow_mut();
+            serde_json::to_writer(&mut *out, line)
+                .map_err(io::Error::from)
+                .and_then(|()| out.write_all(b"\n"))
+        };
+        if let Err(e) = written {
+            self.output_failed(e);
         }
     }
 
     fn flush(&self) {
-        let _ = self.out.borrow_mut().flush();
+        if self.broken.borrow().is_some() {
+            return;
+        }
+        let flushed = self.out.borrow_mut().flush();
+        if let Err(e) = flushed {
+            self.output_failed(e);
+        }
+    }
+
+    /// stdout failed: stop taking tasks at once (the result loop stops
+    /// too, and the engine is shut down without grace).
+    fn output_failed(&self, e: io::Error) {
+        *self.broken.borrow_mut() = Some(e);
+        self.stop.set(true);
+        if let Some(w) = self.waker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    fn is_broken(&self) -> bool {
+        self.broken.borrow().is_some()
     }
 
     fn invalid(&self, line: u64, reason: String) {
@@ -77,11 +114,8 @@ impl Shared {
     }
 
     /// Keeps a task line for `--unfinished`.
-    fn keep_unfinished(&self, raw: &str) {
-        self.unfinished_count.set(self.unfinished_count.get() + 1);
-        if let Some(f) = self.unfinished.borrow_mut().as_mut() {
-            let _ = writeln!(f, "{raw}");
-        }
+    fn keep_unfinished(&self, raw: &[u8]) {
+        lock(&self.unfinished).keep(raw);
     }
 }
 
@@ -103,6 +137,10 @@ pub fn main(args: RunArgs) -> ExitCode {
         Box::new(BufReader::new(std::io::stdin()))
     } else {
         match File::open(&args.tasks) {
+            // Opening a directory succeeds; reading it does not.
+            Ok(f) if f.metadata().is_ok_and(|m| m.is_dir()) => {
+                return usage(format!("tasks {}: is a directory", args.tasks))
+            }
             Ok(f) => Box::new(BufReader::with_capacity(1 << 16, f)),
             Err(e) => return usage(format!("tasks {}: {e}", args.tasks)),
         }
@@ -156,36 +194,6 @@ fn count_lines(path: &str) -> std::io::Result<u64> {
     }
 }
 
-/// Reads lines into `tx` until the input ends or the receiver is closed.
-/// Returns the number of the first line not handed over, if any.
-fn read_lines(mut input: Box<dyn BufRead + Send>, tx: mpsc::Sender<Line>) -> Option<u64> {
-    let mut buf = Vec::new();
-    let mut n = 0u64;
-    loop {
-        buf.clear();
-        match input.read_until(b'\n', &mut buf) {
-            Ok(0) => return None,
-            Ok(_) => {}
-            Err(e) => {
-                log::error!("reading tasks: {e}");
-                return None;
-            }
-        }
-        n += 1;
-        while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-            buf.pop();
-        }
-        if buf.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let text = String::from_utf8(std::mem::take(&mut buf))
-            .map_err(|e| format!("line is not UTF-8: {}", e.utf8_error()));
-        if tx.blocking_send((n, text)).is_err() {
-            return Some(n);
-        }
-    }
-}
-
 struct Run {
     args: RunArgs,
     config: Config,
@@ -212,9 +220,9 @@ impl Run {
             tally: RefCell::new(Tally::default()),
             counts: Rc::clone(&counts),
             stop: Cell::new(false),
+            broken: RefCell::new(None),
             waker: RefCell::new(None),
-            unfinished: RefCell::new(self.unfinished),
-            unfinished_count: Cell::new(0),
+            unfinished: UnfinishedFile::new(self.unfinished),
         });
         let progress = Rc::new(Progress::start(
             self.args.progress,
@@ -224,8 +232,9 @@ impl Run {
         ));
 
         let (tx, rx) = mpsc::channel::<Line>(READ_AHEAD);
+        let (copy_rest, copy_rest_rx) = std::sync::mpsc::channel();
         let input = self.input;
-        let reader = std::thread::spawn(move || read_lines(input, tx));
+        let reader = std::thread::spawn(move || read_lines(input, tx, copy_rest_rx));
         let rx = Rc::new(RefCell::new(rx));
 
         let shutdown = watch_signals(
@@ -251,10 +260,12 @@ impl Run {
                         return Poll::Pending;
                     }
                 };
-                let parsed = text.and_then(|t| {
-                    let line = TaskLine::parse(&t)?;
-                    Ok((line.to_task()?, line.id, t))
-                });
+                let parsed = String::from_utf8(text)
+                    .map_err(|e| format!("line is not UTF-8: {}", e.utf8_error()))
+                    .and_then(|t| {
+                        let line = TaskLine::parse(&t)?;
+                        Ok((line.to_task()?, line.id, t))
+                    });
                 match parsed {
                     Ok((task, id, raw)) => {
                         shared.pending.borrow_mut().insert(n, Pending { id, raw });
@@ -267,11 +278,14 @@ impl Run {
 
         let mut results = dispatcher.feed(tasks);
         let no_body = self.args.no_body;
-        loop {
+        while !shared.is_broken() {
             let next = match results.next().now_or_never() {
                 Some(next) => next,
                 None => {
                     shared.flush();
+                    if shared.is_broken() {
+                        break;
+                    }
                     results.next().await
                 }
             };
@@ -279,74 +293,130 @@ impl Run {
             answer(&shared, &r, no_body);
         }
         shared.flush();
+        let broken = shared.broken.borrow_mut().take();
 
-        // Lines read but never fed (after an interrupt) are unfinished too.
-        let interrupted = shared.stop.get();
-        rx.borrow_mut().close();
-        while let Ok((_, text)) = rx.borrow_mut().try_recv() {
-            // A line that is not text would only come back invalid.
-            if let Ok(raw) = text {
-                shared.keep_unfinished(&raw);
-            }
-        }
-        // After an interrupt the reader may be blocked reading stdin: it is
-        // left to the end of the process then.
-        for _ in 0..100 {
-            if !interrupted || reader.is_finished() {
-                break;
-            }
-            actix_rt::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        let first_unread = match reader.is_finished() || !interrupted {
-            true => reader.join().ok().flatten(),
-            false => None,
-        };
-
+        // With stdout gone, nothing waits for the tasks in flight: the
+        // engine stops now (the signal's shutdown, if one started, stops
+        // it too), and they are unfinished.
         let started = shutdown.borrow_mut().take();
         let report = match started {
             Some(pending) => pending.await.ok(),
+            None if broken.is_some() => Some(dispatcher.shutdown(Duration::ZERO).await),
             None => None,
         };
+        drop(results);
+        let mut left: Vec<(u64, Pending)> = shared.pending.borrow_mut().drain().collect();
+        left.sort_by_key(|(n, _)| *n);
+        for (_, p) in left {
+            shared.keep_unfinished(p.raw.as_bytes());
+        }
+
+        // Lines read but never fed are unfinished too, then (with
+        // `--unfinished`) the input not read yet.
+        let stopped = shared.stop.get();
+        rx.borrow_mut().close();
+        while let Ok((_, raw)) = rx.borrow_mut().try_recv() {
+            shared.keep_unfinished(&raw);
+        }
+        let copy = stopped && lock(&shared.unfinished).has_file();
+        let _ = copy_rest.send(copy.then(|| Arc::clone(&shared.unfinished)));
+        // A reader blocked on stdin is left to the end of the process,
+        // unless it copies the rest (a second interrupt quits then).
+        let patience = match (copy, broken.is_some()) {
+            (true, _) => None,
+            (false, true) => Some(Duration::from_millis(50)),
+            (false, false) => Some(Duration::from_secs(1)),
+        };
+        let waited = Instant::now();
+        let mut noted = false;
+        while stopped && !reader.is_finished() {
+            let elapsed = waited.elapsed();
+            if patience.is_some_and(|p| elapsed >= p) {
+                break;
+            }
+            if !noted && elapsed >= Duration::from_millis(200) {
+                noted = true;
+                progress
+                    .note("copying the unread input to --unfinished (interrupt again to quit now)");
+            }
+            actix_rt::time::sleep(Duration::from_millis(10)).await;
+        }
+        let read_end = match reader.is_finished() || !stopped {
+            true => reader.join().ok(),
+            false => None,
+        };
+
         let report = match report {
             Some(r) => r,
             None => dispatcher.shutdown(self.args.grace).await,
         };
         let counts = &shared.counts;
         progress.finish(counts, self.args.progress);
-        if let Some(f) = shared.unfinished.borrow_mut().as_mut() {
-            if let Err(e) = f.flush() {
-                eprintln!("actix-dispatch: --unfinished: {e}");
-            }
+        if let Err(e) = lock(&shared.unfinished).finish() {
+            eprintln!("actix-dispatch: --unfinished: {e}");
         }
+        let interrupted = stopped && broken.is_none();
         let elapsed = start.elapsed().as_secs_f64();
         let summary = shared
             .tally
             .borrow()
             .report(&report.stats, elapsed, interrupted);
         eprint!("{}", summary.text());
-        if interrupted {
+        let unfinished = lock(&shared.unfinished).count();
+        if stopped {
+            let unread = match &read_end {
+                Some(ReadEnd::Stopped {
+                    first,
+                    kept: 0,
+                    error: None,
+                }) => format!("; input not read from line {first} on"),
+                Some(ReadEnd::Stopped {
+                    first,
+                    error: Some(e),
+                    ..
+                }) => format!("; reading the input from line {first} on failed: {e}"),
+                Some(_) => String::new(),
+                None if !copy => "; input not read to its end".into(),
+                None => "; the input's rest may be missing".into(),
+            };
             eprintln!(
-                "\ninterrupted: {} unfinished task(s){}{}",
-                shared.unfinished_count.get(),
+                "\n{}: {unfinished} unfinished task(s){}{unread}",
+                match &broken {
+                    Some(e) => format!("stdout closed ({e}); stopped"),
+                    None => "interrupted".into(),
+                },
                 match &self.args.unfinished {
                     Some(p) => format!(" written to {}", p.display()),
                     None => " (use --unfinished FILE to keep them)".into(),
                 },
-                match first_unread {
-                    Some(n) if self.args.tasks != "-" => {
-                        format!("; input not read from line {n} on")
-                    }
-                    _ => String::new(),
-                }
             );
         }
+        let read_failed = match read_end {
+            Some(ReadEnd::Failed { after, error }) => {
+                eprintln!(
+                    "actix-dispatch: reading tasks {}: {error} (after line {after}); \
+                     the rest of the input was not run",
+                    if self.args.tasks == "-" {
+                        "from stdin"
+                    } else {
+                        &self.args.tasks
+                    },
+                );
+                true
+            }
+            _ => false,
+        };
         if let Some(f) = self.summary_json {
             if let Err(e) = serde_json::to_writer_pretty(f, &summary) {
                 eprintln!("actix-dispatch: --summary-json: {e}");
             }
         }
-        if interrupted {
+        if broken.is_some() {
+            ExitCode::from(EXIT_BROKEN_PIPE)
+        } else if interrupted {
             ExitCode::from(EXIT_INTERRUPTED)
+        } else if read_failed {
+            ExitCode::from(EXIT_FAILED)
         } else if counts.failed.get() == 0 {
             ExitCode::SUCCESS
         } else {
@@ -379,7 +449,7 @@ fn answer(shared: &Shared, r: &TaskResult, no_body: bool) {
     }
     if matches!(r.outcome, Outcome::Rejected(Rejection::ShuttingDown)) {
         if let Some(raw) = raw {
-            shared.keep_unfinished(&raw);
+            shared.keep_unfinished(raw.as_bytes());
         }
     }
 }
@@ -412,9 +482,7 @@ fn watch_signals(
         *out.borrow_mut() = Some(actix_rt::spawn(async move { d.shutdown(grace).await }));
         signals.next().await;
         shared.flush();
-        if let Some(f) = shared.unfinished.borrow_mut().as_mut() {
-            let _ = f.flush();
-        }
+        let _ = lock(&shared.unfinished).finish();
         eprintln!("actix-dispatch: interrupted twice; quitting (--unfinished may be incomplete)");
         std::process::exit(i32::from(EXIT_INTERRUPTED));
     });
