@@ -52,7 +52,7 @@ use crate::algo::budget::BudgetConfig;
 use crate::algo::strategy::LeastLoadWeights;
 
 pub use headers::{ConfigHeader, HeaderSet, Secret};
-pub use redis::{OnDown, RedisConfig, SharedMode};
+pub use redis::{OnDown, RedisConfig, SharedMode, StreamConfig};
 pub use tls::{CaFile, TlsConfig};
 pub use validate::ConfigError;
 pub(crate) use validate::{clamp_weight, normalize_address};
