@@ -14,6 +14,9 @@ use super::helpers::{
 };
 use crate::redis_server::RedisServer;
 
+/// An entry's fields as bytes.
+type RawFields = Vec<(String, Vec<u8>)>;
+
 const TASKS: &str = "t:{svc}:tasks";
 const DEAD: &str = "t:{svc}:dead";
 
@@ -108,9 +111,9 @@ fn entries_that_can_never_run_are_dead_lettered_on_first_sight() {
         .arg("+")
         .query(&mut c)
         .expect("xrange");
-    let dead: Vec<(String, Vec<(String, Vec<u8>)>)> = redis::from_redis_value(raw).expect("dead");
+    let dead: Vec<(String, RawFields)> = redis::from_redis_value(raw).expect("dead");
     assert_eq!(dead.len(), 5);
-    let get = |f: &[(String, Vec<u8>)], k: &str| {
+    let get = |f: &RawFields, k: &str| {
         f.iter()
             .find(|(n, _)| n == k)
             .map(|(_, v)| v.clone())
