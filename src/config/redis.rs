@@ -2,8 +2,16 @@
 //!
 //! ```json
 //! "redis": { "url": "redis://127.0.0.1:6379/0", "prefix": "ad", "timeout": "50ms",
-//!            "on_down": "local", "mode": "lease", "lease": "100ms", "heartbeat": "1s" }
+//!            "on_down": "local", "mode": "lease", "lease": "100ms", "heartbeat": "1s",
+//!            "expected_instances": 3, "cluster": false, "ca_file": null }
 //! ```
+//!
+//! `url` may hold a password: it is shown redacted in `Debug`, logs and
+//! errors ([`RedisConfig::redacted_url`]). `rediss://` connects over TLS,
+//! trusting `ca_file`'s authorities (PEM, read at load) or else the
+//! system's. `cluster: true` makes `url` one node of a Redis Cluster.
+//! `expected_instances` is the live count assumed until Redis answers a
+//! heartbeat (see [`crate::redis`]).
 //!
 //! With it, a service's `rate_limit.shared: true` keeps every bucket it sets
 //! (`service`, and each node's `per_node`) in Redis, and `breaker.shared:
@@ -61,6 +69,8 @@ pub(crate) struct RawRedis {
     pub ca_file: Option<String>,
     #[serde(default = "default_expected_instances")]
     pub expected_instances: u64,
+    #[serde(default)]
+    pub cluster: bool,
     #[serde(default = "default_prefix")]
     pub prefix: String,
     #[serde(default = "default_timeout", with = "humantime_serde")]
@@ -146,6 +156,9 @@ pub struct RedisConfig {
     /// Redis (down, or a wrong password) send at most the limit, not N
     /// times it. Once Redis answers, the live count read replaces it.
     pub expected_instances: u64,
+    /// `url` is one node of a Redis Cluster (default false): the others
+    /// are found from it, `MOVED` and `ASK` are followed.
+    pub cluster: bool,
     /// Prefix of every key (default `ad`).
     pub prefix: String,
     /// Longest wait for an answer before `on_down` applies (default 50 ms).
@@ -170,6 +183,7 @@ impl fmt::Debug for RedisConfig {
             .field("url", &self.redacted_url())
             .field("ca", &self.ca)
             .field("expected_instances", &self.expected_instances)
+            .field("cluster", &self.cluster)
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
             .field("on_down", &self.on_down)
@@ -220,6 +234,9 @@ pub(crate) fn validate(raw: RawRedis) -> Result<RedisConfig, (String, String)> {
     if !(1..=100_000).contains(&raw.expected_instances) {
         return err("expected_instances", "must be in 1..=100000");
     }
+    if raw.cluster && !(raw.url.starts_with("redis://") || raw.url.starts_with("rediss://")) {
+        return err("cluster", "a Cluster is reached over redis:// or rediss://");
+    }
     if raw.ca_file.is_some() && !raw.url.starts_with("rediss://") {
         return err("ca_file", "applies to a rediss:// URL only");
     }
@@ -266,6 +283,7 @@ pub(crate) fn validate(raw: RawRedis) -> Result<RedisConfig, (String, String)> {
         url: raw.url,
         ca,
         expected_instances: raw.expected_instances,
+        cluster: raw.cluster,
         prefix: raw.prefix,
         timeout: raw.timeout,
         on_down,
@@ -450,6 +468,10 @@ mod tests {
         assert_eq!(r.timeout, std::time::Duration::from_millis(50));
         assert_eq!(r.on_down, OnDown::Local);
         assert_eq!(r.mode, SharedMode::Lease);
+        assert_eq!(
+            (r.expected_instances, r.cluster, r.ca.is_none()),
+            (1, false, true)
+        );
         assert!(c.services[0].rate_limit.shared);
         assert_eq!(c.services[0].breaker.quorum, 2);
         let c = Config::from_json(&format!(
@@ -464,6 +486,18 @@ mod tests {
             (r#"{"url":"redis://r/","timeout":"0s"}"#, "redis.timeout"),
             (r#"{"url":"redis://r/","prefix":"a{b}"}"#, "redis.prefix"),
             (r#"{"url":"redis://r/","nope":1}"#, "redis"),
+            (
+                r#"{"url":"redis+unix:///r.sock","cluster":true}"#,
+                "redis.cluster",
+            ),
+            (
+                r#"{"url":"redis://r/","ca_file":"ca.pem"}"#,
+                "redis.ca_file",
+            ),
+            (
+                r#"{"url":"redis://r/","expected_instances":0}"#,
+                "redis.expected_instances",
+            ),
         ] {
             let e =
                 Config::from_json(&format!(r#"{{"redis":{bad},"services":[{SVC}]}}"#)).unwrap_err();

@@ -38,6 +38,7 @@
 //! breakers; `allow`; `deny`), logged once at `warn`, and at `info` when
 //! Redis is back; the connection manager reconnects by itself.
 
+mod conn;
 mod gcra;
 mod health;
 mod node_tokens;
@@ -49,11 +50,11 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use actix::prelude::*;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 use tokio::time::Instant;
 
 use crate::config::{BucketConfig, RedisConfig};
+use conn::Conn;
 use health::{Change, Health, Kind};
 
 pub(crate) use node_tokens::NodeTokens;
@@ -153,7 +154,7 @@ pub struct SharedStats {
 struct Inner {
     cfg: RedisConfig,
     instance: String,
-    conn: ConnectionManager,
+    conn: Conn,
     gcra: Script,
     breaker: Script,
     live: AtomicU64,
@@ -176,13 +177,7 @@ impl SharedLimits {
     /// count until a heartbeat is answered. Call [`check`] first to refuse
     /// to start instead.
     pub fn start(cfg: &RedisConfig) -> redis::RedisResult<SharedLimits> {
-        let client = client(cfg)?;
-        let mc = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(cfg.timeout))
-            .set_response_timeout(Some(cfg.timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(cfg.heartbeat);
-        let conn = ConnectionManager::new_lazy_with_config(client, mc)?;
+        let conn = Conn::open(cfg)?;
         let instance = format!("{}-{:016x}", std::process::id(), rand::random::<u64>());
         let s = SharedLimits {
             inner: Arc::new(Inner {
@@ -525,12 +520,16 @@ fn breaker_answer(v: i64) -> (i64, bool) {
     }
 }
 
-/// The client for `cfg`'s URL: over TLS for `rediss://`, trusting the
-/// `ca_file`'s authorities when given. Errors are redacted.
+/// `e` with `cfg`'s URL and secrets scrubbed from its message.
+pub(crate) fn redacted(cfg: &RedisConfig, e: redis::RedisError) -> redis::RedisError {
+    (e.kind(), "redis", cfg.scrub(&e.to_string())).into()
+}
+
+/// The client for `cfg`'s URL (one node; see [`check`] for a Cluster):
+/// over TLS for `rediss://`, trusting the `ca_file`'s authorities when
+/// given. Errors are redacted.
 pub fn client(cfg: &RedisConfig) -> redis::RedisResult<redis::Client> {
-    let redact = |e: redis::RedisError| -> redis::RedisError {
-        (e.kind(), "redis client", cfg.scrub(&e.to_string())).into()
-    };
+    let redact = |e| redacted(cfg, e);
     match &cfg.ca {
         Some(ca) if cfg.url.starts_with("rediss://") => {
             let certs = redis::TlsCertificates {
@@ -566,9 +565,24 @@ fn pem(certs: &[Vec<u8>]) -> Vec<u8> {
 /// redacted.
 pub async fn check(cfg: &RedisConfig) -> redis::RedisResult<()> {
     let limit = cfg.timeout.max(Duration::from_secs(1));
-    let redact = |e: redis::RedisError| -> redis::RedisError {
-        (e.kind(), "redis check", cfg.scrub(&e.to_string())).into()
-    };
+    let redact = |e| redacted(cfg, e);
+    if cfg.cluster {
+        // A key's slot, so the call needs the slot map: a Cluster that
+        // answers but has no owner for it fails here too.
+        let mut con = Conn::open(cfg)?;
+        let mut cmd = redis::cmd("EXISTS");
+        cmd.arg(members_key(&cfg.prefix));
+        let f = cmd.query_async::<i64>(&mut con);
+        return match tokio::time::timeout(limit, f).await {
+            Ok(r) => r.map(|_| ()).map_err(redact),
+            Err(_) => Err((
+                redis::ErrorKind::Io,
+                "redis check",
+                format!("no answer within {limit:?}"),
+            )
+                .into()),
+        };
+    }
     let c = client(cfg)?;
     let ac = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(limit))

@@ -210,3 +210,92 @@ fn write_certs(dir: &std::path::Path) {
     std::fs::write(dir.join("server.pem"), cert.pem()).expect("server.pem");
     std::fs::write(dir.join("server.key"), key.serialize_pem()).expect("server.key");
 }
+
+/// Three `redis-server --cluster-enabled yes` masters on loopback, joined
+/// by `redis-cli --cluster create` (no replicas), killed on drop. `None`
+/// when redis-server is missing and not required.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+    dir: std::path::PathBuf,
+}
+
+impl RedisCluster {
+    pub fn start() -> Option<RedisCluster> {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "actix-dispatch-redis-cluster-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let mut nodes = Vec::new();
+        for i in 0..3 {
+            let conf = dir.join(format!("nodes-{i}.conf")).display().to_string();
+            let args = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                &conf,
+                "--cluster-node-timeout",
+                "2000",
+                "--dir",
+                &dir.display().to_string(),
+            ];
+            nodes.push(RedisServer::start_with(&args)?);
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let st = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli --cluster create");
+        assert!(st.success(), "redis-cli --cluster create failed");
+        let c = RedisCluster { nodes, dir };
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if c.nodes
+                .iter()
+                .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+            {
+                return Some(c);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the cluster did not reach cluster_state:ok within 10 s");
+    }
+
+    /// `redis://127.0.0.1:PORT/` of the first node (a seed).
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.nodes[0].port)
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        self.nodes.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl RedisServer {
+    /// Runs `redis-cli -p PORT args...` and returns its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// This node's cluster id (`CLUSTER MYID`).
+    pub fn node_id(&self) -> String {
+        self.cli(&["CLUSTER", "MYID"]).trim().to_string()
+    }
+}

@@ -284,6 +284,16 @@ async fn connect(
     redis: &RedisConfig,
     timeout: Duration,
 ) -> redis::RedisResult<MultiplexedConnection> {
+    if redis.cluster {
+        return Err((
+            redis::ErrorKind::InvalidClientConfig,
+            "redis",
+            "the durable stream does not run on a Redis Cluster yet (`redis.cluster`); \
+             give it a single Redis"
+                .to_string(),
+        )
+            .into());
+    }
     let client = super::client(redis)?;
     let cfg = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(redis.timeout.max(Duration::from_secs(1))))

@@ -1,7 +1,9 @@
 //! Redis as production runs it, against real redis-servers the tests start
 //! (feature `redis`): passwords kept out of logs, errors and `Debug`; a
 //! start without a working Redis bounded by `expected_instances`; foreign
-//! content in the keys replaced, not obeyed; `rediss://` with a CA file.
+//! content in the keys replaced, not obeyed; `rediss://` with a CA file; a
+//! 3-master Redis Cluster (`redis-cli --cluster create`), with the slot of
+//! a service's keys moved to another master mid-run.
 //!
 //! The logs are captured (`support::logs`) for the lines they must and
 //! must not hold; each test uses its own key prefix.
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use actix_dispatch::{Config, Dispatcher, Task};
 
-use redis_server::RedisServer;
+use redis_server::{RedisCluster, RedisServer};
 use support::{logs, Backend};
 
 const PASSWORD: &str = "hunter2-s3cret";
@@ -392,4 +394,164 @@ fn ca_file_is_checked_when_the_config_is_loaded() {
         e.to_string().contains("redis.ca_file") && e.to_string().contains("cannot read"),
         "{e}"
     );
+}
+
+// === Redis Cluster ===
+
+/// Shared limits (service 50/s, burst 10, lease mode) of two instances on
+/// a 3-master Cluster, 2 s, while the slot of the service's keys moves to
+/// another master after 0.7 s (`SETSLOT IMPORTING/MIGRATING`, `MIGRATE`,
+/// `SETSLOT NODE`): the calls follow `ASK`/`MOVED`, `on_down: local`
+/// holds the rate meanwhile, and nothing lets everything through. The
+/// backend sees at most burst + rate·T + lease (+ the local fallback's
+/// share while calls failed: 2 × (burst/2 + rate/2 · 2 s) at most, which
+/// the bound below includes), and at least half the rate; within 2 s of
+/// the move the calls answer again (no failure in the last second), and
+/// the bucket key lives on its new master.
+#[test]
+fn a_cluster_shares_the_limits_and_follows_a_moved_slot() {
+    let Some(cluster) = RedisCluster::start() else {
+        return;
+    };
+    let backend = Backend::start();
+    let cfg = config(
+        &cluster.url(),
+        r#","cluster":true,"prefix":"cl","timeout":"500ms","on_down":"local""#,
+        &backend,
+        r#","rate_limit":{"service":{"rate":50,"burst":10},"shared":true},"breaker":{"shared":true},"queue":{"capacity":1000}"#,
+    );
+    let redis_cfg = cfg.redis.clone().expect("redis");
+    assert!(actix::System::new()
+        .block_on(actix_dispatch::redis::check(&redis_cfg))
+        .is_ok());
+    // The slot of `{svc}` and its owner.
+    let slot: String = cluster.nodes[0]
+        .cli(&["CLUSTER", "KEYSLOT", "{svc}"])
+        .trim()
+        .into();
+    // The owner answers a key of the slot; the others say MOVED.
+    let from = cluster
+        .nodes
+        .iter()
+        .position(|n| !n.cli(&["GET", "{svc}"]).contains("MOVED"))
+        .expect("an owner");
+    let to = (from + 1) % 3;
+    let (tx, rx) = mpsc::channel::<()>();
+    let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+    let t0 = Instant::now();
+    let instances: Vec<_> = (0..2)
+        .map(|_| {
+            let rx = rx.clone();
+            with_instance(cfg.clone(), move |d| {
+                Box::pin(async move {
+                    let subs: Vec<_> = (0..300)
+                        .map(|i| d.submit(Task::get("svc", format!("/t/{i}"))))
+                        .collect();
+                    let mut marks = Vec::new();
+                    // Failures seen by the test's marks (sent over `rx`).
+                    loop {
+                        let got = rx.lock().unwrap().try_recv();
+                        match got {
+                            Ok(()) => marks.push(d.stats().await.shared.expect("shared")),
+                            Err(mpsc::TryRecvError::Disconnected) => break,
+                            Err(mpsc::TryRecvError::Empty) => {}
+                        }
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    marks.push(d.stats().await.shared.expect("shared"));
+                    drop(subs);
+                    marks
+                })
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(700));
+    // Move the slot: from -> to.
+    let (a, b) = (&cluster.nodes[from], &cluster.nodes[to]);
+    let (a_id, b_id) = (a.node_id(), b.node_id());
+    assert!(b
+        .cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &a_id])
+        .contains("OK"));
+    assert!(a
+        .cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &b_id])
+        .contains("OK"));
+    let keys = a.cli(&["CLUSTER", "GETKEYSINSLOT", &slot, "1000"]);
+    let keys: Vec<&str> = keys
+        .lines()
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .collect();
+    if !keys.is_empty() {
+        let port = b.port().to_string();
+        let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+        args.extend(keys.iter().copied());
+        let out = a.cli(&args);
+        assert!(
+            out.contains("OK") || out.contains("NOKEY"),
+            "MIGRATE: {out}"
+        );
+    }
+    for n in &cluster.nodes {
+        assert!(n
+            .cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &b_id])
+            .contains("OK"));
+    }
+    let moved_at = t0.elapsed();
+    // 2 s after the move: a mark, then one more second, then the end.
+    thread::sleep(Duration::from_secs(2));
+    for _ in 0..2 {
+        let _ = tx.send(());
+    }
+    thread::sleep(Duration::from_secs(1));
+    let elapsed = t0.elapsed();
+    let hits = backend.hits();
+    drop(tx);
+    let marks: Vec<_> = instances
+        .into_iter()
+        .map(|i| i.join().expect("instance"))
+        .collect();
+    eprintln!("cluster: slot {slot} moved at {moved_at:?}; {hits} hits in {elapsed:?}; {marks:?}");
+    for m in &marks {
+        let (mid, end) = (m[0], m[m.len() - 1]);
+        assert_eq!(
+            mid.failures, end.failures,
+            "no failure from 2 s after the move on: {m:?}"
+        );
+        assert!(!end.down, "{m:?}");
+        assert!(end.round_trips > mid.round_trips, "calls went on: {m:?}");
+    }
+    let t = elapsed.as_secs_f64();
+    let bound = (10.0 + 50.0 * (t + 0.1) + 2.0 * (5.0 + 25.0 * 2.0)).ceil() as u64;
+    assert!(
+        hits <= bound,
+        "{hits} admitted in {elapsed:?}, bound {bound}"
+    );
+    assert!(hits as f64 >= 25.0 * t, "{hits} admitted in {elapsed:?}");
+    // The bucket key now lives on its new master.
+    assert!(
+        b.cli(&["CLUSTER", "COUNTKEYSINSLOT", &slot]).trim() != "0",
+        "keys of {{svc}} on the new owner"
+    );
+}
+
+/// The durable stream refuses a Cluster with a clear error (not `MOVED`
+/// at every call).
+#[test]
+fn the_stream_says_it_does_not_run_on_a_cluster() {
+    let Some(cluster) = RedisCluster::start() else {
+        return;
+    };
+    let backend = Backend::start();
+    let cfg = config(&cluster.url(), r#","cluster":true"#, &backend, "");
+    let e = with_instance(cfg, |d| {
+        Box::pin(async move {
+            d.consume(Default::default())
+                .await
+                .expect_err("refused")
+                .to_string()
+        })
+    })
+    .join()
+    .expect("instance");
+    assert!(e.contains("Redis Cluster"), "{e}");
 }
