@@ -44,6 +44,13 @@
 //!   or failing on its `max_deliveries`-th delivery, goes to
 //!   `{prefix}:{svc}:dead` (fields `entry`, `task`, `error`, `deliveries`,
 //!   `consumer`) through the same script, and is acknowledged.
+//! * **Entries that can never run** go to the dead letters on first sight,
+//!   whatever their delivery count: no `task` field, a value that is not
+//!   UTF-8 (kept as its bytes), not a task line, a line naming another
+//!   service than its stream's (an entry belongs to its stream), a path
+//!   that climbs out of its prefix, or a task refused `InvalidTask` or
+//!   `UnknownService` at submit. No delivery could change them; waiting
+//!   `max_deliveries × claim_after` would only hold credit.
 //! * **Idempotency.** Each request carries `Idempotency-Key: <entry id>`
 //!   (name configurable, or off), so a backend can recognise a task re-run
 //!   after an instance died.
