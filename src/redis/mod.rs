@@ -55,6 +55,7 @@ use tokio::time::Instant;
 
 use crate::config::{BucketConfig, RedisConfig};
 use conn::Conn;
+pub use conn::{check, client};
 use health::{Change, Health, Kind};
 
 pub(crate) use node_tokens::NodeTokens;
@@ -518,83 +519,6 @@ fn breaker_answer(v: i64) -> (i64, bool) {
     } else {
         (v, false)
     }
-}
-
-/// `e` with `cfg`'s URL and secrets scrubbed from its message.
-pub(crate) fn redacted(cfg: &RedisConfig, e: redis::RedisError) -> redis::RedisError {
-    (e.kind(), "redis", cfg.scrub(&e.to_string())).into()
-}
-
-/// The client for `cfg`'s URL (one node; see [`check`] for a Cluster):
-/// over TLS for `rediss://`, trusting the `ca_file`'s authorities when
-/// given. Errors are redacted.
-pub fn client(cfg: &RedisConfig) -> redis::RedisResult<redis::Client> {
-    let redact = |e| redacted(cfg, e);
-    match &cfg.ca {
-        Some(ca) if cfg.url.starts_with("rediss://") => {
-            let certs = redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(pem(&ca.certs)),
-            };
-            redis::Client::build_with_tls(cfg.url.as_str(), certs).map_err(redact)
-        }
-        _ => redis::Client::open(cfg.url.as_str()).map_err(redact),
-    }
-}
-
-/// DER certificates as PEM (what the redis client reads).
-fn pem(certs: &[Vec<u8>]) -> Vec<u8> {
-    use base64::Engine as _;
-    let mut out = String::new();
-    for c in certs {
-        out.push_str("-----BEGIN CERTIFICATE-----\n");
-        let b64 = base64::engine::general_purpose::STANDARD.encode(c);
-        for line in b64.as_bytes().chunks(64) {
-            out.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
-            out.push('\n');
-        }
-        out.push_str("-----END CERTIFICATE-----\n");
-    }
-    out.into_bytes()
-}
-
-/// Connects to `cfg`'s Redis and sends `PING`, within `timeout` (at least
-/// a second) for each: an application that must not run without a
-/// working Redis (unreachable, a wrong password, a TLS error) calls it
-/// before `Dispatcher::start` and refuses to start on `Err`. The error is
-/// redacted.
-pub async fn check(cfg: &RedisConfig) -> redis::RedisResult<()> {
-    let limit = cfg.timeout.max(Duration::from_secs(1));
-    let redact = |e| redacted(cfg, e);
-    if cfg.cluster {
-        // A key's slot, so the call needs the slot map: a Cluster that
-        // answers but has no owner for it fails here too.
-        let mut con = Conn::open(cfg)?;
-        let mut cmd = redis::cmd("EXISTS");
-        cmd.arg(members_key(&cfg.prefix));
-        let f = cmd.query_async::<i64>(&mut con);
-        return match tokio::time::timeout(limit, f).await {
-            Ok(r) => r.map(|_| ()).map_err(redact),
-            Err(_) => Err((
-                redis::ErrorKind::Io,
-                "redis check",
-                format!("no answer within {limit:?}"),
-            )
-                .into()),
-        };
-    }
-    let c = client(cfg)?;
-    let ac = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(limit))
-        .set_response_timeout(Some(limit));
-    let mut con = c
-        .get_multiplexed_async_connection_with_config(&ac)
-        .await
-        .map_err(redact)?;
-    redis::cmd("PING")
-        .query_async::<()>(&mut con)
-        .await
-        .map_err(redact)
 }
 
 fn millis(d: Duration) -> u64 {
