@@ -352,10 +352,11 @@ impl Consumer {
             // Left pending: another instance claims it.
             return;
         }
-        if let Outcome::Rejected(why @ (Rejection::InvalidTask(_) | Rejection::UnknownService(_))) =
-            &r.outcome
-        {
+        if let Outcome::Rejected(why @ Rejection::InvalidTask(_)) = &r.outcome {
             // No delivery can change it: dead now, not after max_deliveries.
+            // (`UnknownService` is not: the line names its stream's
+            // service, configured when it was read; a pool changed at
+            // runtime, or torn down at shutdown, is for a later delivery.)
             let error = format!("{why}");
             log::warn!("service {}: entry {id}: refused: {error}", self.service);
             self.dead_letter(id, raw, &error, n).await;
