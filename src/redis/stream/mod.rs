@@ -48,8 +48,8 @@
 //!   whatever their delivery count: no `task` field, a value that is not
 //!   UTF-8 (kept as its bytes), not a task line, a line naming another
 //!   service than its stream's (an entry belongs to its stream), a path
-//!   that climbs out of its prefix, or a task refused `InvalidTask` or
-//!   `UnknownService` at submit. No delivery could change them; waiting
+//!   that climbs out of its prefix, or a task refused `InvalidTask` at
+//!   submit (a header it may not set). No delivery could change them; waiting
 //!   `max_deliveries × claim_after` would only hold credit.
 //! * **Idempotency.** Each request carries `Idempotency-Key: <entry id>`
 //!   (name configurable, or off), so a backend can recognise a task re-run
