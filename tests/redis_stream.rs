@@ -9,6 +9,9 @@
 //! - `recovery`: workers killed and restarted, claims, dead letters;
 //! - `consume`: in-process enqueue and consume, config-file and CLI set-up;
 //! - `shutdown`: results in flight at a shutdown;
+//! - `hostile`: entries that can never run (not UTF-8, not JSON, another
+//!   service's, an invalid path or header), dead-lettered on first sight;
+//!   the worker's logs;
 //! - `helpers`: the keyed backend, workers, configs and stream reads.
 
 #![cfg(feature = "redis")]
@@ -21,6 +24,8 @@ mod redis_server;
 mod consume;
 #[path = "redis_stream/helpers.rs"]
 mod helpers;
+#[path = "redis_stream/hostile.rs"]
+mod hostile;
 #[path = "redis_stream/recovery.rs"]
 mod recovery;
 #[path = "redis_stream/shutdown.rs"]

@@ -9,6 +9,9 @@
 //! The stream's settings are the config's `redis.stream` object (the
 //! defaults without it); each flag given overrides its field.
 //!
+//! Logs go to standard error through `env_logger` (`RUST_LOG`, default
+//! `info`): the consumer's claims, dead letters and Redis warnings.
+//!
 //! It runs until its standard input closes (or the process is killed), then
 //! shuts down with the grace period, leaving unfinished entries pending for
 //! other instances, and prints its final stats as one JSON line on stdout.
@@ -96,6 +99,7 @@ fn parse() -> Result<Args, String> {
 }
 
 fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let args = match parse() {
         Ok(a) => a,
         Err(e) => {

@@ -54,7 +54,7 @@ use crate::algo::strategy::LeastLoadWeights;
 
 pub use headers::{ConfigHeader, HeaderSet, Secret};
 pub use mode::Mode;
-pub use redis::{OnDown, RedisConfig, SharedMode};
+pub use redis::{OnDown, RedisConfig, SharedMode, StreamConfig};
 pub use tls::{CaFile, TlsConfig};
 pub use validate::ConfigError;
 pub(crate) use validate::{clamp_weight, normalize_address};

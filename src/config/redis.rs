@@ -2,8 +2,16 @@
 //!
 //! ```json
 //! "redis": { "url": "redis://127.0.0.1:6379/0", "prefix": "ad", "timeout": "50ms",
-//!            "on_down": "local", "mode": "lease", "lease": "100ms", "heartbeat": "1s" }
+//!            "on_down": "local", "mode": "lease", "lease": "100ms", "heartbeat": "1s",
+//!            "expected_instances": 3, "cluster": false, "ca_file": null }
 //! ```
+//!
+//! `url` may hold a password: it is shown redacted in `Debug`, logs and
+//! errors ([`RedisConfig::redacted_url`]). `rediss://` connects over TLS,
+//! trusting `ca_file`'s authorities (PEM, read at load) or else the
+//! system's. `cluster: true` makes `url` one node of a Redis Cluster.
+//! `expected_instances` is the live count assumed until Redis answers a
+//! heartbeat (see [`crate::redis`]).
 //!
 //! With it, a service's `rate_limit.shared: true` keeps every bucket it sets
 //! (`service`, and each node's `per_node`) in Redis, and `breaker.shared:
@@ -16,7 +24,7 @@
 //!
 //! The optional `stream` object holds the settings of the durable task
 //! stream's consumer (`Dispatcher::consume`, feature `redis`): every field
-//! of `crate::redis::stream::StreamConfig` under the same name, durations
+//! of [`StreamConfig`] under the same name, durations
 //! as humantime strings. Every field is optional and defaults as
 //! `StreamConfig::default()`. `null` for an optional one (`consumer`,
 //! `claim_after`, `claim_every`, `max_in_flight`) is its default, except
@@ -42,15 +50,29 @@
 //! `RedisConfig::stream_config` returns them (the defaults without the
 //! object) for a caller to override some before `Dispatcher::consume`.
 
+mod stream;
+mod url;
+
+use std::fmt;
 use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use stream::StreamConfig;
+use stream::{stream_config, validate_stream, RawStream};
+use url::{redact_url, url_secrets};
+
 /// The section as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawRedis {
     pub url: String,
+    #[serde(default)]
+    pub ca_file: Option<String>,
+    #[serde(default = "default_expected_instances")]
+    pub expected_instances: u64,
+    #[serde(default)]
+    pub cluster: bool,
     #[serde(default = "default_prefix")]
     pub prefix: String,
     #[serde(default = "default_timeout", with = "humantime_serde")]
@@ -67,49 +89,9 @@ pub(crate) struct RawRedis {
     pub stream: Option<RawStream>,
 }
 
-/// The `redis.stream` object as written; defaults as `StreamConfig`'s.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawStream {
-    #[serde(default)]
-    pub consumer: Option<String>,
-    #[serde(default = "default_group")]
-    pub group: String,
-    #[serde(default)]
-    pub services: Vec<String>,
-    #[serde(default, with = "humantime_serde")]
-    pub claim_after: Option<Duration>,
-    #[serde(default, with = "humantime_serde")]
-    pub claim_every: Option<Duration>,
-    #[serde(default = "default_max_deliveries")]
-    pub max_deliveries: u32,
-    /// Absent: the default header; `null`: none.
-    #[serde(default = "default_idempotency_header")]
-    pub idempotency_header: Option<String>,
-    #[serde(default = "default_block", with = "humantime_serde")]
-    pub block: Duration,
-    #[serde(default = "default_done_ttl", with = "humantime_serde")]
-    pub done_ttl: Duration,
-    #[serde(default)]
-    pub max_in_flight: Option<usize>,
+fn default_expected_instances() -> u64 {
+    1
 }
-
-fn default_group() -> String {
-    "dispatch".into()
-}
-fn default_max_deliveries() -> u32 {
-    5
-}
-fn default_idempotency_header() -> Option<String> {
-    Some("Idempotency-Key".into())
-}
-fn default_block() -> Duration {
-    Duration::from_secs(1)
-}
-fn default_done_ttl() -> Duration {
-    Duration::from_secs(24 * 3600)
-}
-
 fn default_prefix() -> String {
     "ad".into()
 }
@@ -158,10 +140,27 @@ pub enum SharedMode {
 }
 
 /// The validated `redis` section.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Its `Debug` shows the URL with its userinfo (user and password) and
+/// query redacted, as [`RedisConfig::redacted_url`] does.
+#[derive(Clone, PartialEq)]
 pub struct RedisConfig {
-    /// Connection URL (`redis://host:port/db`, `redis+unix:///path`).
+    /// Connection URL (`redis://[user:password@]host:port/db`,
+    /// `rediss://...` for TLS, `redis+unix:///path`). It may hold a
+    /// password: log [`RedisConfig::redacted_url`], never this.
     pub url: String,
+    /// Authorities trusted for `rediss://` (`ca_file`, PEM, read when the
+    /// config is loaded) instead of the system's roots.
+    pub ca: Option<crate::config::CaFile>,
+    /// Instances expected to share the limits (default 1): until Redis has
+    /// answered a heartbeat, the local fallback of `on_down: local` divides
+    /// each shared rate by this, so N replicas started without a working
+    /// Redis (down, or a wrong password) send at most the limit, not N
+    /// times it. Once Redis answers, the live count read replaces it.
+    pub expected_instances: u64,
+    /// `url` is one node of a Redis Cluster (default false): the others
+    /// are found from it, `MOVED` and `ASK` are followed.
+    pub cluster: bool,
     /// Prefix of every key (default `ad`).
     pub prefix: String,
     /// Longest wait for an answer before `on_down` applies (default 50 ms).
@@ -177,118 +176,50 @@ pub struct RedisConfig {
     pub heartbeat: Duration,
     /// The durable task stream's settings, `redis.stream` (none by
     /// default: [`RedisConfig::stream_config`] gives the defaults).
-    #[cfg(feature = "redis")]
-    pub stream: Option<crate::redis::stream::StreamConfig>,
+    pub stream: Option<StreamConfig>,
 }
 
-#[cfg(feature = "redis")]
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &self.redacted_url())
+            .field("ca", &self.ca)
+            .field("expected_instances", &self.expected_instances)
+            .field("cluster", &self.cluster)
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field("on_down", &self.on_down)
+            .field("mode", &self.mode)
+            .field("lease", &self.lease)
+            .field("heartbeat", &self.heartbeat)
+            .field("stream", &self.stream)
+            .finish()
+    }
+}
+
 impl RedisConfig {
+    /// The URL with its userinfo and query (where a password may be)
+    /// replaced by `<redacted>`: the form every log line and error shows.
+    pub fn redacted_url(&self) -> String {
+        redact_url(&self.url)
+    }
+
+    /// `text` (an error message) with the URL and its password, wherever
+    /// they appear, replaced by their redacted forms.
+    pub fn scrub(&self, text: &str) -> String {
+        let mut out = text.replace(&self.url, &self.redacted_url());
+        for secret in url_secrets(&self.url) {
+            out = out.replace(&secret, "<redacted>");
+        }
+        out
+    }
+
     /// The settings of [`Dispatcher::consume`](crate::Dispatcher::consume)
     /// from `redis.stream`, or `StreamConfig::default()` when the config
     /// has no such object. Change fields of the result to override the
     /// file (as `actix-dispatch-worker`'s flags do).
-    pub fn stream_config(&self) -> crate::redis::stream::StreamConfig {
+    pub fn stream_config(&self) -> StreamConfig {
         self.stream.clone().unwrap_or_default()
-    }
-}
-
-/// Checks `redis.stream` (all but whether `services` are configured, which
-/// [`super::validate`] checks once the services are read).
-fn validate_stream(raw: &RawStream) -> Result<(), (String, String)> {
-    let err = |f: &str, m: String| Err((format!("redis.stream.{f}"), m));
-    if raw.consumer.as_deref().is_some_and(|c| c.trim().is_empty()) {
-        return err(
-            "consumer",
-            "must not be empty (leave it out for `<pid>-<random>`)".into(),
-        );
-    }
-    if raw.group.trim().is_empty() {
-        return err("group", "must not be empty".into());
-    }
-    let ms = Duration::from_millis;
-    let ranges = [
-        (
-            "block",
-            Some(raw.block),
-            ms(10),
-            Duration::from_secs(60),
-            "10ms",
-            "60s",
-        ),
-        (
-            "claim_after",
-            raw.claim_after,
-            ms(100),
-            Duration::from_secs(7 * 86_400),
-            "100ms",
-            "7days",
-        ),
-        (
-            "claim_every",
-            raw.claim_every,
-            ms(100),
-            Duration::from_secs(10),
-            "100ms",
-            "10s",
-        ),
-        (
-            "done_ttl",
-            Some(raw.done_ttl),
-            Duration::from_secs(1),
-            crate::algo::time::MAX_DURATION,
-            "1s",
-            "365days",
-        ),
-    ];
-    for (field, d, lo, hi, los, his) in ranges {
-        if let Some(d) = d {
-            if d < lo || d > hi {
-                return err(field, format!("{d:?} is not in {los}..={his}"));
-            }
-        }
-    }
-    if raw.max_deliveries == 0 {
-        return err("max_deliveries", "must be at least 1".into());
-    }
-    if let Some(n) = raw.max_in_flight {
-        if !(1..=1_000_000).contains(&n) {
-            return err("max_in_flight", "must be in 1..=1000000".into());
-        }
-    }
-    if let Some(h) = &raw.idempotency_header {
-        if awc::http::header::HeaderName::from_bytes(h.as_bytes()).is_err() {
-            return err(
-                "idempotency_header",
-                format!("{h:?} is not a valid header name (null sends none)"),
-            );
-        }
-    }
-    let mut seen = std::collections::HashSet::new();
-    for (i, s) in raw.services.iter().enumerate() {
-        if !seen.insert(s.trim().to_lowercase()) {
-            return err(
-                &format!("services[{i}]"),
-                format!("service {s:?} is listed twice"),
-            );
-        }
-    }
-    Ok(())
-}
-
-#[cfg(feature = "redis")]
-fn stream_config(raw: RawStream) -> crate::redis::stream::StreamConfig {
-    let d = crate::redis::stream::StreamConfig::default();
-    crate::redis::stream::StreamConfig {
-        consumer: raw.consumer.unwrap_or(d.consumer),
-        group: raw.group,
-        services: raw.services.iter().map(|s| s.trim().to_owned()).collect(),
-        claim_after: raw.claim_after,
-        claim_every: raw.claim_every,
-        max_deliveries: raw.max_deliveries,
-        idempotency_header: raw.idempotency_header,
-        block: raw.block,
-        done_ttl: raw.done_ttl,
-        max_in_flight: raw.max_in_flight,
     }
 }
 
@@ -300,7 +231,16 @@ pub(crate) fn validate(raw: RawRedis) -> Result<RedisConfig, (String, String)> {
         || raw.url.starts_with("redis+unix://")
         || raw.url.starts_with("unix://"))
     {
-        return err("url", "expected a redis:// or redis+unix:// URL");
+        return err("url", "expected a redis://, rediss:// or redis+unix:// URL");
+    }
+    if !(1..=100_000).contains(&raw.expected_instances) {
+        return err("expected_instances", "must be in 1..=100000");
+    }
+    if raw.cluster && !(raw.url.starts_with("redis://") || raw.url.starts_with("rediss://")) {
+        return err("cluster", "a Cluster is reached over redis:// or rediss://");
+    }
+    if raw.ca_file.is_some() && !raw.url.starts_with("rediss://") {
+        return err("ca_file", "applies to a rediss:// URL only");
     }
     if raw.prefix.is_empty() || raw.prefix.contains(['{', '}']) {
         return err("prefix", "must be non-empty, without braces");
@@ -332,17 +272,55 @@ pub(crate) fn validate(raw: RawRedis) -> Result<RedisConfig, (String, String)> {
     if !cfg!(feature = "redis") {
         return err("url", "this build has no `redis` cargo feature");
     }
+    let ca = match &raw.ca_file {
+        None => None,
+        Some(path) => Some(crate::config::CaFile {
+            path: path.clone(),
+            certs: load_ca(path)
+                .map_err(|m| ("redis.ca_file".to_owned(), m))?
+                .into(),
+        }),
+    };
     Ok(RedisConfig {
         url: raw.url,
+        ca,
+        expected_instances: raw.expected_instances,
+        cluster: raw.cluster,
         prefix: raw.prefix,
         timeout: raw.timeout,
         on_down,
         mode,
         lease: raw.lease,
         heartbeat: raw.heartbeat,
-        #[cfg(feature = "redis")]
         stream: raw.stream.map(stream_config),
     })
+}
+
+/// Reads the PEM certificates of `path`, checking each as a trust anchor.
+#[cfg(feature = "redis")]
+fn load_ca(path: &str) -> Result<Vec<Vec<u8>>, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {path:?}: {e}"))?;
+    let mut certs = Vec::new();
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| format!("{path:?} is not valid PEM: {e}"))?;
+        roots
+            .add(cert.clone())
+            .map_err(|e| format!("{path:?}: certificate {} is invalid: {e}", certs.len() + 1))?;
+        certs.push(cert.to_vec());
+    }
+    if certs.is_empty() {
+        return Err(format!("{path:?} holds no PEM certificate"));
+    }
+    Ok(certs)
+}
+
+#[cfg(not(feature = "redis"))]
+fn load_ca(_path: &str) -> Result<Vec<Vec<u8>>, String> {
+    Err("this build has no `redis` cargo feature".into())
 }
 
 #[cfg(test)]
@@ -386,6 +364,10 @@ mod tests {
         assert_eq!(r.timeout, std::time::Duration::from_millis(50));
         assert_eq!(r.on_down, OnDown::Local);
         assert_eq!(r.mode, SharedMode::Lease);
+        assert_eq!(
+            (r.expected_instances, r.cluster, r.ca.is_none()),
+            (1, false, true)
+        );
         assert!(c.services[0].rate_limit.shared);
         assert_eq!(c.services[0].breaker.quorum, 2);
         let c = Config::from_json(&format!(
@@ -400,6 +382,18 @@ mod tests {
             (r#"{"url":"redis://r/","timeout":"0s"}"#, "redis.timeout"),
             (r#"{"url":"redis://r/","prefix":"a{b}"}"#, "redis.prefix"),
             (r#"{"url":"redis://r/","nope":1}"#, "redis"),
+            (
+                r#"{"url":"redis+unix:///r.sock","cluster":true}"#,
+                "redis.cluster",
+            ),
+            (
+                r#"{"url":"redis://r/","ca_file":"ca.pem"}"#,
+                "redis.ca_file",
+            ),
+            (
+                r#"{"url":"redis://r/","expected_instances":0}"#,
+                "redis.expected_instances",
+            ),
         ] {
             let e =
                 Config::from_json(&format!(r#"{{"redis":{bad},"services":[{SVC}]}}"#)).unwrap_err();

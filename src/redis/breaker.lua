@@ -17,7 +17,27 @@
 -- close  a probe succeeded: closed for everyone. Returns 1.
 --
 -- All times are Redis TIME; keys share the service's hash tag.
+--
+-- Redis content is untrusted: a key of another type than this script
+-- writes is deleted first (and the answer of `trip` and `claim` is then
+-- negative, -1 - the answer, so the caller can log it); a `tripped` value
+-- is bounded to the open times given; a probe claim that no instance of
+-- this script can have set (no expiry, or longer than the probe ttl) is
+-- dropped, so no foreign key can shut a node out for every instance.
 local op = ARGV[1]
+local repaired = false
+local want = { 'string', 'string', 'string', 'zset' }
+for i = 1, 4 do
+  local kind = redis.call('TYPE', KEYS[i]).ok
+  if kind ~= 'none' and kind ~= want[i] then
+    redis.call('DEL', KEYS[i])
+    repaired = true
+  end
+end
+local function answer(v)
+  if repaired then return -1 - v end
+  return v
+end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if op == 'trip' then
@@ -25,24 +45,34 @@ if op == 'trip' then
   redis.call('ZADD', KEYS[4], now_ms, ARGV[2])
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now_ms - window)
   redis.call('PEXPIRE', KEYS[4], window)
-  if redis.call('ZCARD', KEYS[4]) < quorum then return 0 end
-  if redis.call('PTTL', KEYS[1]) > 0 then return redis.call('PTTL', KEYS[1]) end
+  if redis.call('ZCARD', KEYS[4]) < quorum then return answer(0) end
+  if redis.call('PTTL', KEYS[1]) > 0 then return answer(redis.call('PTTL', KEYS[1])) end
   redis.call('SET', KEYS[1], ARGV[2], 'PX', open_ms)
   redis.call('SET', KEYS[2], open_ms, 'PX', open_ms * 4 + window)
   redis.call('DEL', KEYS[3])
-  return open_ms
+  return answer(open_ms)
 elseif op == 'reopen' then
-  local last = tonumber(redis.call('GET', KEYS[2]) or ARGV[3]) or tonumber(ARGV[3])
-  local open_ms = math.min(last * 2, tonumber(ARGV[4]))
+  local first, max = tonumber(ARGV[3]), tonumber(ARGV[4])
+  local last = tonumber(redis.call('GET', KEYS[2]) or ARGV[3]) or first
+  if last ~= last or last < first then last = first end
+  if last > max then last = max end
+  local open_ms = math.floor(math.min(last * 2, max))
+  if open_ms < 1 then open_ms = 1 end
   redis.call('SET', KEYS[1], ARGV[2], 'PX', open_ms)
   redis.call('SET', KEYS[2], open_ms, 'PX', open_ms * 4 + 60000)
   redis.call('DEL', KEYS[3])
   return open_ms
 elseif op == 'claim' then
-  if redis.call('PTTL', KEYS[1]) > 0 then return 0 end
-  if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
-  if redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', tonumber(ARGV[3])) then return 1 end
-  return 0
+  local ttl = tonumber(ARGV[3])
+  local held = redis.call('PTTL', KEYS[3])
+  if held == -1 or held > ttl then
+    redis.call('DEL', KEYS[3])
+    repaired = true
+  end
+  if redis.call('PTTL', KEYS[1]) > 0 then return answer(0) end
+  if redis.call('EXISTS', KEYS[2]) == 0 then return answer(0) end
+  if redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', ttl) then return answer(1) end
+  return answer(0)
 elseif op == 'close' then
   redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
   return 1

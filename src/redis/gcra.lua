@@ -19,7 +19,13 @@
 -- Each key expires when its bucket is full again (TAT - now), so idle
 -- buckets leave nothing behind (not under a forced `now`).
 --
--- Returns { now_us, granted_1, due_1, ..., granted_m, due_m }: due_a is how
+-- Redis content is untrusted: a bucket key of another type (a list, a
+-- hash), a value that is not a number, or a TAT past what a grant can
+-- leave (now + tolerance + interval; `1e300` would stop traffic for good)
+-- is replaced by a full bucket, and counted in the answer's last element.
+--
+-- Returns { now_us, granted_1, due_1, ..., granted_m, due_m, repaired }:
+-- due_a is how
 -- long, in µs, until ask a's buckets hold its tokens again (want tokens, at
 -- most half of each bucket's burst, rounded up; 0 when they are there now).
 -- An instance need not ask before then: it would get less.
@@ -49,8 +55,21 @@ else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+local repaired = 0
 for b = 1, n do
-  local v = tonumber(redis.call('GET', KEYS[b]) or '0') or 0
+  local kind = redis.call('TYPE', KEYS[b]).ok
+  local v = now
+  if kind == 'string' then
+    v = tonumber(redis.call('GET', KEYS[b]))
+    if v == nil or v ~= v or v > now + tol[b] + iv[b] then
+      redis.call('DEL', KEYS[b])
+      repaired = repaired + 1
+      v = now
+    end
+  elseif kind ~= 'none' then
+    redis.call('DEL', KEYS[b])
+    repaired = repaired + 1
+  end
   if v < now then v = now end
   tat[b] = v
 end
@@ -108,4 +127,5 @@ for a = 1, m do
   out[#out + 1] = granted[a]
   out[#out + 1] = due
 end
+out[#out + 1] = repaired
 return out

@@ -91,6 +91,12 @@ pub(super) fn gcra_answer(v: &[u64], asks: &[Ask]) -> (Vec<Got>, u64) {
     (got, now)
 }
 
+/// How many bucket keys the script replaced (its answer's last element,
+/// after the asks'), bounded by the keys a call can hold.
+pub(super) fn gcra_repaired(v: &[u64], asks: &[Ask]) -> u64 {
+    v.get(1 + 2 * asks.len()).copied().unwrap_or(0).min(1 << 20)
+}
+
 /// Runs `gcra.lua` once over `keys` (each with its bucket) for `asks`, at
 /// Redis `TIME` or, in tests, at `now_us`; returns each ask's answer and
 /// the script's clock (µs).

@@ -38,33 +38,46 @@
 //! breakers; `allow`; `deny`), logged once at `warn`, and at `info` when
 //! Redis is back; the connection manager reconnects by itself.
 
+mod conn;
 mod gcra;
+mod health;
 mod node_tokens;
 mod share;
 pub mod stream;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use actix::prelude::*;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 use tokio::time::Instant;
 
 use crate::config::{BucketConfig, RedisConfig};
+use conn::Conn;
+pub use conn::{check, client};
+use health::{Change, Health, Kind};
 
 pub(crate) use node_tokens::NodeTokens;
 pub(crate) use share::{Admit, ServiceShare};
 
 /// The GCRA script (see its header for keys and arguments).
 pub const GCRA_LUA: &str = include_str!("gcra.lua");
-use gcra::{gcra_answer, gcra_args};
+use gcra::{gcra_answer, gcra_args, gcra_repaired};
 pub use gcra::{gcra_params, take_many, take_tokens, Ask, Got, Taken};
 /// The shared-breaker script.
 pub const BREAKER_LUA: &str = include_str!("breaker.lua");
 
+/// The longest a shared breaker's `open` key is believed (a foreign key
+/// with a longer expiry would keep a node shut for every instance).
+pub const MAX_SHARED_OPEN: Duration = Duration::from_secs(600);
+
+/// The most live instances believed from the membership count.
+const MAX_LIVE: u64 = 100_000;
+
 const MEMBERS_LUA: &str = r#"
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind ~= 'none' and kind ~= 'zset' then redis.call('DEL', KEYS[1]) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[1], now, ARGV[1])
@@ -130,7 +143,8 @@ pub struct SharedStats {
     /// Instances that heartbeated within three periods (this one included);
     /// the last count read while Redis answered.
     pub live_instances: u64,
-    /// Redis did not answer the last call within `timeout`.
+    /// Some kind of call (tokens, breakers or heartbeats, of some service)
+    /// did not answer within `timeout`, or failed, the last time.
     pub down: bool,
     /// Script calls made (round trips), and calls that timed out or failed.
     pub round_trips: u64,
@@ -141,11 +155,11 @@ pub struct SharedStats {
 struct Inner {
     cfg: RedisConfig,
     instance: String,
-    conn: ConnectionManager,
+    conn: Conn,
     gcra: Script,
     breaker: Script,
     live: AtomicU64,
-    down: AtomicBool,
+    health: Mutex<Health>,
     round_trips: AtomicU64,
     failures: AtomicU64,
 }
@@ -158,15 +172,13 @@ pub struct SharedLimits {
 
 impl SharedLimits {
     /// Opens the (lazy) connection for `cfg` and starts the heartbeat on
-    /// the current arbiter. Fails only on a malformed URL.
+    /// the current arbiter. Fails only on a malformed URL (the message
+    /// redacted): a Redis that does not answer, or refuses the password,
+    /// leaves `on_down` in force, with `expected_instances` as the live
+    /// count until a heartbeat is answered. Call [`check`] first to refuse
+    /// to start instead.
     pub fn start(cfg: &RedisConfig) -> redis::RedisResult<SharedLimits> {
-        let client = redis::Client::open(cfg.url.as_str())?;
-        let mc = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(cfg.timeout))
-            .set_response_timeout(Some(cfg.timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(cfg.heartbeat);
-        let conn = ConnectionManager::new_lazy_with_config(client, mc)?;
+        let conn = Conn::open(cfg)?;
         let instance = format!("{}-{:016x}", std::process::id(), rand::random::<u64>());
         let s = SharedLimits {
             inner: Arc::new(Inner {
@@ -175,8 +187,8 @@ impl SharedLimits {
                 conn,
                 gcra: Script::new(GCRA_LUA),
                 breaker: Script::new(BREAKER_LUA),
-                live: AtomicU64::new(1),
-                down: AtomicBool::new(false),
+                live: AtomicU64::new(cfg.expected_instances.clamp(1, MAX_LIVE)),
+                health: Mutex::new(Health::default()),
                 round_trips: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
             }),
@@ -190,7 +202,8 @@ impl SharedLimits {
         &self.inner.cfg
     }
 
-    /// Live instances, as last read (at least 1).
+    /// Live instances, as last read (at least 1; `expected_instances`
+    /// before the first heartbeat answered).
     pub fn live(&self) -> u64 {
         self.inner.live.load(Ordering::Relaxed).max(1)
     }
@@ -200,7 +213,7 @@ impl SharedLimits {
         let i = &self.inner;
         SharedStats {
             live_instances: self.live(),
-            down: i.down.load(Ordering::Relaxed),
+            down: i.health.lock().expect("lock").any_down(),
             round_trips: i.round_trips.load(Ordering::Relaxed),
             failures: i.failures.load(Ordering::Relaxed),
         }
@@ -221,6 +234,7 @@ impl SharedLimits {
         reply: Recipient<Granted>,
     ) {
         let s = self.clone();
+        let svc = service.to_owned();
         let keys = vec![(self.key(service, "rl"), bucket)];
         let asked = Instant::now();
         actix::spawn(async move {
@@ -232,12 +246,13 @@ impl SharedLimits {
             let mut inv = s.inner.gcra.prepare_invoke();
             gcra_args(&mut inv, &keys, &asks, None);
             let r = s
-                .call(async move {
+                .call(Kind::Tokens, &svc, async move {
                     let v: Vec<u64> = inv.invoke_async(&mut con).await?;
                     Ok(v)
                 })
                 .await;
             let taken = r.map(|v| {
+                log_repairs(&svc, gcra_repaired(&v, &asks));
                 let (got, now_us) = gcra_answer(&v, &asks);
                 Taken {
                     granted: got[0].granted,
@@ -269,6 +284,7 @@ impl SharedLimits {
         reply: Recipient<NodesGranted>,
     ) {
         let s = self.clone();
+        let svc = service.to_owned();
         let mut keys = Vec::with_capacity(asks.len() + 1);
         if let Some(b) = service_bucket {
             keys.push((self.key(service, "rl"), b));
@@ -293,12 +309,15 @@ impl SharedLimits {
             let mut inv = s.inner.gcra.prepare_invoke();
             gcra_args(&mut inv, &keys, &calls, None);
             let r = s
-                .call(async move {
+                .call(Kind::Tokens, &svc, async move {
                     let v: Vec<u64> = inv.invoke_async(&mut con).await?;
                     Ok(v)
                 })
                 .await;
-            let got = r.map(|v| gcra_answer(&v, &calls).0);
+            let got = r.map(|v| {
+                log_repairs(&svc, gcra_repaired(&v, &calls));
+                gcra_answer(&v, &calls).0
+            });
             reply.do_send(NodesGranted { asks, got, asked });
         });
     }
@@ -309,7 +328,8 @@ impl SharedLimits {
     }
 
     /// Runs `breaker.lua` with `args` after the operation; fire and forget,
-    /// or the integer answer to `then`.
+    /// or the integer answer to `then` (a repair the script made is logged
+    /// here, and its answer decoded).
     fn breaker_op(
         &self,
         service: &str,
@@ -320,6 +340,7 @@ impl SharedLimits {
     ) {
         let s = self.clone();
         let keys = self.breaker_keys(service, node);
+        let (svc, n) = (service.to_owned(), node.to_owned());
         actix::spawn(async move {
             let mut con = s.inner.conn.clone();
             let mut inv = s.inner.breaker.prepare_invoke();
@@ -331,12 +352,21 @@ impl SharedLimits {
                 inv.arg(a);
             }
             let r = s
-                .call(async move {
+                .call(Kind::Breakers, &svc, async move {
                     let v: i64 = inv.invoke_async(&mut con).await?;
                     Ok(v)
                 })
                 .await;
-            then(r);
+            then(r.map(|v| {
+                let (v, repaired) = breaker_answer(v);
+                if repaired {
+                    log::warn!(
+                        "service {svc}: node {n}: shared breaker keys held foreign content \
+                         (a wrong type, or a probe claim no instance set); replaced"
+                    );
+                }
+                v
+            }));
         });
     }
 
@@ -394,6 +424,7 @@ impl SharedLimits {
         reply: Recipient<SharedBreakers>,
     ) {
         let s = self.clone();
+        let svc = service.to_owned();
         let mut pipe = redis::pipe();
         for n in &nodes {
             let [open, tripped, _, _] = self.breaker_keys(service, n);
@@ -402,7 +433,7 @@ impl SharedLimits {
         actix::spawn(async move {
             let mut con = s.inner.conn.clone();
             let r = s
-                .call(async move {
+                .call(Kind::Breakers, &svc, async move {
                     let v: Vec<i64> = pipe.query_async(&mut con).await?;
                     Ok(v)
                 })
@@ -413,9 +444,9 @@ impl SharedLimits {
                 .zip(v.chunks(2))
                 .map(|(n, c)| {
                     let state = match (c[0], c.get(1).copied().unwrap_or(0)) {
-                        (pttl, _) if pttl > 0 => {
-                            SharedState::Open(Duration::from_millis(pttl as u64))
-                        }
+                        (pttl, _) if pttl > 0 => SharedState::Open(
+                            Duration::from_millis(pttl as u64).min(MAX_SHARED_OPEN),
+                        ),
                         (_, 1) => SharedState::HalfOpen,
                         _ => SharedState::Closed,
                     };
@@ -426,42 +457,78 @@ impl SharedLimits {
         });
     }
 
-    /// Runs one call with the timeout; counts it, tracks up/down.
+    /// Runs one call of `kind` for `service` with the timeout; counts it,
+    /// tracks its scope up or down (see `health.rs`) and logs the change,
+    /// the URL and the error redacted.
     async fn call<T>(
         &self,
+        kind: Kind,
+        service: &str,
         f: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Option<T> {
         let i = &self.inner;
         i.round_trips.fetch_add(1, Ordering::Relaxed);
         let r = match tokio::time::timeout(i.cfg.timeout, f).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(e.to_string()),
+            Ok(Err(e)) => Err(i.cfg.scrub(&e.to_string())),
             Err(_) => Err(format!("no answer within {:?}", i.cfg.timeout)),
         };
-        match r {
-            Ok(v) => {
-                if i.down.swap(false, Ordering::Relaxed) {
-                    log::info!("redis {}: answering again; shared limits back", i.cfg.url);
-                }
-                Some(v)
-            }
-            Err(e) => {
-                i.failures.fetch_add(1, Ordering::Relaxed);
-                if !i.down.swap(true, Ordering::Relaxed) {
-                    log::warn!(
-                        "redis {}: {e}; on_down {:?} applies until it answers",
-                        i.cfg.url,
-                        i.cfg.on_down
-                    );
-                }
-                None
-            }
+        if r.is_err() {
+            i.failures.fetch_add(1, Ordering::Relaxed);
         }
+        let change = i
+            .health
+            .lock()
+            .expect("lock")
+            .record(kind, service, r.is_ok());
+        let scope = match service {
+            "" => kind.to_string(),
+            s => format!("{kind} of service {s}"),
+        };
+        let url = i.cfg.redacted_url();
+        match (&r, change) {
+            (Ok(_), Change::CameBack) => {
+                log::info!("redis {url}: {scope} answer again; shared state back");
+            }
+            (Err(e), Change::WentDown) => {
+                log::warn!(
+                    "redis {url}: {scope}: {e}; on_down {:?} applies until they answer",
+                    i.cfg.on_down
+                );
+            }
+            _ => {}
+        }
+        r.ok()
+    }
+}
+
+/// Logs the bucket keys `gcra.lua` replaced for `service`.
+fn log_repairs(service: &str, repaired: u64) {
+    if repaired > 0 {
+        log::warn!(
+            "service {service}: {repaired} shared bucket key(s) held foreign content \
+             (a wrong type, not a number, or out of bounds); replaced by full buckets"
+        );
+    }
+}
+
+/// Decodes `breaker.lua`'s answer: negative when it repaired a key.
+fn breaker_answer(v: i64) -> (i64, bool) {
+    if v < 0 {
+        (-1 - v, true)
+    } else {
+        (v, false)
     }
 }
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// The membership key, `{prefix}:members`: hash-tagged, so the key has a
+/// slot of its own in a Redis Cluster (a script's keys share one slot).
+pub fn members_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:members")
 }
 
 /// Heartbeats until the handle is dropped (one call per period).
@@ -470,19 +537,19 @@ async fn heartbeat(inner: Weak<Inner>) {
         let Some(i) = inner.upgrade() else { return };
         let s = SharedLimits { inner: i };
         let period = s.inner.cfg.heartbeat;
-        let key = format!("{}:members", s.inner.cfg.prefix);
+        let key = members_key(&s.inner.cfg.prefix);
         let mut con = s.inner.conn.clone();
         let script = Script::new(MEMBERS_LUA);
         let mut inv = script.prepare_invoke();
         inv.key(key).arg(&s.inner.instance).arg(millis(period * 3));
         let r = s
-            .call(async move {
+            .call(Kind::Members, "", async move {
                 let n: u64 = inv.invoke_async(&mut con).await?;
                 Ok(n)
             })
             .await;
         if let Some(n) = r {
-            s.inner.live.store(n.max(1), Ordering::Relaxed);
+            s.inner.live.store(n.clamp(1, MAX_LIVE), Ordering::Relaxed);
         }
         drop(s);
         tokio::time::sleep(period).await;

@@ -13,7 +13,7 @@ use actix_dispatch::redis::stream::StreamConfig;
 use actix_dispatch::{Config, Dispatcher};
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 
-const WORKER: &str = env!("CARGO_BIN_EXE_actix-dispatch-worker");
+pub(crate) const WORKER: &str = env!("CARGO_BIN_EXE_actix-dispatch-worker");
 
 type Calls = Arc<Mutex<HashMap<String, u32>>>;
 
@@ -100,6 +100,11 @@ impl Worker {
             .arg(cfg)
             .args(["--consumer", name, "--grace", "2s"])
             .args(extra)
+            // Its logs (env_logger) at warn, unless the run asks for more.
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -5,6 +5,11 @@
 //! --appendonly no`, and waits (at most 5 s) until it answers. Dropping it
 //! kills the process (after a `SIGCONT`, in case a test paused it).
 //!
+//! [`RedisServer::start_with`] adds arguments (`--requirepass`, ...);
+//! [`RedisServer::start_tls`] adds a `tls-port` with a CA and a server
+//! certificate for 127.0.0.1 made at test time (rcgen), written to a fresh
+//! temporary directory removed on drop.
+//!
 //! When `redis-server` is not installed, `start` returns `None` and the test
 //! skips, unless `CI` (or `REDIS_REQUIRED`) is set: then it fails.
 
@@ -23,20 +28,70 @@ const READY_WAIT: Duration = Duration::from_secs(5);
 pub struct RedisServer {
     child: Child,
     port: u16,
+    tls: Option<Tls>,
+}
+
+/// The TLS side of a server: its port and the CA's PEM file.
+struct Tls {
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
 }
 
 impl RedisServer {
     /// Starts one, or `None` when redis-server is missing and not required.
     pub fn start() -> Option<RedisServer> {
+        Self::start_with(&[])
+    }
+
+    /// Starts one with `extra` arguments (`--requirepass`, ...).
+    pub fn start_with(extra: &[&str]) -> Option<RedisServer> {
+        Self::spawn(extra.iter().map(|s| s.to_string()).collect(), None)
+    }
+
+    /// Starts one with a `tls-port` too (no client certificates asked),
+    /// its certificate for 127.0.0.1 signed by a CA of its own
+    /// ([`RedisServer::ca_file`]).
+    pub fn start_tls() -> Option<RedisServer> {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "actix-dispatch-redis-tls-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        write_certs(&dir);
+        let port = free_port();
+        let f = |n: &str| dir.join(n).display().to_string();
+        let args = vec![
+            "--tls-port".into(),
+            port.to_string(),
+            "--tls-cert-file".into(),
+            f("server.pem"),
+            "--tls-key-file".into(),
+            f("server.key"),
+            "--tls-ca-cert-file".into(),
+            f("ca.pem"),
+            "--tls-auth-clients".into(),
+            "no".into(),
+        ];
+        Self::spawn(args, Some(Tls { port, dir }))
+    }
+
+    fn spawn(extra: Vec<String>, tls: Option<Tls>) -> Option<RedisServer> {
         let required =
             std::env::var_os("CI").is_some() || std::env::var_os("REDIS_REQUIRED").is_some();
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
+        let port = free_port();
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .args(&extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn();
@@ -48,7 +103,7 @@ impl RedisServer {
             }
             Err(e) => panic!("redis-server is required (CI is set) but cannot run: {e}"),
         };
-        let s = RedisServer { child, port };
+        let s = RedisServer { child, port, tls };
         let start = Instant::now();
         while start.elapsed() < READY_WAIT {
             if s.ping() {
@@ -62,6 +117,28 @@ impl RedisServer {
     /// `redis://127.0.0.1:PORT/0`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// `redis://:PASSWORD@127.0.0.1:PORT/0`.
+    pub fn url_with_password(&self, password: &str) -> String {
+        format!("redis://:{password}@127.0.0.1:{}/0", self.port)
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT/0` (a server of [`Self::start_tls`]).
+    pub fn tls_url(&self) -> String {
+        let tls = self.tls.as_ref().expect("a TLS server");
+        format!("rediss://127.0.0.1:{}/0", tls.port)
+    }
+
+    /// The PEM file of the CA that signed the TLS certificate.
+    pub fn ca_file(&self) -> String {
+        let tls = self.tls.as_ref().expect("a TLS server");
+        tls.dir.join("ca.pem").display().to_string()
+    }
+
+    /// The plain port.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// The process id (for `kill -STOP`).
@@ -79,7 +156,8 @@ impl RedisServer {
             return false;
         }
         let mut buf = [0u8; 16];
-        matches!(c.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+        // `-NOAUTH` answers too (a server with `--requirepass`).
+        matches!(c.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG") || buf[..n].starts_with(b"-NOAUTH"))
     }
 
     /// Pauses the process (`kill -STOP`): connections stay open, nothing
@@ -107,5 +185,117 @@ impl Drop for RedisServer {
         self.signal("-CONT");
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(t) = &self.tls {
+            let _ = std::fs::remove_dir_all(&t.dir);
+        }
+    }
+}
+
+/// Writes `ca.pem`, `server.pem` and `server.key` (for 127.0.0.1) to `dir`.
+fn write_certs(dir: &std::path::Path) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().expect("CA key");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "redis test CA");
+    let ca_cert = ca.self_signed(&ca_key).expect("CA certificate");
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().expect("server key");
+    let mut leaf = CertificateParams::new(vec!["127.0.0.1".to_string()]).expect("leaf params");
+    leaf.distinguished_name
+        .push(DnType::CommonName, "redis test server");
+    let cert = leaf.signed_by(&key, &issuer).expect("server certificate");
+    std::fs::write(dir.join("ca.pem"), ca_cert.pem()).expect("ca.pem");
+    std::fs::write(dir.join("server.pem"), cert.pem()).expect("server.pem");
+    std::fs::write(dir.join("server.key"), key.serialize_pem()).expect("server.key");
+}
+
+/// Three `redis-server --cluster-enabled yes` masters on loopback, joined
+/// by `redis-cli --cluster create` (no replicas), killed on drop. `None`
+/// when redis-server is missing and not required.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+    dir: std::path::PathBuf,
+}
+
+impl RedisCluster {
+    pub fn start() -> Option<RedisCluster> {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "actix-dispatch-redis-cluster-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let mut nodes = Vec::new();
+        for i in 0..3 {
+            let conf = dir.join(format!("nodes-{i}.conf")).display().to_string();
+            let args = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                &conf,
+                "--cluster-node-timeout",
+                "2000",
+                "--dir",
+                &dir.display().to_string(),
+            ];
+            nodes.push(RedisServer::start_with(&args)?);
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let st = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli --cluster create");
+        assert!(st.success(), "redis-cli --cluster create failed");
+        let c = RedisCluster { nodes, dir };
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if c.nodes
+                .iter()
+                .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+            {
+                return Some(c);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the cluster did not reach cluster_state:ok within 10 s");
+    }
+
+    /// `redis://127.0.0.1:PORT/` of the first node (a seed).
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.nodes[0].port)
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        self.nodes.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl RedisServer {
+    /// Runs `redis-cli -p PORT args...` and returns its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// This node's cluster id (`CLUSTER MYID`).
+    pub fn node_id(&self) -> String {
+        self.cli(&["CLUSTER", "MYID"]).trim().to_string()
     }
 }

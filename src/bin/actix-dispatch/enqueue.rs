@@ -61,13 +61,16 @@ pub(crate) fn main(args: EnqueueArgs) -> ExitCode {
         Err(e) => return fail(format!("runtime: {e}")),
     };
     rt.block_on(async move {
-        let client = match redis::Client::open(redis.url.as_str()) {
+        let client = match actix_dispatch::redis::client(&redis) {
             Ok(c) => c,
             Err(e) => return fail(format!("redis.url: {e}")),
         };
         let mut con = match client.get_multiplexed_async_connection().await {
             Ok(c) => c,
-            Err(e) => return fail(format!("redis {}: {e}", redis.url)),
+            Err(e) => {
+                let e = redis.scrub(&e.to_string());
+                return fail(format!("redis {}: {e}", redis.redacted_url()));
+            }
         };
         let (mut added, mut invalid) = (0u64, 0u64);
         let mut batch = redis::pipe();
@@ -113,7 +116,10 @@ pub(crate) fn main(args: EnqueueArgs) -> ExitCode {
             if in_batch > 0 && (in_batch >= BATCH || next.is_none()) {
                 let ids: Vec<String> = match batch.query_async(&mut con).await {
                     Ok(ids) => ids,
-                    Err(e) => return fail(format!("redis: {e} (after {added} added)")),
+                    Err(e) => {
+                        let e = redis.scrub(&e.to_string());
+                        return fail(format!("redis: {e} (after {added} added)"));
+                    }
                 };
                 added += ids.len() as u64;
                 for id in ids {

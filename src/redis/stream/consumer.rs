@@ -11,14 +11,14 @@ use redis::{Script, Value};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::reply::{delivery_count, entries, field, pairs, read_reply, text};
+use super::reply::{delivery_count, entries, field, pairs, read_reply, text, FieldValue, Fields};
 use super::{connect, key, ops_timeout, Counters, StreamConfig, StreamError, Streams};
 use super::{RECORD_LUA, TASK_FIELD};
 use crate::codec::{ResultLine, TaskLine, WireId};
 use crate::config::{RedisConfig, ServiceConfig};
 use crate::metrics::{PromStream, StreamEvent};
 use crate::outcome::{Outcome, Rejection, TaskResult};
-use crate::Dispatcher;
+use crate::{Dispatcher, Task};
 
 struct Consumer {
     d: Dispatcher,
@@ -254,7 +254,7 @@ impl Consumer {
     async fn deliver_counted(
         self: &Rc<Self>,
         con: &mut MultiplexedConnection,
-        batch: Vec<(String, Vec<(String, String)>)>,
+        batch: Vec<(String, Fields)>,
     ) {
         if batch.is_empty() {
             return;
@@ -277,8 +277,7 @@ impl Consumer {
                 let c = self.clone();
                 actix::spawn(async move {
                     let err = c.last_error(&id).await;
-                    let raw = field(&fields, TASK_FIELD).unwrap_or_default();
-                    c.dead_letter(&id, &raw, &err, n).await;
+                    c.dead_letter(&id, raw_bytes(&fields), &err, n).await;
                     c.done_with_one();
                 });
             } else {
@@ -310,19 +309,15 @@ impl Consumer {
     }
 
     /// Submits one entry's task; its end is recorded by [`Self::finish`].
-    fn deliver(self: &Rc<Self>, id: String, fields: Vec<(String, String)>, n: u64) {
+    /// An entry that can never run (see [`parse_entry`]) goes to the dead
+    /// letters at once, whatever its delivery count.
+    fn deliver(self: &Rc<Self>, id: String, fields: Fields, n: u64) {
         self.counters.in_flight.fetch_add(1, Ordering::Relaxed);
-        let raw = field(&fields, TASK_FIELD);
-        let parsed = match &raw {
-            None => Err(format!("the entry has no `{TASK_FIELD}` field")),
-            Some(raw) => TaskLine::parse(raw).and_then(|l| Ok((l.to_task()?, l))),
-        };
         let c = self.clone();
-        let raw = raw.unwrap_or_default();
-        match parsed {
+        match parse_entry(&fields, &self.service) {
             Err(e) => actix::spawn(async move {
                 log::warn!("service {}: entry {id}: not a task: {e}", c.service);
-                c.dead_letter(&id, &raw, &format!("invalid task: {e}"), n)
+                c.dead_letter(&id, raw_bytes(&fields), &format!("invalid task: {e}"), n)
                     .await;
                 c.done_with_one();
             }),
@@ -335,7 +330,7 @@ impl Consumer {
                 let sub = self.d.submit_waiting(task);
                 actix::spawn(async move {
                     let r = sub.await;
-                    c.finish(&id, &raw, line.id, r, n).await;
+                    c.finish(&id, raw_bytes(&fields), line.id, r, n).await;
                     c.done_with_one();
                 })
             }
@@ -352,9 +347,19 @@ impl Consumer {
 
     /// Records a done task, leaves a failed delivery pending (or sends it
     /// to the dead letters on its last delivery).
-    async fn finish(&self, id: &str, raw: &str, wire: Option<WireId>, r: TaskResult, n: u64) {
+    async fn finish(&self, id: &str, raw: &[u8], wire: Option<WireId>, r: TaskResult, n: u64) {
         if matches!(&r.outcome, Outcome::Rejected(Rejection::ShuttingDown)) {
             // Left pending: another instance claims it.
+            return;
+        }
+        if let Outcome::Rejected(why @ Rejection::InvalidTask(_)) = &r.outcome {
+            // No delivery can change it: dead now, not after max_deliveries.
+            // (`UnknownService` is not: the line names its stream's
+            // service, configured when it was read; a pool changed at
+            // runtime, or torn down at shutdown, is for a later delivery.)
+            let error = format!("{why}");
+            log::warn!("service {}: entry {id}: refused: {error}", self.service);
+            self.dead_letter(id, raw, &error, n).await;
             return;
         }
         let done = r.is_success()
@@ -368,7 +373,11 @@ impl Consumer {
             };
             let line = ResultLine::from_result(&r, Some(wire), None);
             let json = serde_json::to_string(&line).expect("a result line serialises");
-            let fields = [("entry", id), ("id", task_id.as_str()), ("result", &json)];
+            let fields: [(&str, &[u8]); 3] = [
+                ("entry", id.as_bytes()),
+                ("id", task_id.as_bytes()),
+                ("result", json.as_bytes()),
+            ];
             let (counter, event) = match self.run_record("results", id, &fields).await {
                 Some(true) => (&self.counters.recorded, StreamEvent::Recorded),
                 Some(false) => (&self.counters.duplicates, StreamEvent::Duplicate),
@@ -414,14 +423,14 @@ impl Consumer {
         e.unwrap_or_else(|| "no error recorded (the instance that had it stopped)".into())
     }
 
-    async fn dead_letter(&self, id: &str, raw: &str, error: &str, n: u64) {
+    async fn dead_letter(&self, id: &str, raw: &[u8], error: &str, n: u64) {
         let n = n.to_string();
-        let fields = [
-            ("entry", id),
+        let fields: [(&str, &[u8]); 5] = [
+            ("entry", id.as_bytes()),
             ("task", raw),
-            ("error", error),
-            ("deliveries", n.as_str()),
-            ("consumer", self.name.as_str()),
+            ("error", error.as_bytes()),
+            ("deliveries", n.as_bytes()),
+            ("consumer", self.name.as_bytes()),
         ];
         if self.run_record("dead", id, &fields).await == Some(true) {
             self.counters.dead.fetch_add(1, Ordering::Relaxed);
@@ -435,7 +444,7 @@ impl Consumer {
 
     /// Runs `record.lua`; `None` when Redis did not answer (the entry stays
     /// pending and is claimed again: still one result).
-    async fn run_record(&self, target: &str, id: &str, fields: &[(&str, &str)]) -> Option<bool> {
+    async fn run_record(&self, target: &str, id: &str, fields: &[(&str, &[u8])]) -> Option<bool> {
         let k = |rest: &str| key(&self.prefix, &self.service, rest);
         let mut inv = self.record.prepare_invoke();
         inv.key(&self.tasks)
@@ -458,6 +467,68 @@ impl Consumer {
                 );
                 None
             }
+        }
+    }
+}
+
+/// The bytes of an entry's `task` field as read (empty when missing): what
+/// a dead letter keeps.
+fn raw_bytes(fields: &Fields) -> &[u8] {
+    match field(fields, TASK_FIELD) {
+        Some(Ok(t)) => t.as_bytes(),
+        Some(Err(b)) => b,
+        None => &[],
+    }
+}
+
+/// The task of an entry of `service`'s stream, or why it can never run:
+/// no `task` field, a value that is not UTF-8, not a task line, a line
+/// that names another service (an entry belongs to its stream's service),
+/// or a task that does not build (an invalid path or header).
+pub(super) fn parse_entry(fields: &Fields, service: &str) -> Result<(Task, TaskLine), String> {
+    let raw: &FieldValue = field(fields, TASK_FIELD)
+        .ok_or_else(|| format!("the entry has no `{TASK_FIELD}` field"))?;
+    let raw = raw
+        .as_ref()
+        .map_err(|b| format!("the `{TASK_FIELD}` field is not UTF-8 ({} bytes)", b.len()))?;
+    let line = TaskLine::parse(raw)?;
+    if !line.service.trim().eq_ignore_ascii_case(service) {
+        return Err(format!(
+            "the line names service {:?}, not this stream's {service:?}",
+            line.service
+        ));
+    }
+    crate::task::check_path(&line.path)?;
+    let task = line.to_task()?;
+    Ok((task, line))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(v: FieldValue) -> Fields {
+        vec![(TASK_FIELD.to_string(), v)]
+    }
+
+    #[test]
+    fn entries_that_can_never_run_are_refused_at_once() {
+        let ok = one(Ok(r#"{"id":1,"service":"API","path":"/a"}"#.into()));
+        let (task, line) = parse_entry(&ok, "api").expect("a task");
+        assert_eq!(line.id, Some(WireId::Number(1)));
+        assert_eq!(task.path(), "/a");
+        for (fields, want) in [
+            (Vec::new(), "no `task` field"),
+            (one(Err(vec![0xff, 0xfe])), "not UTF-8 (2 bytes)"),
+            (one(Ok("not json".into())), ""),
+            (
+                one(Ok(r#"{"service":"jobs","path":"/a"}"#.into())),
+                "names service \"jobs\", not this stream's \"api\"",
+            ),
+            (one(Ok(r#"{"service":"api","path":"/../etc"}"#.into())), ""),
+        ] {
+            let e = parse_entry(&fields, "api").map(|_| ()).unwrap_err();
+            assert!(e.contains(want), "{e}");
         }
     }
 }

@@ -44,6 +44,13 @@
 //!   or failing on its `max_deliveries`-th delivery, goes to
 //!   `{prefix}:{svc}:dead` (fields `entry`, `task`, `error`, `deliveries`,
 //!   `consumer`) through the same script, and is acknowledged.
+//! * **Entries that can never run** go to the dead letters on first sight,
+//!   whatever their delivery count: no `task` field, a value that is not
+//!   UTF-8 (kept as its bytes), not a task line, a line naming another
+//!   service than its stream's (an entry belongs to its stream), a path
+//!   that climbs out of its prefix, or a task refused `InvalidTask` at
+//!   submit (a header it may not set). No delivery could change them; waiting
+//!   `max_deliveries × claim_after` would only hold credit.
 //! * **Idempotency.** Each request carries `Idempotency-Key: <entry id>`
 //!   (name configurable, or off), so a backend can recognise a task re-run
 //!   after an instance died.
@@ -75,7 +82,7 @@ use redis::AsyncConnectionConfig;
 use serde::Serialize;
 
 use crate::codec::TaskLine;
-use crate::config::{RedisConfig, ServiceConfig};
+use crate::config::RedisConfig;
 
 pub(crate) use consumer::start;
 
@@ -85,72 +92,9 @@ pub const RECORD_LUA: &str = include_str!("../record.lua");
 /// The field of a task entry that holds the task line.
 pub const TASK_FIELD: &str = "task";
 
-/// Options of [`Dispatcher::consume`](crate::Dispatcher::consume).
-///
-/// A config file gives them as the `redis.stream` object (same field names,
-/// durations as humantime strings; see [`crate::config`]'s `redis` section),
-/// read into [`RedisConfig::stream`] and used by
-/// [`Dispatcher::consume_configured`](crate::Dispatcher::consume_configured).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StreamConfig {
-    /// This instance's consumer name in the group (default
-    /// `<pid>-<random>`). Give a stable name to resume the same pending
-    /// entries after a restart.
-    pub consumer: String,
-    /// The consumer group (default `dispatch`), created at the stream's
-    /// start (`0`) if missing, so entries added before any instance started
-    /// are read.
-    pub group: String,
-    /// Services to consume (default: every configured service).
-    pub services: Vec<String>,
-    /// Idle time after which a pending entry is claimed (default: computed
-    /// per service, see the module docs).
-    pub claim_after: Option<Duration>,
-    /// How often to claim and refresh the stream's stats (default
-    /// `claim_after / 4`, within 100 ms..=10 s).
-    pub claim_every: Option<Duration>,
-    /// Deliveries before an entry goes to the dead-letter stream (default 5).
-    pub max_deliveries: u32,
-    /// The header carrying the entry id to backends (default
-    /// `Idempotency-Key`; `None`: not sent).
-    pub idempotency_header: Option<String>,
-    /// Longest block of one read (default 1 s; also how soon a shutdown
-    /// stops the reader).
-    pub block: Duration,
-    /// Life of a done-marker (default 24 h): longer than a task can stay in
-    /// flight at any instance.
-    pub done_ttl: Duration,
-    /// Entries in flight per service at most (default: the queue's capacity).
-    pub max_in_flight: Option<usize>,
-}
-
-impl Default for StreamConfig {
-    fn default() -> Self {
-        StreamConfig {
-            consumer: format!("{}-{:08x}", std::process::id(), rand::random::<u32>()),
-            group: "dispatch".into(),
-            services: Vec::new(),
-            claim_after: None,
-            claim_every: None,
-            max_deliveries: 5,
-            idempotency_header: Some("Idempotency-Key".into()),
-            block: Duration::from_secs(1),
-            done_ttl: Duration::from_secs(24 * 3600),
-            max_in_flight: None,
-        }
-    }
-}
-
-impl StreamConfig {
-    /// The default `claim_after` of `svc`: twice the longest a delivery's
-    /// attempts and backoffs take, plus a second for the queue.
-    pub fn default_claim_after(svc: &ServiceConfig) -> Duration {
-        let r = &svc.retry;
-        let work = svc.timeout.saturating_mul(r.max_retries.saturating_add(1))
-            + r.backoff_max.saturating_mul(r.max_retries);
-        work.saturating_mul(2) + Duration::from_secs(1)
-    }
-}
+/// Options of [`Dispatcher::consume`](crate::Dispatcher::consume); defined
+/// with the config (`redis.stream`), which reads no part of this module.
+pub use crate::config::StreamConfig;
 
 /// Why the stream could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -304,7 +248,9 @@ impl Streams {
             .producer
             .get_or_try_init(|| connect(redis, ops_timeout(redis)))
             .await?;
-        Ok(enqueue(&mut con.clone(), &redis.prefix, service, line).await?)
+        enqueue(&mut con.clone(), &redis.prefix, service, line)
+            .await
+            .map_err(|e| redacted(redis, e).into())
     }
 }
 
@@ -335,17 +281,34 @@ fn ops_timeout(redis: &RedisConfig) -> Duration {
     redis.timeout.max(Duration::from_secs(5))
 }
 
+/// `e` with the URL and its secrets redacted from its message.
+fn redacted(redis: &RedisConfig, e: redis::RedisError) -> redis::RedisError {
+    (e.kind(), "redis", redis.scrub(&e.to_string())).into()
+}
+
+/// A connection to `redis` (TLS for `rediss://`); errors redacted.
 async fn connect(
     redis: &RedisConfig,
     timeout: Duration,
 ) -> redis::RedisResult<MultiplexedConnection> {
-    let client = redis::Client::open(redis.url.as_str())?;
+    if redis.cluster {
+        return Err((
+            redis::ErrorKind::InvalidClientConfig,
+            "redis",
+            "the durable stream does not run on a Redis Cluster yet (`redis.cluster`); \
+             give it a single Redis"
+                .to_string(),
+        )
+            .into());
+    }
+    let client = super::client(redis)?;
     let cfg = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(redis.timeout.max(Duration::from_secs(1))))
         .set_response_timeout(Some(timeout));
     client
         .get_multiplexed_async_connection_with_config(&cfg)
         .await
+        .map_err(|e| redacted(redis, e))
 }
 
 #[cfg(test)]
@@ -376,7 +339,7 @@ mod tests {
         let e = read_reply(&read);
         assert_eq!(e.len(), 1);
         assert_eq!(e[0].0, "1-0");
-        assert_eq!(field(&e[0].1, "task").as_deref(), Some("{}"));
+        assert_eq!(field(&e[0].1, "task"), Some(&Ok("{}".to_string())));
         let pending = Value::Array(vec![Value::Array(vec![
             b("1-0"),
             b("c1"),
@@ -385,6 +348,29 @@ mod tests {
         ])]);
         assert_eq!(delivery_count(&pending), Some(3));
         assert!(read_reply(&Value::Nil).is_empty());
+    }
+
+    /// An entry that is not UTF-8, or has no text field at all, is read
+    /// (so it is dead-lettered), not dropped (which left it pending for
+    /// ever, claimed again and again).
+    #[test]
+    fn entries_that_are_not_text_are_kept() {
+        let bad = Value::BulkString(vec![b'{', 0xff, b'}']);
+        let read = Value::Array(vec![Value::Array(vec![
+            b("ad:{api}:tasks"),
+            Value::Array(vec![
+                Value::Array(vec![b("1-0"), Value::Array(vec![b("task"), bad])]),
+                Value::Array(vec![
+                    b("2-0"),
+                    Value::Array(vec![Value::BulkString(vec![0xfe]), b("x")]),
+                ]),
+            ]),
+        ])]);
+        let e = read_reply(&read);
+        assert_eq!(e.len(), 2);
+        assert_eq!(field(&e[0].1, "task"), Some(&Err(vec![b'{', 0xff, b'}'])));
+        assert_eq!(e[1].0, "2-0");
+        assert!(field(&e[1].1, "task").is_none());
     }
 
     #[test]

@@ -27,16 +27,29 @@ pub(super) fn pairs(v: &Value) -> Vec<(String, Value)> {
     }
 }
 
-pub(super) fn field(fields: &[(String, String)], name: &str) -> Option<String> {
-    fields
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.clone())
+/// A field's value: text, or the bytes of a value that is not UTF-8 (a
+/// permanent error of its entry, never parsed).
+pub(crate) type FieldValue = Result<String, Vec<u8>>;
+
+/// An entry's fields, as read.
+pub(crate) type Fields = Vec<(String, FieldValue)>;
+
+/// The value of field `name`, if the entry has it.
+pub(super) fn field<'a>(fields: &'a [(String, FieldValue)], name: &str) -> Option<&'a FieldValue> {
+    fields.iter().find(|(k, _)| k == name).map(|(_, v)| v)
+}
+
+fn value(v: &Value) -> Option<FieldValue> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8(b.clone()).map_err(|e| e.into_bytes())),
+        other => text(other).map(Ok),
+    }
 }
 
 /// `[[id, [f, v, ...]], ...]`; entries deleted meanwhile (nil fields) are
-/// skipped.
-pub(super) fn entries(v: &Value) -> Vec<(String, Vec<(String, String)>)> {
+/// skipped. An entry whose fields are not text is kept (its `task` field
+/// missing or not UTF-8), so that it is dead-lettered, not left pending.
+pub(super) fn entries(v: &Value) -> Vec<(String, Fields)> {
     let Value::Array(list) = v else {
         return Vec::new();
     };
@@ -44,17 +57,21 @@ pub(super) fn entries(v: &Value) -> Vec<(String, Vec<(String, String)>)> {
         .filter_map(|e| {
             let Value::Array(e) = e else { return None };
             let id = text(e.first()?)?;
-            let fields = pairs(e.get(1)?)
+            let raw = e.get(1)?;
+            if matches!(raw, Value::Nil) {
+                return None;
+            }
+            let fields = pairs(raw)
                 .into_iter()
-                .filter_map(|(k, v)| Some((k, text(&v)?)))
+                .filter_map(|(k, v)| Some((k, value(&v)?)))
                 .collect::<Vec<_>>();
-            (!fields.is_empty()).then_some((id, fields))
+            Some((id, fields))
         })
         .collect()
 }
 
 /// An `XREADGROUP` reply for one stream: its entries.
-pub(super) fn read_reply(v: &Value) -> Vec<(String, Vec<(String, String)>)> {
+pub(super) fn read_reply(v: &Value) -> Vec<(String, Fields)> {
     match v {
         Value::Array(streams) => streams
             .iter()

@@ -1,0 +1,222 @@
+//! The `redis.stream` object: the durable task stream consumer's settings.
+//!
+//! [`StreamConfig`] lives on the config side (the stream module reads it,
+//! the config never reads the stream module), so the dependency goes one
+//! way: `redis::stream` -> `config`.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::config::ServiceConfig;
+
+/// Options of `Dispatcher::consume` (feature `redis`).
+///
+/// A config file gives them as the `redis.stream` object (same field names,
+/// durations as humantime strings; see [`crate::config`]'s `redis` section),
+/// read into [`RedisConfig::stream`](crate::config::RedisConfig::stream) and
+/// used by `Dispatcher::consume_configured`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamConfig {
+    /// This instance's consumer name in the group (default
+    /// `<pid>-<random>`). Give a stable name to resume the same pending
+    /// entries after a restart.
+    pub consumer: String,
+    /// The consumer group (default `dispatch`), created at the stream's
+    /// start (`0`) if missing, so entries added before any instance started
+    /// are read.
+    pub group: String,
+    /// Services to consume (default: every configured service).
+    pub services: Vec<String>,
+    /// Idle time after which a pending entry is claimed (default: computed
+    /// per service, see [`StreamConfig::default_claim_after`]).
+    pub claim_after: Option<Duration>,
+    /// How often to claim and refresh the stream's stats (default
+    /// `claim_after / 4`, within 100 ms..=10 s).
+    pub claim_every: Option<Duration>,
+    /// Deliveries before an entry goes to the dead-letter stream (default 5).
+    pub max_deliveries: u32,
+    /// The header carrying the entry id to backends (default
+    /// `Idempotency-Key`; `None`: not sent).
+    pub idempotency_header: Option<String>,
+    /// Longest block of one read (default 1 s; also how soon a shutdown
+    /// stops the reader).
+    pub block: Duration,
+    /// Life of a done-marker (default 24 h): longer than a task can stay in
+    /// flight at any instance.
+    pub done_ttl: Duration,
+    /// Entries in flight per service at most (default: the queue's capacity).
+    pub max_in_flight: Option<usize>,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        StreamConfig {
+            consumer: format!("{}-{:08x}", std::process::id(), rand::random::<u32>()),
+            group: "dispatch".into(),
+            services: Vec::new(),
+            claim_after: None,
+            claim_every: None,
+            max_deliveries: 5,
+            idempotency_header: Some("Idempotency-Key".into()),
+            block: Duration::from_secs(1),
+            done_ttl: Duration::from_secs(24 * 3600),
+            max_in_flight: None,
+        }
+    }
+}
+
+impl StreamConfig {
+    /// The default `claim_after` of `svc`: twice the longest a delivery's
+    /// attempts and backoffs take, plus a second for the queue:
+    /// `2 × (timeout × (max_retries + 1) + backoff_max × max_retries) + 1 s`.
+    pub fn default_claim_after(svc: &ServiceConfig) -> Duration {
+        let r = &svc.retry;
+        let work = svc.timeout.saturating_mul(r.max_retries.saturating_add(1))
+            + r.backoff_max.saturating_mul(r.max_retries);
+        work.saturating_mul(2) + Duration::from_secs(1)
+    }
+}
+
+/// The `redis.stream` object as written; defaults as `StreamConfig`'s.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawStream {
+    #[serde(default)]
+    pub consumer: Option<String>,
+    #[serde(default = "default_group")]
+    pub group: String,
+    #[serde(default)]
+    pub services: Vec<String>,
+    #[serde(default, with = "humantime_serde")]
+    pub claim_after: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub claim_every: Option<Duration>,
+    #[serde(default = "default_max_deliveries")]
+    pub max_deliveries: u32,
+    /// Absent: the default header; `null`: none.
+    #[serde(default = "default_idempotency_header")]
+    pub idempotency_header: Option<String>,
+    #[serde(default = "default_block", with = "humantime_serde")]
+    pub block: Duration,
+    #[serde(default = "default_done_ttl", with = "humantime_serde")]
+    pub done_ttl: Duration,
+    #[serde(default)]
+    pub max_in_flight: Option<usize>,
+}
+
+fn default_group() -> String {
+    "dispatch".into()
+}
+fn default_max_deliveries() -> u32 {
+    5
+}
+fn default_idempotency_header() -> Option<String> {
+    Some("Idempotency-Key".into())
+}
+fn default_block() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_done_ttl() -> Duration {
+    Duration::from_secs(24 * 3600)
+}
+
+/// Checks `redis.stream` (all but whether `services` are configured, which
+/// `config::validate` checks once the services are read).
+pub(super) fn validate_stream(raw: &RawStream) -> Result<(), (String, String)> {
+    let err = |f: &str, m: String| Err((format!("redis.stream.{f}"), m));
+    if raw.consumer.as_deref().is_some_and(|c| c.trim().is_empty()) {
+        return err(
+            "consumer",
+            "must not be empty (leave it out for `<pid>-<random>`)".into(),
+        );
+    }
+    if raw.group.trim().is_empty() {
+        return err("group", "must not be empty".into());
+    }
+    let ms = Duration::from_millis;
+    let ranges = [
+        (
+            "block",
+            Some(raw.block),
+            ms(10),
+            Duration::from_secs(60),
+            "10ms",
+            "60s",
+        ),
+        (
+            "claim_after",
+            raw.claim_after,
+            ms(100),
+            Duration::from_secs(7 * 86_400),
+            "100ms",
+            "7days",
+        ),
+        (
+            "claim_every",
+            raw.claim_every,
+            ms(100),
+            Duration::from_secs(10),
+            "100ms",
+            "10s",
+        ),
+        (
+            "done_ttl",
+            Some(raw.done_ttl),
+            Duration::from_secs(1),
+            crate::algo::time::MAX_DURATION,
+            "1s",
+            "365days",
+        ),
+    ];
+    for (field, d, lo, hi, los, his) in ranges {
+        if let Some(d) = d {
+            if d < lo || d > hi {
+                return err(field, format!("{d:?} is not in {los}..={his}"));
+            }
+        }
+    }
+    if raw.max_deliveries == 0 {
+        return err("max_deliveries", "must be at least 1".into());
+    }
+    if let Some(n) = raw.max_in_flight {
+        if !(1..=1_000_000).contains(&n) {
+            return err("max_in_flight", "must be in 1..=1000000".into());
+        }
+    }
+    if let Some(h) = &raw.idempotency_header {
+        if awc::http::header::HeaderName::from_bytes(h.as_bytes()).is_err() {
+            return err(
+                "idempotency_header",
+                format!("{h:?} is not a valid header name (null sends none)"),
+            );
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (i, s) in raw.services.iter().enumerate() {
+        if !seen.insert(s.trim().to_lowercase()) {
+            return err(
+                &format!("services[{i}]"),
+                format!("service {s:?} is listed twice"),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The validated object.
+pub(super) fn stream_config(raw: RawStream) -> StreamConfig {
+    let d = StreamConfig::default();
+    StreamConfig {
+        consumer: raw.consumer.unwrap_or(d.consumer),
+        group: raw.group,
+        services: raw.services.iter().map(|s| s.trim().to_owned()).collect(),
+        claim_after: raw.claim_after,
+        claim_every: raw.claim_every,
+        max_deliveries: raw.max_deliveries,
+        idempotency_header: raw.idempotency_header,
+        block: raw.block,
+        done_ttl: raw.done_ttl,
+        max_in_flight: raw.max_in_flight,
+    }
+}
