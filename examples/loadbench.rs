@@ -5,7 +5,8 @@
 //! ```
 //!
 //! Scenarios: `overhead`, `throughput`, `nginx`, `peers`, `slow-node`, `memory`, `soak`, `all`
-//! (every one of those), and `micro` (turns the criterion estimates of
+//! (every one of those), `overload` (open loop past the capacity of
+//! fixed-capacity backends: goodput, against tower and HAProxy), and `micro` (turns the criterion estimates of
 //! `cargo bench --bench algo` into a table). `--smoke` shrinks everything to
 //! a few hundred tasks and a second or two. Results go to
 //! `bench/results/<scenario>.json` and `bench/results/latest.md` (smoke runs
@@ -33,6 +34,8 @@ mod micro;
 mod nginx;
 #[path = "loadbench/overhead.rs"]
 mod overhead;
+#[path = "loadbench/overload.rs"]
+mod overload;
 #[path = "loadbench/peers.rs"]
 mod peers;
 #[path = "loadbench/report.rs"]
@@ -67,6 +70,8 @@ pub enum Scenario {
     Soak,
     /// Every scenario above, in order.
     All,
+    /// Open loop at 0.5x to 4x the capacity of fixed-capacity backends: goodput, vs tower and HAProxy.
+    Overload,
     /// A service limit shared through Redis (lease, exact) against a local one (feature `redis`).
     Cluster,
     /// Tabulates the criterion results of `cargo bench --bench algo` against the targets.
@@ -94,6 +99,7 @@ impl Scenario {
             Scenario::Memory => "memory",
             Scenario::Soak => "soak",
             Scenario::All => "all",
+            Scenario::Overload => "overload",
             Scenario::Cluster => "cluster",
             Scenario::Micro => "micro",
             Scenario::Backend => "backend",
@@ -167,6 +173,20 @@ pub struct Cli {
     #[arg(long)]
     pub no_install_haproxy: bool,
 
+    /// (overload) load levels in order, multiples of capacity or `mixed`
+    /// (0.4x critical + 1.6x sheddable); default 0.5,1,2,4,mixed,0.5.
+    #[arg(long)]
+    pub levels: Option<String>,
+
+    /// (overload) the SLO: a success counts as goodput within this many ms.
+    #[arg(long, default_value_t = 250)]
+    pub slo_ms: u64,
+
+    /// (overload) one more engine config, `NAME={service fields as JSON}`
+    /// (`each_endpoint` merges into every endpoint); repeatable.
+    #[arg(long)]
+    pub engine_config: Vec<String>,
+
     /// Where to write results (default: bench/results, or next to the binary for --smoke).
     #[arg(long)]
     pub out: Option<std::path::PathBuf>,
@@ -181,6 +201,9 @@ pub struct Cli {
     /// (backend) `server:ms:from_ms:to_ms`: server is that slow during [from, to) after `start`.
     #[arg(long, hide = true)]
     pub slow: Vec<String>,
+    /// (backend) requests each server serves at once, the rest wait inside it (0: no limit).
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub capacity: usize,
     /// (backend) hard time limit in seconds.
     #[arg(long, hide = true, default_value_t = 900)]
     pub max_secs: u64,
@@ -236,6 +259,7 @@ async fn run(cli: Cli) -> i32 {
             Scenario::Memory => memory::run(&cli).await,
             Scenario::Soak => soak::run(&cli).await,
             Scenario::Micro => micro::run(&cli),
+            Scenario::Overload => overload::run(&cli).await,
             Scenario::Cluster => cluster::run(&cli).await,
             Scenario::All | Scenario::Backend | Scenario::MemoryProbe | Scenario::SoakProbe => {
                 unreachable!("handled in main")

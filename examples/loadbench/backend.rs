@@ -11,16 +11,26 @@
 //! answers `STARTED`), `hits` (answers `HITS h1,h2,..`, requests per
 //! server). The process exits when stdin closes, or after `--max-secs`.
 //!
+//! With `--capacity C` (C > 0) every server is a fixed-capacity backend, as
+//! a worker pool is: it serves at most C requests at once, each for its
+//! latency, and the rest wait inside the server (accepted, not yet served)
+//! in arrival order. So its capacity is C / latency requests per second,
+//! and a request sent past that waits longer and longer inside the backend.
+//! The `peaks` command answers `PEAKS w1,w2,..`: the most requests waiting
+//! at once inside each server since the last `start` (which resets them).
+//!
 //! [`BackendProc`] is the client side: it starts this binary again with the
 //! hidden `backend` scenario and talks to it over the pipes.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_dispatch::Instant;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use tokio::sync::Semaphore;
 
 use crate::Cli;
 
@@ -68,6 +78,16 @@ struct State {
     epoch_ns: AtomicU64,
     hits: Vec<AtomicU64>,
     names: Vec<String>,
+    /// Per server, with `--capacity`: its workers, and how many requests
+    /// wait for one now and at most since the last `start`.
+    pools: Vec<Option<Pool>>,
+}
+
+/// The workers of a fixed-capacity server.
+struct Pool {
+    workers: Arc<Semaphore>,
+    waiting: AtomicU64,
+    peak_waiting: AtomicU64,
 }
 
 async fn handle(req: HttpRequest, st: web::Data<State>) -> HttpResponse {
@@ -85,6 +105,18 @@ async fn handle(req: HttpRequest, st: web::Data<State>) -> HttpResponse {
             }
         }
     }
+    // A fixed-capacity server: wait for a worker (FIFO), hold it for the
+    // whole service time.
+    let _worker = match &st.pools[k] {
+        Some(pool) => {
+            let now = pool.waiting.fetch_add(1, Ordering::Relaxed) + 1;
+            pool.peak_waiting.fetch_max(now, Ordering::Relaxed);
+            let permit = Arc::clone(&pool.workers).acquire_owned().await;
+            pool.waiting.fetch_sub(1, Ordering::Relaxed);
+            permit.ok()
+        }
+        None => None,
+    };
     if us > 0 {
         actix_web::rt::time::sleep(Duration::from_micros(us)).await;
     }
@@ -125,6 +157,15 @@ pub fn serve(cli: &Cli) -> Result<(), String> {
         epoch_ns: AtomicU64::new(0),
         hits: (0..n).map(|_| AtomicU64::new(0)).collect(),
         names: (0..n).map(|i| format!("b{i}")).collect(),
+        pools: (0..n)
+            .map(|_| {
+                (cli.capacity > 0).then(|| Pool {
+                    workers: Arc::new(Semaphore::new(cli.capacity)),
+                    waiting: AtomicU64::new(0),
+                    peak_waiting: AtomicU64::new(0),
+                })
+            })
+            .collect(),
     });
 
     // Commands and end of input.
@@ -137,6 +178,10 @@ pub fn serve(cli: &Cli) -> Result<(), String> {
                 "start" => {
                     st.epoch_ns
                         .store(st.base.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    for pool in st.pools.iter().flatten() {
+                        let now = pool.waiting.load(Ordering::Relaxed);
+                        pool.peak_waiting.store(now, Ordering::Relaxed);
+                    }
                     println!("STARTED");
                 }
                 "hits" => {
@@ -146,6 +191,18 @@ pub fn serve(cli: &Cli) -> Result<(), String> {
                         .map(|h| h.load(Ordering::Relaxed).to_string())
                         .collect();
                     println!("HITS {}", h.join(","));
+                }
+                "peaks" => {
+                    let p: Vec<String> = st
+                        .pools
+                        .iter()
+                        .map(|p| {
+                            p.as_ref()
+                                .map_or(0, |p| p.peak_waiting.load(Ordering::Relaxed))
+                                .to_string()
+                        })
+                        .collect();
+                    println!("PEAKS {}", p.join(","));
                 }
                 _ => {}
             }
@@ -200,6 +257,36 @@ impl BackendProc {
         workers: usize,
         max_secs: u64,
     ) -> Result<BackendProc, String> {
+        Self::spawn_with(servers, latency_ms, slow, 0, workers, max_secs)
+    }
+
+    /// Starts `servers` fixed-capacity backends: each serves `capacity`
+    /// requests at once for `latency_ms`, the rest wait inside it.
+    pub fn spawn_capped(
+        servers: usize,
+        latency_ms: u64,
+        capacity: usize,
+        workers: usize,
+        max_secs: u64,
+    ) -> Result<BackendProc, String> {
+        Self::spawn_with(
+            servers,
+            &[latency_ms],
+            &[],
+            capacity.max(1),
+            workers,
+            max_secs,
+        )
+    }
+
+    fn spawn_with(
+        servers: usize,
+        latency_ms: &[u64],
+        slow: &[Slow],
+        capacity: usize,
+        workers: usize,
+        max_secs: u64,
+    ) -> Result<BackendProc, String> {
         let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
         let lat: Vec<String> = latency_ms.iter().map(u64::to_string).collect();
         let mut cmd = Command::new(exe);
@@ -215,7 +302,9 @@ impl BackendProc {
             .arg("--backend-workers")
             .arg(workers.to_string())
             .arg("--max-secs")
-            .arg(max_secs.to_string());
+            .arg(max_secs.to_string())
+            .arg("--capacity")
+            .arg(capacity.to_string());
         for s in slow {
             cmd.arg("--slow").arg(s.arg());
         }
@@ -278,6 +367,18 @@ impl BackendProc {
             "STARTED" => Ok(()),
             other => Err(format!("backend answered {other:?} to start")),
         }
+    }
+
+    /// The most requests that waited at once inside each server since the
+    /// last [`BackendProc::start_schedule`] (0 without `--capacity`).
+    pub fn peaks(&mut self) -> Result<Vec<u64>, String> {
+        let line = self.command("peaks")?;
+        let p = line
+            .strip_prefix("PEAKS ")
+            .ok_or_else(|| format!("backend answered {line:?} to peaks"))?;
+        p.split(',')
+            .map(|x| x.parse::<u64>().map_err(|e| e.to_string()))
+            .collect()
     }
 
     /// Requests received so far, per server.

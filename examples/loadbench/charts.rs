@@ -8,6 +8,10 @@
 //! every client as a bar, with the baseline's throughput as a vertical line
 //! so that each ratio can be read at a glance. Drawn with `plotters`' SVG
 //! backend (text as SVG `<text>`, no font files needed).
+//!
+//! The `overload` scenario draws one more ([`goodput`]): goodput against
+//! offered load, one line per contender, with the backends' capacity and
+//! the ideal (all offered work done, up to capacity) for reference.
 
 use std::path::{Path, PathBuf};
 
@@ -160,6 +164,81 @@ fn throughput_bars(path: &Path, scenario: &str, series: &[Series<'_>], baseline:
             .border_style(BLACK)
             .draw()?;
     }
+    root.present()?;
+    Ok(())
+}
+
+/// One contender's goodput curve: (offered load as a multiple of capacity,
+/// goodput in tasks per second).
+pub struct Curve<'a> {
+    pub name: &'a str,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Writes the goodput-against-offered-load chart of `scenario` to `path`.
+pub fn goodput(
+    path: &Path,
+    scenario: &str,
+    curves: &[Curve<'_>],
+    capacity: f64,
+) -> Result<(), String> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    goodput_lines(path, scenario, curves, capacity).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn goodput_lines(path: &Path, scenario: &str, curves: &[Curve<'_>], capacity: f64) -> Res {
+    let x_max = curves
+        .iter()
+        .flat_map(|c| c.points.iter().map(|p| p.0))
+        .fold(1.0, f64::max)
+        * 1.05;
+    let y_max = curves
+        .iter()
+        .flat_map(|c| c.points.iter().map(|p| p.1))
+        .fold(capacity, f64::max)
+        * 1.15;
+    let root = SVGBackend::new(path, (900, 540)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("{scenario}: goodput against offered load"),
+            ("sans-serif", 20),
+        )
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0f64..x_max, 0f64..y_max)?;
+    chart
+        .configure_mesh()
+        .x_desc("offered load (x backends' capacity)")
+        .y_desc("goodput (successes within the SLO per second)")
+        .x_label_formatter(&|v| format!("{v:.1}"))
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .draw()?;
+    let grey = BLACK.mix(0.5);
+    chart
+        .draw_series(LineSeries::new(
+            vec![(0.0, 0.0), (1.0, capacity), (x_max, capacity)],
+            grey.stroke_width(1),
+        ))?
+        .label(format!("ideal (capacity {capacity:.0}/s)"))
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], grey));
+    for (i, c) in curves.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(c.points.clone(), color.stroke_width(2)))?
+            .label(c.name.to_string())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        chart.draw_series(c.points.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::MiddleRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
     root.present()?;
     Ok(())
 }

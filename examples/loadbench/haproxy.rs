@@ -9,6 +9,12 @@
 //! backends, like nginx's `keepalive`), one thread (`nbthread 1`, like
 //! nginx's one worker), no logging, the same timeouts as the other
 //! contenders, and `retries` / `option redispatch` for connect failures.
+//!
+//! The `overload` scenario's config ([`Haproxy::start_overload`]) is what an
+//! operator protecting fixed-capacity backends writes: `maxconn` per server
+//! (at most that many requests on a server at once, the rest wait in
+//! HAProxy's queue) and `timeout queue` (a request that waited that long is
+//! answered 503 by HAProxy itself).
 
 use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -92,6 +98,48 @@ backend backends
     )
 }
 
+/// The `overload` config: as [`config`], plus `maxconn` on every server and
+/// `timeout queue`; no retries (a queue timeout is final, a 503 from HAProxy).
+fn overload_config(
+    port: u16,
+    ports: &[u16],
+    maxconn: usize,
+    queue: Duration,
+    timeout: Duration,
+) -> String {
+    let ms = timeout.as_millis().max(1);
+    let queue_ms = queue.as_millis().max(1);
+    let mut servers = String::new();
+    for (i, p) in ports.iter().enumerate() {
+        let _ = writeln!(servers, "    server s{i} 127.0.0.1:{p} maxconn {maxconn}");
+    }
+    format!(
+        "global
+    nbthread 1
+    maxconn 8192
+
+defaults
+    mode http
+    option http-keep-alive
+    http-reuse always
+    retries 0
+    timeout connect {ms}ms
+    timeout client {ms}ms
+    timeout server {ms}ms
+    timeout http-keep-alive {ms}ms
+    timeout queue {queue_ms}ms
+
+frontend bench
+    bind 127.0.0.1:{port}
+    maxconn 8192
+    default_backend backends
+
+backend backends
+    balance leastconn
+{servers}"
+    )
+}
+
 /// A running haproxy.
 pub struct Haproxy {
     child: Child,
@@ -103,14 +151,34 @@ impl Haproxy {
     /// Starts haproxy in front of `ports` (see the module doc for the config).
     pub fn start(bin: &Path, ports: &[u16], timeout: Duration) -> Result<Haproxy, String> {
         let port = free_port()?;
+        Self::run(bin, port, config(port, ports, timeout))
+    }
+
+    /// Starts haproxy in front of `ports` with `maxconn` per server and
+    /// `timeout queue` (the `overload` scenario's config).
+    pub fn start_overload(
+        bin: &Path,
+        ports: &[u16],
+        maxconn: usize,
+        queue: Duration,
+        timeout: Duration,
+    ) -> Result<Haproxy, String> {
+        let port = free_port()?;
+        Self::run(
+            bin,
+            port,
+            overload_config(port, ports, maxconn, queue, timeout),
+        )
+    }
+
+    fn run(bin: &Path, port: u16, text: String) -> Result<Haproxy, String> {
         let dir = std::env::temp_dir().join(format!(
             "actix-dispatch-bench-haproxy-{}-{port}",
             std::process::id()
         ));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let conf_path = dir.join("haproxy.cfg");
-        std::fs::write(&conf_path, config(port, ports, timeout))
-            .map_err(|e| format!("{}: {e}", conf_path.display()))?;
+        std::fs::write(&conf_path, text).map_err(|e| format!("{}: {e}", conf_path.display()))?;
         // -db: foreground, no daemon; -f: the config.
         let child = Command::new(bin)
             .arg("-db")
@@ -160,5 +228,20 @@ mod tests {
         assert!(c.contains("server s2 127.0.0.1:3"));
         assert!(c.contains("bind 127.0.0.1:9000"));
         assert!(c.contains("timeout server 5000ms"));
+    }
+
+    #[test]
+    fn overload_config_caps_every_server_and_bounds_the_queue() {
+        let c = overload_config(
+            9000,
+            &[1, 2],
+            4,
+            Duration::from_millis(100),
+            Duration::from_secs(5),
+        );
+        assert!(c.contains("server s0 127.0.0.1:1 maxconn 4\n"));
+        assert!(c.contains("server s1 127.0.0.1:2 maxconn 4\n"));
+        assert!(c.contains("timeout queue 100ms"));
+        assert!(c.contains("retries 0"));
     }
 }

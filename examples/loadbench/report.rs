@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::Cli;
 
 /// The order of the sections of `latest.md`.
-const ORDER: [&str; 9] = [
+const ORDER: [&str; 10] = [
     "micro",
     "overhead",
     "throughput",
@@ -18,6 +18,7 @@ const ORDER: [&str; 9] = [
     "slow-node",
     "memory",
     "soak",
+    "overload",
     "cluster",
 ];
 

@@ -16,6 +16,9 @@
 //! `Buffer` task and no channel hop in its way. Every backend service is
 //! always ready (the client has no connection cap), so `poll_ready` never
 //! parks a waiter.
+//!
+//! [`ShedPeer`] is the peer of the `overload` scenario: the same balancer
+//! with a `ConcurrencyLimit` per backend and `LoadShed` in front.
 
 use std::cell::RefCell;
 use std::future::poll_fn;
@@ -31,7 +34,10 @@ use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::TokioExecutor;
 use tower::balance::p2c::Balance;
 use tower::discover::ServiceList;
+use tower::limit::ConcurrencyLimit;
 use tower::load::{CompleteOnResponse, PeakEwmaDiscover};
+use tower::load_shed::error::Overloaded;
+use tower::load_shed::LoadShed;
 use tower::Service;
 
 /// Peak-EWMA's RTT estimate for a backend before its first answer (tower's
@@ -123,5 +129,94 @@ impl TowerPeer {
             tokio::time::timeout(self.timeout, work).await,
             Ok(Some(true))
         )
+    }
+}
+
+// === impl ShedPeer ===
+
+/// What became of one request of the [`ShedPeer`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShedAnswer {
+    /// A 2xx with its body read in time.
+    Success,
+    /// Refused at once by `LoadShed`: no backend had a free slot.
+    Refused,
+    /// Any other answer, an error or the timeout.
+    Failed,
+}
+
+type Limited = ConcurrencyLimit<Backend>;
+type ShedBalancer = LoadShed<Balance<PeakEwmaDiscover<ServiceList<Vec<Limited>>>, usize>>;
+
+/// The `overload` scenario's tower peer: what a Rust developer would build
+/// to protect fixed-capacity backends with tower's own parts. Each backend
+/// is a `limit::ConcurrencyLimit` of `per_backend` requests (an operator
+/// who knows the backends' capacity sets it), p2c with peak EWMA picks
+/// among the backends with a free slot, and `load_shed::LoadShed` in front
+/// refuses a request at once (`Overloaded`) when none has one: no queue
+/// anywhere in the client. Shared on one thread like [`TowerPeer`].
+#[derive(Clone)]
+pub struct ShedPeer {
+    balance: Rc<RefCell<ShedBalancer>>,
+    timeout: Duration,
+}
+
+impl ShedPeer {
+    /// A shedding balancer over `urls`, `per_backend` requests at once on
+    /// each, `timeout` per request. Must be called inside a tokio runtime.
+    pub fn new(urls: &[String], per_backend: usize, timeout: Duration) -> ShedPeer {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client: HyperClient = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector);
+        let backends = urls
+            .iter()
+            .map(|u| {
+                ConcurrencyLimit::new(
+                    Backend {
+                        client: client.clone(),
+                        base: u.clone(),
+                    },
+                    per_backend.max(1),
+                )
+            })
+            .collect::<Vec<_>>();
+        let discover = PeakEwmaDiscover::new::<usize>(
+            ServiceList::new::<usize>(backends),
+            DEFAULT_RTT,
+            DECAY,
+            CompleteOnResponse::default(),
+        );
+        ShedPeer {
+            balance: Rc::new(RefCell::new(LoadShed::new(Balance::new(discover)))),
+            timeout,
+        }
+    }
+
+    /// One GET of task `i`.
+    pub async fn get(&self, i: usize) -> ShedAnswer {
+        // LoadShed is always ready: it records whether the balancer is.
+        let ready = poll_fn(|cx| self.balance.borrow_mut().poll_ready(cx)).await;
+        if ready.is_err() {
+            return ShedAnswer::Failed;
+        }
+        let response = self.balance.borrow_mut().call(i);
+        let work = async move {
+            let res = match response.await {
+                Ok(res) => res,
+                Err(e) if e.is::<Overloaded>() => return ShedAnswer::Refused,
+                Err(_) => return ShedAnswer::Failed,
+            };
+            let ok = res.status().is_success();
+            let size = res.into_body().collect().await.map(|b| b.to_bytes().len());
+            match size {
+                Ok(n) if ok && n <= 2 * 1024 * 1024 => ShedAnswer::Success,
+                _ => ShedAnswer::Failed,
+            }
+        };
+        tokio::time::timeout(self.timeout, work)
+            .await
+            .unwrap_or(ShedAnswer::Failed)
     }
 }
