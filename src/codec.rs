@@ -373,6 +373,7 @@ pub fn rejection_code(r: &Rejection) -> &'static str {
         Rejection::InvalidTask(_) => "invalid_task",
         Rejection::CircuitOpen { .. } => "circuit_open",
         Rejection::RateLimited { .. } => "rate_limited",
+        Rejection::Overloaded { .. } => "overloaded",
         Rejection::Internal(_) => "internal",
     }
 }

@@ -356,6 +356,14 @@ pub enum Rejection {
         /// Time until the next token.
         retry_after: Duration,
     },
+    /// Shed by the queue's delay control: the service is overloaded (its
+    /// queue has not drained for a whole interval) and the task waited
+    /// longer than the target (`queue.delay`).
+    #[error("overloaded; shed after waiting in the queue; retry in {retry_after:?}")]
+    Overloaded {
+        /// A hint of when the overload may have passed.
+        retry_after: Duration,
+    },
 }
 
 /// `"; last error: {e}"`, or nothing.

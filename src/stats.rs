@@ -93,6 +93,10 @@ pub struct QueueStats {
     pub fallbacks: u64,
     /// Hedged attempts sent.
     pub hedged: u64,
+    /// Tasks shed `Overloaded` by the queue's delay control.
+    pub shed: u64,
+    /// Whether the delay control finds the service overloaded now.
+    pub overloaded: bool,
     /// Most tasks ever queued at once.
     pub peak_queued: u64,
     /// The queue's bound.

@@ -106,7 +106,14 @@ async fn max_concurrent_is_never_exceeded() {
     for b in &bs {
         b.set_latency(Duration::from_millis(20));
     }
-    let d = Dispatcher::start(config("p2c", &[(&bs[0], 1, 3), (&bs[1], 1, 5)], "")).unwrap();
+    // The test holds a standing queue on purpose (more tasks than slots for
+    // longer than an interval): the delay control would shed it.
+    let d = Dispatcher::start(config(
+        "p2c",
+        &[(&bs[0], 1, 3), (&bs[1], 1, 5)],
+        r#""queue":{"delay":{"enabled":false}}"#,
+    ))
+    .unwrap();
     let results: Vec<TaskResult> = futures::stream::iter(0..400)
         .map(|i| d.submit(Task::get("svc", format!("/mc/{i}"))))
         .buffer_unordered(200)
@@ -251,7 +258,12 @@ async fn queue_full_rejects_or_waits() {
     init_logs();
     let b = Backend::start();
     b.set_latency(Duration::from_millis(100));
-    let d = Dispatcher::start(config("p2c", &[(&b, 1, 1)], r#""queue":{"capacity":5}"#)).unwrap();
+    let d = Dispatcher::start(config(
+        "p2c",
+        &[(&b, 1, 1)],
+        r#""queue":{"capacity":5,"delay":{"enabled":false}}"#,
+    ))
+    .unwrap();
     let results: Vec<TaskResult> = burst(&d, 20, "q").await;
     let full = results
         .iter()
@@ -308,7 +320,14 @@ async fn shutdown_loses_nothing() {
     init_logs();
     let b = Backend::start();
     b.set_latency(Duration::from_millis(200));
-    let d = Dispatcher::start(config("p2c", &[(&b, 1, 2)], "")).unwrap();
+    // The test holds a standing queue on purpose (more tasks than slots for
+    // longer than an interval): the delay control would shed it.
+    let d = Dispatcher::start(config(
+        "p2c",
+        &[(&b, 1, 2)],
+        r#""queue":{"delay":{"enabled":false}}"#,
+    ))
+    .unwrap();
     let handles: Vec<_> = (0..50)
         .map(|i| {
             let d = d.clone();
@@ -433,10 +452,14 @@ async fn node_actors_on_their_own_thread() {
         b.set_latency(Duration::from_millis(2));
     }
     bs[1].fail_every(5, 503);
-    let d = Dispatcher::builder(config("p2c", &[(&bs[0], 1, 4), (&bs[1], 1, 4)], ""))
-        .node_threads(1)
-        .start()
-        .unwrap();
+    let d = Dispatcher::builder(config(
+        "p2c",
+        &[(&bs[0], 1, 4), (&bs[1], 1, 4)],
+        r#""queue":{"delay":{"enabled":false}}"#,
+    ))
+    .node_threads(1)
+    .start()
+    .unwrap();
     let results: Vec<TaskResult> = futures::stream::iter(0..2000)
         .map(|i| d.submit(Task::get("svc", format!("/nt/{i}"))))
         .buffer_unordered(64)

@@ -117,7 +117,8 @@ async fn a_dropped_stream_frees_the_slot_it_held() {
     init_logs();
     let b = Backend::start();
     // One slot: while the stream holds it, nothing else is sent.
-    let d = start(&[&b], 1, "");
+    // A standing queue on purpose: the delay control would shed it.
+    let d = start(&[&b], 1, r#""queue":{"delay":{"enabled":false}}"#);
     let mut r = d.submit(Task::get("svc", "/sse/20/50").stream(true)).await;
     let mut s = take_stream(&mut r);
     let d2 = d.clone();
@@ -218,7 +219,7 @@ async fn chaos_many_streams_some_cut_none_lost() {
     let d = start(
         &[&b0, &b1],
         3,
-        r#""breaker":{"enabled":false},"queue":{"capacity":1000}"#,
+        r#""breaker":{"enabled":false},"queue":{"capacity":1000,"delay":{"enabled":false}}"#,
     );
     const N: usize = 36;
     let runs = (0..N).map(|i| {

@@ -204,6 +204,13 @@ pub struct QueueConfig {
     /// through `feed`); past it a task is refused `QueueFull` (default: the
     /// capacity, at least 10 000). Parked tasks keep their deadlines.
     pub max_waiting: usize,
+    /// Delay control (`queue.delay`, on by default: target 5 ms, interval
+    /// 100 ms, newest first while overloaded): once the queue has not
+    /// drained for an interval, tasks that waited past the target are shed
+    /// `Overloaded`. `None`: off. Tasks that asked to wait (`on_full:
+    /// wait`, `feed`, `submit_wait`) and tasks waiting for a rate-limit
+    /// token (`on_limit: wait`) are never shed.
+    pub delay: Option<crate::algo::codel::CodelConfig>,
 }
 
 /// Balancer settings of a service.

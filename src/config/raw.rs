@@ -110,6 +110,7 @@ pub(crate) struct RawQueue {
     pub capacity: usize,
     pub on_full: String,
     pub max_waiting: Option<usize>,
+    pub delay: RawDelay,
 }
 
 impl Default for RawQueue {
@@ -118,6 +119,34 @@ impl Default for RawQueue {
             capacity: 10_000,
             on_full: "reject".into(),
             max_waiting: None,
+            delay: RawDelay::default(),
+        }
+    }
+}
+
+/// `queue.delay`: the queue's delay control (`algo::codel`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawDelay {
+    pub enabled: bool,
+    #[serde(with = "humantime_serde")]
+    pub target: Duration,
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    pub lifo: bool,
+    #[serde(with = "humantime_serde")]
+    pub max_wait: Option<Duration>,
+}
+
+impl Default for RawDelay {
+    fn default() -> Self {
+        let c = crate::algo::codel::CodelConfig::default();
+        Self {
+            enabled: true,
+            target: c.target,
+            interval: c.interval,
+            lifo: c.lifo,
+            max_wait: c.max_wait,
         }
     }
 }

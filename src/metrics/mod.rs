@@ -53,7 +53,7 @@ use crate::outcome::{AttemptOutcome, ErrorKind, FailReason, Outcome, Rejection};
 use crate::stats::LatencyHistogram;
 
 /// `(outcome, reason)` pairs of `dispatch_tasks_total`, in [`task_index`] order.
-const TASK_KINDS: [(&str, &str); 16] = [
+const TASK_KINDS: [(&str, &str); 17] = [
     ("success", "ok"),
     ("failure", "not_retryable"),
     ("failure", "retries_exhausted"),
@@ -70,6 +70,7 @@ const TASK_KINDS: [(&str, &str); 16] = [
     ("fallback", "circuit_open"),
     ("fallback", "rate_limited"),
     ("fallback", "other"),
+    ("rejected", "overloaded"),
 ];
 
 /// Outcome labels of `dispatch_task_duration_seconds`, in [`outcome_index`] order.
@@ -134,6 +135,7 @@ fn rejection_index(r: &Rejection) -> usize {
         Rejection::CircuitOpen { .. } => 10,
         Rejection::Internal(_) => 11,
         Rejection::RateLimited { .. } => 12,
+        Rejection::Overloaded { .. } => 16,
     }
 }
 

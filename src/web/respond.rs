@@ -37,7 +37,8 @@ pub(super) fn respond(r: TaskResult, cfg: &ForwardConfig) -> HttpResponse {
                 Rejection::RateLimited { retry_after } => {
                     (cfg.rate_limited_status, Some(*retry_after))
                 }
-                Rejection::CircuitOpen { retry_after, .. } => {
+                Rejection::CircuitOpen { retry_after, .. }
+                | Rejection::Overloaded { retry_after } => {
                     (StatusCode::SERVICE_UNAVAILABLE, Some(*retry_after))
                 }
                 Rejection::ShuttingDown | Rejection::UnknownService(_) | Rejection::Internal(_) => {

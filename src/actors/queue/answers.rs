@@ -55,10 +55,14 @@ impl QueueActor {
             stream: stream.take(),
         });
         if r.outcome.is_success() {
-            if matches!(
-                self.cfg.hedge,
-                Some(crate::config::HedgeAfter::Percentile(_))
-            ) {
+            // Recent latencies serve a hedge's percentile and the check
+            // that a task's time left is worth an attempt.
+            if p.job().deadline.is_some()
+                || matches!(
+                    self.cfg.hedge,
+                    Some(crate::config::HedgeAfter::Percentile(_))
+                )
+            {
                 self.latencies.record(r.latency);
             }
             let outcome = match response {

@@ -2,6 +2,7 @@
 //! hedge is sent when its timer fires; a bounce puts a task back.
 
 use super::*;
+use crate::algo::codel::{Order, Transition, Verdict};
 
 impl QueueActor {
     /// Sends ready tasks to the balancer while there is credit: all of
@@ -17,16 +18,33 @@ impl QueueActor {
                 .routes
                 .reserve_exact(self.credit.min(self.tasks.ready_listed()).min(MAX_BATCH));
         }
+        let lifo = self
+            .delay
+            .as_ref()
+            .is_some_and(|d| d.order(now) == Order::Lifo);
         while self.credit > 0 && self.gate == Gate::Open {
-            let Some(no) = self.tasks.next_ready() else {
+            let next = match lifo {
+                true => self.tasks.next_ready_newest(),
+                false => self.tasks.next_ready(),
+            };
+            let Some(no) = next else {
                 break;
             };
-            let passed = self
-                .tasks
-                .get(&no)
-                .is_some_and(|p| p.job().deadline.is_some_and(|d| d <= now));
-            if passed {
+            let Some(p) = self.tasks.get(&no) else {
+                continue;
+            };
+            if p.job().deadline.is_some_and(|d| d <= now) {
                 self.finish_deadline(no, ctx);
+                continue;
+            }
+            if self.sheds(no, now) {
+                self.shed(no, now, ctx);
+                continue;
+            }
+            if self.too_late(no, now) {
+                // Its time left is below what an attempt takes here: fail
+                // it now, without spending a backend's time on it.
+                self.fail(no, FailReason::DeadlineExceeded, ctx);
                 continue;
             }
             let Some(p) = self.tasks.send(no) else {
@@ -60,7 +78,79 @@ impl QueueActor {
         if self.tasks.counts().parked > 0 {
             self.admit_waiting();
         }
+        self.sweep_delayed(now, ctx);
         self.tasks.compact();
+    }
+
+    /// Whether the delay control sheds ready task `no` now.
+    fn sheds(&mut self, no: TaskNo, now: Instant) -> bool {
+        let (Some(d), Some(p)) = (self.delay.as_mut(), self.tasks.get(&no)) else {
+            return false;
+        };
+        !p.patient && d.on_dequeue(self.epoch.at(p.sent_at), now) == Verdict::Shed
+    }
+
+    /// Answers ready task `no` `Overloaded`.
+    fn shed(&mut self, no: TaskNo, now: Instant, ctx: &mut Context<Self>) {
+        let retry_after = self
+            .delay
+            .as_ref()
+            .map_or(Duration::ZERO, |d| d.retry_after(now));
+        self.counters.shed += 1;
+        self.reject(no, Rejection::Overloaded { retry_after }, ctx);
+    }
+
+    /// Sheds from the oldest end what waited too long (under LIFO the
+    /// oldest are never taken), then tells the delay control the queue's
+    /// length and logs a change between calm and overload.
+    fn sweep_delayed(&mut self, now: Instant, ctx: &mut Context<Self>) {
+        if self.delay.is_none() {
+            return;
+        }
+        while let Some(no) = self.tasks.oldest_ready() {
+            if !self.sheds(no, now) {
+                break;
+            }
+            self.tasks.next_ready();
+            self.shed(no, now, ctx);
+        }
+        let ready = self.tasks.counts().ready;
+        let Some(d) = self.delay.as_mut() else {
+            return;
+        };
+        match d.on_queue_len(ready, now) {
+            Some(Transition::Entered) => log::warn!(
+                "service {}: overloaded: the queue has not drained for {:?}; shedding tasks \
+                 that waited over {:?}{}",
+                self.service,
+                d.config().interval,
+                d.config().target,
+                if d.config().lifo {
+                    ", newest first"
+                } else {
+                    ""
+                }
+            ),
+            Some(Transition::Left { lasted }) => log::info!(
+                "service {}: overload over after {:?}; {} task(s) shed so far",
+                self.service,
+                lasted,
+                self.counters.shed
+            ),
+            None => {}
+        }
+    }
+
+    /// Whether task `no`'s time left is below what an attempt usually
+    /// takes here (the 10th percentile of recent successes), so that
+    /// sending it would only spend a backend's time on a late answer.
+    fn too_late(&self, no: TaskNo, now: Instant) -> bool {
+        let Some(deadline) = self.tasks.get(&no).and_then(|p| p.job().deadline) else {
+            return false;
+        };
+        self.latencies
+            .percentile(10.0)
+            .is_some_and(|p10| deadline.saturating_duration_since(now) < p10)
     }
 
     pub(super) fn send_hedge(&mut self, no: TaskNo, now: Instant) {

@@ -65,9 +65,9 @@ impl QueueActor {
     pub(super) fn enter(&mut self, msg: Submit, parked: bool, ctx: &mut Context<Self>) -> TaskNo {
         let now = self.now();
         let deadline = msg.task.job().deadline;
-        let no = self
-            .tasks
-            .enter(Pending::new(msg.task, self.epoch.stamp(now)), parked);
+        let mut p = Pending::new(msg.task, self.epoch.stamp(now));
+        p.patient = msg.wait;
+        let no = self.tasks.enter(p, parked);
         if let Some(d) = deadline {
             self.push_timer(d, no, Timer::Deadline, ctx);
         }

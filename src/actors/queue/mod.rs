@@ -100,6 +100,8 @@ pub struct QueueActor {
     /// The pipeline is dead (its balancer stopped): everything is refused.
     dead: bool,
     latencies: super::hedge::LatencyWindow,
+    /// The delay control (`queue.delay`), unless off for this service.
+    delay: Option<crate::algo::codel::Codel>,
     /// The time of the message being handled, read at most once per message
     /// (clock reads are a measurable share of a task's cost).
     clock: Option<Instant>,
@@ -165,6 +167,7 @@ impl QueueActor {
             full: false,
             dead: false,
             latencies: super::hedge::LatencyWindow::new(1024),
+            delay: delay_control(&cfg),
             clock: None,
             epoch: Epoch::new(now),
             cfg,
@@ -265,6 +268,8 @@ impl QueueActor {
             retried: self.counters.retried,
             fallbacks: self.counters.fallbacks,
             hedged: self.counters.hedged,
+            shed: self.counters.shed,
+            overloaded: self.delay.as_ref().is_some_and(|d| d.congested().is_some()),
             peak_queued: self.counters.peak_queued as u64,
             capacity: self.cfg.queue.capacity as u64,
             retry_budget_left: u64::from(self.policy.budget_left(now)),
@@ -273,6 +278,21 @@ impl QueueActor {
                 Gate::Reject(r) => Some(r.to_string()),
             },
         }
+    }
+}
+
+/// The delay control of a service, unless it is off: by config, or
+/// because its tasks wait on purpose (`on_full: wait`; `on_all_open:
+/// wait`; rate limits with `on_limit: wait`, whose tasks wait in the queue
+/// for their tokens).
+fn delay_control(cfg: &ServiceConfig) -> Option<crate::algo::codel::Codel> {
+    let limited = cfg.rate_limit.service.is_some() || cfg.rate_limit.per_node.is_some();
+    let waits = cfg.queue.on_full == OnFull::Wait
+        || cfg.breaker.on_all_open == crate::config::OnAllOpen::Wait
+        || (limited && cfg.rate_limit.on_limit == crate::config::OnLimit::Wait);
+    match &cfg.queue.delay {
+        Some(c) if !waits => Some(crate::algo::codel::Codel::new(c.clone())),
+        _ => None,
     }
 }
 

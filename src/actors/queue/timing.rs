@@ -48,6 +48,11 @@ impl QueueActor {
             };
             match kind {
                 Timer::Due if self.tasks.backoff_over(no) => {
+                    // Its wait in the queue counts from now.
+                    let stamp = self.epoch.stamp(now);
+                    if let Some(p) = self.tasks.get_mut(&no) {
+                        p.sent_at = stamp;
+                    }
                     if let Gate::Reject(r) = self.gate.clone() {
                         self.reject(no, r, ctx);
                     }

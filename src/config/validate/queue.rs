@@ -18,9 +18,32 @@ pub(super) fn validate(cx: &Ctx<'_>, q: RawQueue) -> Result<QueueConfig, ConfigE
             ))
         }
     };
+    let delay = if q.delay.enabled {
+        let mut c = crate::algo::codel::CodelConfig::default();
+        c.target = q.delay.target;
+        c.interval = q.delay.interval;
+        c.lifo = q.delay.lifo;
+        c.max_wait = q.delay.max_wait;
+        c.validate().map_err(|m| cx.err(field_of(&m), m.clone()))?;
+        Some(c)
+    } else {
+        None
+    };
     Ok(QueueConfig {
         capacity: q.capacity,
         on_full,
         max_waiting: q.max_waiting.unwrap_or(q.capacity.max(10_000)),
+        delay,
     })
+}
+
+/// The `queue.delay` field a [`CodelConfig::validate`] message names.
+///
+/// [`CodelConfig::validate`]: crate::algo::codel::CodelConfig::validate
+fn field_of(message: &str) -> String {
+    let name = ["max_wait", "interval", "target"]
+        .into_iter()
+        .find(|f| message.starts_with(f))
+        .unwrap_or("target");
+    format!("queue.delay.{name}")
 }

@@ -173,3 +173,25 @@ fn endpoint_builders_set_their_fields() {
     let b = BucketConfig::new(2.5, 4);
     assert_eq!((b.rate, b.burst), (2.5, 4));
 }
+
+#[test]
+fn queue_delay_control_is_on_by_default_and_checked_by_field() {
+    let cfg =
+        Config::from_json(r#"{"services":[{"name":"a","endpoints":[{"address":"http://h/"}]}]}"#)
+            .unwrap();
+    let d = cfg.services[0].queue.delay.clone().expect("on by default");
+    assert_eq!(d, crate::algo::codel::CodelConfig::default());
+    let off = Config::from_json(
+        r#"{"services":[{"name":"a","queue":{"delay":{"enabled":false}},"endpoints":[{"address":"http://h/"}]}]}"#,
+    )
+    .unwrap();
+    assert_eq!(off.services[0].queue.delay, None);
+    let e = err(
+        r#"{"services":[{"name":"a","queue":{"delay":{"target":"200ms"}},"endpoints":[{"address":"http://h/"}]}]}"#,
+    );
+    assert!(e.contains("field `queue.delay.target`"), "{e}");
+    let e = err(
+        r#"{"services":[{"name":"a","queue":{"delay":{"max_wait":"0s"}},"endpoints":[{"address":"http://h/"}]}]}"#,
+    );
+    assert!(e.contains("field `queue.delay.max_wait`"), "{e}");
+}

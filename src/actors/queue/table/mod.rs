@@ -28,6 +28,8 @@ pub(in crate::actors) use self::state::{Counters, Epoch, Pending, State, TaskNo}
 pub(in crate::actors) struct Counts {
     /// Ready or backing off: counted against the queue's capacity.
     pub queued: usize,
+    /// Ready to send (of `queued`).
+    pub ready: usize,
     /// Handed to the balancer, not yet answered.
     pub in_flight: usize,
     /// Parked for room (`on_full: wait`, `feed`).
@@ -94,6 +96,7 @@ impl TaskTable {
         } else {
             self.ready.push_back(no);
             self.counts.queued += 1;
+            self.counts.ready += 1;
         }
         no
     }
@@ -110,6 +113,7 @@ impl TaskTable {
                 p.state = State::Ready;
                 self.counts.parked -= 1;
                 self.counts.queued += 1;
+                self.counts.ready += 1;
                 self.ready.push_back(no);
                 return Some(no);
             }
@@ -143,6 +147,29 @@ impl TaskTable {
         None
     }
 
+    /// The newest ready task, taken off the ready list (served first under
+    /// adaptive LIFO).
+    pub fn next_ready_newest(&mut self) -> Option<TaskNo> {
+        while let Some(no) = self.ready.pop_back() {
+            if self.tasks.get(&no).is_some_and(|p| p.state == State::Ready) {
+                return Some(no);
+            }
+        }
+        None
+    }
+
+    /// The oldest ready task, left on the list (stale numbers before it
+    /// are dropped).
+    pub fn oldest_ready(&mut self) -> Option<TaskNo> {
+        while let Some(&no) = self.ready.front() {
+            if self.tasks.get(&no).is_some_and(|p| p.state == State::Ready) {
+                return Some(no);
+            }
+            self.ready.pop_front();
+        }
+        None
+    }
+
     /// A ready task taken by [`next_ready`](Self::next_ready) goes to the
     /// balancer.
     pub fn send(&mut self, no: TaskNo) -> Option<&mut Pending> {
@@ -152,6 +179,7 @@ impl TaskTable {
             .filter(|p| p.state == State::Ready)?;
         p.state = State::InFlight;
         self.counts.queued -= 1;
+        self.counts.ready -= 1;
         self.counts.in_flight += 1;
         Some(p)
     }
@@ -166,6 +194,7 @@ impl TaskTable {
             p.state = State::Ready;
             self.counts.in_flight -= 1;
             self.counts.queued += 1;
+            self.counts.ready += 1;
             self.ready.push_front(no);
         }
     }
@@ -193,6 +222,7 @@ impl TaskTable {
         {
             Some(p) => {
                 p.state = State::Ready;
+                self.counts.ready += 1;
                 self.ready.push_front(no);
                 true
             }
@@ -205,7 +235,11 @@ impl TaskTable {
         let p = self.tasks.remove(&no)?;
         match p.state {
             State::Waiting => self.counts.parked -= 1,
-            State::Ready | State::Backoff => self.counts.queued -= 1,
+            State::Ready => {
+                self.counts.queued -= 1;
+                self.counts.ready -= 1;
+            }
+            State::Backoff => self.counts.queued -= 1,
             State::InFlight => self.counts.in_flight -= 1,
         }
         Some(p)

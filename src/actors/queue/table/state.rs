@@ -45,6 +45,9 @@ pub(in crate::actors) struct Pending {
     /// Attempts out right now (2 while hedged).
     pub(in crate::actors::queue) outstanding: u8,
     pub(in crate::actors::queue) hedged: bool,
+    /// The caller asked to wait (`on_full: wait`, `feed`): never shed by
+    /// the queue's delay control.
+    pub(in crate::actors::queue) patient: bool,
     /// Whether an attempt of this round failed (else the round bounced).
     pub(in crate::actors::queue) round_failed: bool,
 }
@@ -109,6 +112,7 @@ impl Pending {
             state: State::Waiting,
             outstanding: 0,
             hedged: false,
+            patient: false,
             round_failed: false,
         }
     }
@@ -153,6 +157,8 @@ pub(in crate::actors) struct Counters {
     pub retried: u64,
     pub fallbacks: u64,
     pub hedged: u64,
+    /// Tasks shed by the delay control.
+    pub shed: u64,
     pub peak_queued: usize,
 }
 

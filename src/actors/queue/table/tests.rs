@@ -25,6 +25,8 @@ enum Op {
     BackoffOver(usize),
     Answer(usize),
     Compact,
+    SendNewest,
+    AnswerOldestReady,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -39,6 +41,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(Op::BackoffOver),
         2 => any::<usize>().prop_map(Op::Answer),
         1 => Just(Op::Compact),
+        1 => Just(Op::SendNewest),
+        1 => Just(Op::AnswerOldestReady),
     ]
 }
 
@@ -48,7 +52,11 @@ fn model_counts(model: &BTreeMap<TaskNo, State>) -> Counts {
     for s in model.values() {
         match s {
             State::Waiting => c.parked += 1,
-            State::Ready | State::Backoff => c.queued += 1,
+            State::Ready => {
+                c.queued += 1;
+                c.ready += 1;
+            }
+            State::Backoff => c.queued += 1,
             State::InFlight => c.in_flight += 1,
         }
     }
@@ -151,6 +159,22 @@ proptest! {
                     left += 1;
                 }
                 Op::Compact => t.compact(),
+                Op::SendNewest => {
+                    if let Some(no) = t.next_ready_newest() {
+                        prop_assert_eq!(model.get(&no), Some(&State::Ready));
+                        prop_assert!(t.send(no).is_some());
+                        model.insert(no, State::InFlight);
+                    }
+                }
+                Op::AnswerOldestReady => {
+                    if let Some(no) = t.oldest_ready() {
+                        prop_assert_eq!(t.oldest_ready(), Some(no), "left on the list");
+                        prop_assert_eq!(t.next_ready(), Some(no));
+                        prop_assert!(t.remove(no).is_some());
+                        prop_assert_eq!(model.remove(&no), Some(State::Ready));
+                        left += 1;
+                    }
+                }
             }
             prop_assert_eq!(t.counts(), model_counts(&model));
             prop_assert_eq!(t.len(), model.len());
