@@ -19,11 +19,12 @@ pub(super) fn validate(cx: &Ctx<'_>, q: RawQueue) -> Result<QueueConfig, ConfigE
         }
     };
     let delay = if q.delay.enabled {
-        let mut c = crate::algo::codel::CodelConfig::default();
-        c.target = q.delay.target;
-        c.interval = q.delay.interval;
-        c.lifo = q.delay.lifo;
-        c.max_wait = q.delay.max_wait;
+        let c = crate::algo::codel::CodelConfig {
+            target: q.delay.target,
+            interval: q.delay.interval,
+            lifo: q.delay.lifo,
+            max_wait: q.delay.max_wait,
+        };
         c.validate().map_err(|m| cx.err(field_of(&m), m.clone()))?;
         Some(c)
     } else {
