@@ -2,10 +2,11 @@
 //! sizes 3, 100 and 1000, breaker admit/record, token-bucket acquire and the
 //! peak-EWMA update.
 //!
-//! `cargo bench --bench algo` runs them (a few minutes); then
-//! `cargo run --release --example loadbench -- micro` turns criterion's
-//! estimates into `bench/results/micro.json` and a table checked against the
-//! targets (round robin and p2c under 100 ns per pick at 1000 nodes, smooth
+//! `cargo bench --features internals --bench algo` runs them (a few
+//! minutes; the unstable feature `internals` makes the algorithms public for
+//! them); then `cargo run --release --example loadbench -- micro` turns
+//! criterion's estimates into `bench/results/micro.json` and a table checked
+//! against the targets (round robin and p2c under 100 ns per pick at 1000 nodes, smooth
 //! weighted and least load under 10 ns per node, breaker and bucket under
 //! 50 ns).
 

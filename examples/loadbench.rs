@@ -6,10 +6,11 @@
 //!
 //! Scenarios: `overhead`, `throughput`, `nginx`, `peers`, `slow-node`, `memory`, `soak`, `all`
 //! (every one of those), `overload` (open loop past the capacity of
-//! fixed-capacity backends: goodput, against tower and HAProxy), and `micro` (turns the criterion estimates of
-//! `cargo bench --bench algo` into a table). `--smoke` shrinks everything to
-//! a few hundred tasks and a second or two. Results go to
-//! `bench/results/<scenario>.json` and `bench/results/latest.md` (smoke runs
+//! fixed-capacity backends: goodput, against tower and HAProxy), and `micro`
+//! (turns the criterion estimates of
+//! `cargo bench --features internals --bench algo` into a table). `--smoke`
+//! shrinks everything to a few hundred tasks and a second or two. Results go
+//! to `bench/results/<scenario>.json` and `bench/results/latest.md` (smoke runs
 //! write next to the binary instead, so they never overwrite real numbers).
 //!
 //! The HTTP backends run in a separate process: this same binary started
@@ -74,7 +75,7 @@ pub enum Scenario {
     Overload,
     /// A service limit shared through Redis (lease, exact) against a local one (feature `redis`).
     Cluster,
-    /// Tabulates the criterion results of `cargo bench --bench algo` against the targets.
+    /// Tabulates the criterion results of `cargo bench --features internals --bench algo` against the targets.
     Micro,
     /// (internal) The HTTP backend process.
     #[value(hide = true)]

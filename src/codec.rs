@@ -67,6 +67,7 @@ pub enum WireId {
 /// How a body string is encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum BodyEncoding {
     /// The body is the string's UTF-8 bytes (the default).
     #[default]
@@ -78,6 +79,7 @@ pub enum BodyEncoding {
 /// One task as written in a JSONL file or stream entry.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct TaskLine {
     /// Caller's id, echoed in the result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -205,6 +207,7 @@ impl TaskLine {
 /// One result as written: `outcome` is `success`, `failure`, `rejected`,
 /// `fallback` or `invalid`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ResultLine {
     /// The task line's id, if it had one.
     #[serde(default, skip_serializing_if = "Option::is_none")]

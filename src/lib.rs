@@ -51,16 +51,31 @@
 //! [`PoolError`]), the stats types, the JSONL wire form ([`codec`]), and,
 //! behind their cargo features, the `web` gateway and `metrics` modules.
 //! [`transport`] is the extension point for another HTTP client.
+//!
+//! The actors are not part of the API. [`Task`] is an actix `Message`
+//! answered with a [`TaskResult`]; [`Dispatcher::recipient`] gives a
+//! service's `Recipient<Task>` to send one to. Types that may grow (results,
+//! reasons, error kinds, stats, reports) are `#[non_exhaustive]`: match them
+//! with a `_` arm; those a test may build have constructors
+//! ([`TaskResult::new`], [`Response::new`], [`Attempt::new`],
+//! [`Failure::new`]). The cargo feature `internals` exposes the pure
+//! algorithms for the benchmarks; it is unstable and outside semver.
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-// The actors and the algorithms are the implementation: public only so that
-// benchmarks, fault drills and tests can reach them, and hidden from the docs.
-#[doc(hidden)]
-pub mod actors;
+mod actors;
+// The pure algorithms are the implementation. The unstable cargo feature
+// `internals` makes them public for the criterion benchmarks and for tests
+// that compare other code against them; nothing else may rely on it.
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod algo;
+// Without `internals` some of their API (inspection methods the unit tests
+// and benchmarks use) has no caller in the engine: as when it was public.
+#[cfg(not(feature = "internals"))]
+#[allow(dead_code)]
+mod algo;
 pub mod codec;
 pub mod config;
 mod dispatcher;
@@ -69,6 +84,7 @@ pub mod metrics;
 #[cfg(not(feature = "metrics"))]
 pub(crate) mod metrics;
 mod outcome;
+mod pool;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod stats;
@@ -82,11 +98,13 @@ pub mod web;
 /// config's names and the engine's own ids, never stored from a task.
 pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
-pub use actors::pool::{PoolError, ReloadSummary};
+pub use algo::time::MAX_DURATION;
 pub use awc::http::header::HeaderMap;
 pub use awc::http::Method;
 pub use config::EndpointConfig;
 pub use config::{Config, ConfigError, Mode, ServiceConfig};
+#[doc(hidden)]
+pub use dispatcher::DrillTarget;
 pub use dispatcher::{
     Dispatcher, DispatcherBuilder, ReloadReport, ShutdownReport, StartError, Submission, Unfinished,
 };
@@ -94,6 +112,7 @@ pub use outcome::{
     Attempt, AttemptOutcome, BodyStream, ErrorKind, FailReason, Failure, Outcome, Protocol,
     Rejection, Response, StreamError, TaskResult,
 };
+pub use pool::{PoolError, ReloadSummary};
 pub use stats::{BreakerStatus, NodeStats, QueueStats, ServiceStats, Stats};
 pub use task::{Task, TaskId};
 pub use tokio::time::Instant;

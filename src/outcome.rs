@@ -1,4 +1,12 @@
 //! What a task ends in: exactly one [`TaskResult`] per accepted task.
+//!
+//! A leaf of the crate: the task, its reply slot, the engine and the wire
+//! form all read these types, and this module imports none of them.
+//!
+//! The engine builds results; users read them. The types that may grow are
+//! `#[non_exhaustive]`, and those a test of user code may want to build
+//! have constructors ([`TaskResult::new`], [`Response::new`],
+//! [`Attempt::new`], [`Failure::new`]), with the other fields public to set.
 
 use std::fmt;
 use std::pin::Pin;
@@ -10,10 +18,12 @@ use awc::http::header::HeaderMap;
 use bytes::Bytes;
 use serde::Serialize;
 
-use crate::task::TaskId;
+/// Identifier of a task, unique within a dispatcher unless set by the caller.
+pub type TaskId = u64;
 
 /// The answer to one task: its outcome, every attempt made, total time.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct TaskResult {
     /// The task's id.
     pub id: TaskId,
@@ -28,6 +38,25 @@ pub struct TaskResult {
 }
 
 impl TaskResult {
+    /// A result of task `id` for `service` that ended as `outcome`, with no
+    /// attempts and no time taken (set `attempts` and `total` as needed).
+    ///
+    /// ```
+    /// use actix_dispatch::{Outcome, Rejection, TaskResult};
+    /// let r = TaskResult::new(7, "api", Outcome::Rejected(Rejection::QueueFull));
+    /// assert!(r.is_rejected());
+    /// assert_eq!(r.retries(), 0);
+    /// ```
+    pub fn new(id: TaskId, service: impl Into<Arc<str>>, outcome: Outcome) -> TaskResult {
+        TaskResult {
+            id,
+            service: service.into(),
+            outcome,
+            attempts: Vec::new(),
+            total: Duration::ZERO,
+        }
+    }
+
     /// True for [`Outcome::Success`].
     pub fn is_success(&self) -> bool {
         matches!(self.outcome, Outcome::Success(_))
@@ -95,6 +124,7 @@ impl TaskResult {
 
 /// How a task ended.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Outcome {
     /// A 2xx or 3xx answer.
     Success(Response),
@@ -117,6 +147,7 @@ pub enum Outcome {
 /// A clone carries no [`BodyStream`]: a stream has one reader, so take it
 /// with [`Response::take_stream`] before cloning if the clone should read it.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Response {
     /// Status code.
     pub status: u16,
@@ -145,6 +176,26 @@ impl Clone for Response {
 }
 
 impl Response {
+    /// An answer of `status` with `body`, no headers, not streamed, from no
+    /// node in particular (`node` is empty; set it and `headers` as needed).
+    ///
+    /// ```
+    /// use actix_dispatch::Response;
+    /// let mut r = Response::new(200, "hello");
+    /// r.node = "http://127.0.0.1:8081/".into();
+    /// assert_eq!((r.status, &r.body[..]), (200, &b"hello"[..]));
+    /// assert!(!r.is_streamed());
+    /// ```
+    pub fn new(status: u16, body: impl Into<Bytes>) -> Response {
+        Response {
+            status,
+            headers: HeaderMap::new(),
+            body: body.into(),
+            node: "".into(),
+            stream: None,
+        }
+    }
+
     /// First value of header `name` (case-insensitive), if it is text.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
@@ -257,6 +308,7 @@ impl futures::Stream for BodyStream {
 /// Why a streamed body ended early: the stream's last item.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind}: {detail}")]
+#[non_exhaustive]
 pub struct StreamError {
     /// What happened: [`ErrorKind::Reset`] (the backend broke the
     /// connection; a node failure), [`ErrorKind::Timeout`] (no chunk within
@@ -280,6 +332,7 @@ impl StreamError {
 
 /// A failed task: why, and what the last attempt gave.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Failure {
     /// Why no more attempts were made.
     pub reason: FailReason,
@@ -289,9 +342,26 @@ pub struct Failure {
     pub response: Option<Response>,
 }
 
+impl Failure {
+    /// A failure for `reason`, after `last`, with the last HTTP answer if
+    /// there was one.
+    pub fn new(
+        reason: FailReason,
+        last: Option<AttemptOutcome>,
+        response: Option<Response>,
+    ) -> Self {
+        Failure {
+            reason,
+            last,
+            response,
+        }
+    }
+}
+
 /// Why a task failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum FailReason {
     /// The last answer is never retried (a 4xx other than 429, a body error,
     /// or an ambiguous error on a non-idempotent task).
@@ -317,6 +387,7 @@ impl fmt::Display for FailReason {
 
 /// Why a task was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Rejection {
     /// The service's queue was full (`on_full: reject`).
     #[error("queue full")]
@@ -375,6 +446,7 @@ fn cause(last_error: &Option<Arc<str>>) -> String {
 
 /// One attempt of a task on one node.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Attempt {
     /// Address of the node.
     pub node: Arc<str>,
@@ -393,9 +465,26 @@ pub struct Attempt {
     pub error: Option<Arc<str>>,
 }
 
+impl Attempt {
+    /// A first (not hedged) attempt on `node` that gave `outcome` after
+    /// `latency`, over no known protocol and with no error words (set
+    /// `hedge`, `protocol` and `error` as needed).
+    pub fn new(node: impl Into<Arc<str>>, outcome: AttemptOutcome, latency: Duration) -> Self {
+        Attempt {
+            node: node.into(),
+            outcome,
+            latency,
+            hedge: false,
+            protocol: None,
+            error: None,
+        }
+    }
+}
+
 /// The HTTP version of an answer: HTTP/2 where the server offered it over
 /// TLS (ALPN), HTTP/1.1 otherwise. Serialized by its ALPN name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[non_exhaustive]
 pub enum Protocol {
     /// HTTP/1.0 or HTTP/1.1.
     #[serde(rename = "http/1.1")]
@@ -430,7 +519,9 @@ impl fmt::Display for Protocol {
     }
 }
 
-/// What one attempt gave.
+/// What one attempt gave: a status, or no usable answer. Complete as it
+/// is (new kinds of error go into [`ErrorKind`]), so it is matched
+/// exhaustively.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttemptOutcome {
     /// An HTTP status.
@@ -451,6 +542,7 @@ impl fmt::Display for AttemptOutcome {
 /// Kinds of attempt errors, by what they mean for retrying.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ErrorKind {
     /// Could not connect: the request was never sent (always retryable).
     Connect,
@@ -536,8 +628,8 @@ impl AttemptOutcome {
         }
     }
 
-    /// Whether a task that ended with this may be tried again (the rule of
-    /// [`crate::algo::policy`]): 429 and 5xx, connect and TLS errors and
+    /// Whether a task that ended with this may be tried again (the engine's
+    /// retry policy): 429 and 5xx, connect and TLS errors and
     /// requests not sent, always (on another node for TLS);
     /// timeouts, resets, panics and lost attempts only when `idempotent`
     /// (the server may have acted); other statuses, body errors, invalid

@@ -19,6 +19,7 @@ use crate::config::Mode;
 
 /// Everything the dispatcher knows, per service.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct Stats {
     /// One entry per service.
     pub services: Vec<ServiceStats>,
@@ -40,6 +41,7 @@ impl Stats {
 
 /// One service: its queue's counters and its nodes.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct ServiceStats {
     /// Service name.
     pub name: String,
@@ -72,6 +74,7 @@ impl ServiceStats {
 
 /// A service queue's counters.
 #[derive(Debug, Clone, Default, Serialize)]
+#[non_exhaustive]
 pub struct QueueStats {
     /// Waiting in the queue (ready or in retry backoff).
     pub queued: u64,
@@ -109,6 +112,7 @@ pub struct QueueStats {
 
 /// One node as the balancer sees it.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct NodeStats {
     /// Endpoint address.
     pub address: String,
@@ -163,6 +167,7 @@ pub struct NodeStats {
 /// A node's breaker as `stats()` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum BreakerStatus {
     /// Traffic flows; failures are counted.
     Closed,

@@ -10,7 +10,7 @@
 //! the engine only ever talks to configured endpoints; headers that change
 //! routing or framing (`Host`, `Content-Length`, ...) are refused too (see
 //! [`check_path`] and [`check_header_name`]). A timeout or deadline longer
-//! than [`crate::algo::time::MAX_DURATION`] (365 days) is refused, naming it.
+//! than [`crate::MAX_DURATION`] (365 days) is refused, naming it.
 //!
 //! ```
 //! use std::time::Duration;
@@ -39,14 +39,11 @@ mod props;
 pub(crate) mod reply;
 
 pub use crate::outcome::{
-    Attempt, AttemptOutcome, ErrorKind, FailReason, Failure, Outcome, Rejection, Response,
+    Attempt, AttemptOutcome, ErrorKind, FailReason, Failure, Outcome, Rejection, Response, TaskId,
     TaskResult,
 };
 pub use check::{check_header_name, check_path};
 pub(crate) use reply::{ReplySlot, ReplyTx};
-
-/// Identifier of a task, unique within a dispatcher unless set by the caller.
-pub type TaskId = u64;
 
 /// When a task must be finished by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -338,7 +338,7 @@ async fn the_wait_list_is_bounded_keeps_deadlines_and_is_reported_at_shutdown() 
 /// `Internal` (logged at `error`), and the service goes on.
 #[actix_rt::test]
 async fn a_panic_in_the_queue_answers_its_tasks_and_the_service_goes_on() {
-    use actix_dispatch::actors::drill::DrillTarget;
+    use actix_dispatch::DrillTarget;
     tokio::time::pause();
     let scripts = Scripts::default();
     let (tx, rx) = oneshot::channel::<()>();
@@ -380,7 +380,7 @@ async fn a_panic_in_the_queue_answers_its_tasks_and_the_service_goes_on() {
 /// with that reason, and the pipeline is rebuilt.
 #[actix_rt::test]
 async fn a_dead_balancer_is_answered_and_its_pipeline_rebuilt() {
-    use actix_dispatch::actors::drill::DrillTarget;
+    use actix_dispatch::DrillTarget;
     tokio::time::pause();
     let scripts = Scripts::default();
     scripts.set(

@@ -373,8 +373,9 @@ async fn bad_tasks_are_refused_with_their_reason() {
         assert!(reason.contains(want), "{reason} / {want}");
     }
     assert_eq!(b.hits(), 0);
-    // A Task sent straight to the queue's address is answered the same way.
-    let q = d.queue("svc").unwrap();
+    // A Task sent as an actix message to the service's recipient is answered
+    // the same way.
+    let q = d.recipient("svc").unwrap();
     let r = q.send(Task::get("svc", "/direct")).await.unwrap();
     assert!(r.is_success());
     let r = q.send(Task::get("svc", "http://x/")).await.unwrap();
@@ -382,6 +383,50 @@ async fn bad_tasks_are_refused_with_their_reason() {
     let r = q.send(Task::get("other", "/x")).await.unwrap();
     let why = r.rejection().map(|r| r.to_string()).unwrap_or_default();
     assert!(why.contains("sent to the queue of service"), "{why}");
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+/// `Dispatcher::recipient` is the typed way to send a `Task` as an actix
+/// message: an actor holding the service's `Recipient<Task>` (here a small
+/// forwarder) gets each task's `TaskResult` from a real backend, as
+/// `submit` would give it.
+#[actix_rt::test]
+async fn a_task_sent_to_the_recipient_is_served_by_a_real_backend() {
+    use actix::prelude::*;
+
+    struct Forwarder(Recipient<Task>);
+    impl Actor for Forwarder {
+        type Context = Context<Self>;
+    }
+    #[derive(Message)]
+    #[rtype(result = "Result<TaskResult, MailboxError>")]
+    struct Fetch(String);
+    impl Handler<Fetch> for Forwarder {
+        type Result = ResponseFuture<Result<TaskResult, MailboxError>>;
+        fn handle(&mut self, msg: Fetch, _: &mut Context<Self>) -> Self::Result {
+            Box::pin(self.0.send(Task::get("svc", msg.0)))
+        }
+    }
+
+    init_logs();
+    let b = Backend::start();
+    let d = Dispatcher::start(config("p2c", &[(&b, 1, 10)], "")).unwrap();
+    assert!(d.recipient("nope").is_none());
+    // Service names match case-insensitively, as for `submit`.
+    let forwarder = Forwarder(d.recipient("SVC").unwrap()).start();
+    for i in 0..3 {
+        let r = forwarder
+            .send(Fetch(format!("/via/{i}")))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(served_by(&r), b.url());
+        let body = String::from_utf8_lossy(&r.response().unwrap().body).into_owned();
+        assert!(body.contains(&format!(r#""path":"/via/{i}""#)), "{body}");
+    }
+    assert_eq!(b.hits(), 3);
+    let q = d.stats().await.services[0].queue.clone();
+    assert_eq!((q.submitted, q.succeeded), (3, 3));
     d.shutdown(Duration::from_secs(1)).await;
 }
 

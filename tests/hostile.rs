@@ -193,7 +193,7 @@ async fn a_task_for_did_reaches_service_did_case_insensitively() {
     let s = d.stats().await;
     assert_eq!(s.services.len(), 1);
     assert_eq!(s.services[0].name, "Did");
-    assert!(d.queue("dId").is_some());
+    assert!(d.recipient("dId").is_some());
     // A reload that spells the name differently keeps the same service.
     let report = d
         .reload(Config::from_json(&json.replace("\"Did\"", "\"did\"")).unwrap())

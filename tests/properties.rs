@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_dispatch::algo::time::MAX_DURATION;
 use actix_dispatch::transport::{HttpReply, HttpRequest, Transport, TransportError};
+use actix_dispatch::MAX_DURATION;
 use actix_dispatch::{
     Config, Dispatcher, EndpointConfig, ErrorKind, Method, Outcome, Rejection, Task,
 };

@@ -6,7 +6,8 @@
 //! separate processes would.
 //!
 //! Modules (under `tests/redis/`):
-//! - `gcra`: the GCRA script against the local `TokenBucket`;
+//! - `gcra`: the GCRA script against the local `TokenBucket` (needs the
+//!   unstable feature `internals`, on in CI's `--all-features` run);
 //! - `limits`: shared service and per-node limits, `on_limit: reject`, stats;
 //! - `paused`: redis-server paused mid-run, the `on_down` policies;
 //! - `breakers`: breakers shared across instances, the quorum;
@@ -21,6 +22,7 @@ mod support;
 
 #[path = "redis/breakers.rs"]
 mod breakers;
+#[cfg(feature = "internals")]
 #[path = "redis/gcra.rs"]
 mod gcra;
 #[path = "redis/helpers.rs"]

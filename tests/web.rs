@@ -486,47 +486,36 @@ async fn stats_and_health_follow_the_nodes() {
 // === the Responder, outcome by outcome ===
 
 fn result(outcome: Outcome) -> TaskResult {
-    TaskResult {
-        id: 1,
-        service: "svc".into(),
-        outcome,
-        attempts: vec![Attempt {
-            node: "http://127.0.0.1:1/".into(),
-            outcome: AttemptOutcome::Status(503),
-            latency: Duration::from_millis(1),
-            hedge: false,
-            protocol: None,
-            error: None,
-        }],
-        total: Duration::from_millis(2),
-    }
+    let mut r = TaskResult::new(1, "svc", outcome);
+    r.attempts = vec![Attempt::new(
+        "http://127.0.0.1:1/",
+        AttemptOutcome::Status(503),
+        Duration::from_millis(1),
+    )];
+    r.total = Duration::from_millis(2);
+    r
 }
 
 fn response(status: u16, body: &'static str) -> Response {
-    let mut headers = awc::http::header::HeaderMap::new();
-    headers.insert(
+    let mut r = Response::new(status, Bytes::from_static(body.as_bytes()));
+    r.headers.insert(
         awc::http::header::HeaderName::from_static("x-upstream"),
         awc::http::header::HeaderValue::from_static("1"),
     );
-    headers.insert(
+    r.headers.insert(
         awc::http::header::HeaderName::from_static("connection"),
         awc::http::header::HeaderValue::from_static("close"),
     );
-    Response {
-        status,
-        headers,
-        body: Bytes::from_static(body.as_bytes()),
-        node: "http://127.0.0.1:1/".into(),
-        stream: None,
-    }
+    r.node = "http://127.0.0.1:1/".into();
+    r
 }
 
 fn failure(reason: FailReason, response: Option<Response>) -> Outcome {
-    Outcome::Failure(Failure {
+    Outcome::Failure(Failure::new(
         reason,
-        last: Some(AttemptOutcome::Status(503)),
+        Some(AttemptOutcome::Status(503)),
         response,
-    })
+    ))
 }
 
 /// Status, `Retry-After`, JSON error code (or the body) of `r`'s response.

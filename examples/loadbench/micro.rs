@@ -1,4 +1,4 @@
-//! `micro`: the criterion estimates of `cargo bench --bench algo`, checked
+//! `micro`: the criterion estimates of `cargo bench --features internals --bench algo`, checked
 //! against the targets.
 
 use std::collections::BTreeMap;
@@ -71,7 +71,7 @@ pub fn run(cli: &Cli) -> Result<Report, String> {
     let est = estimates(&root);
     if est.is_empty() {
         return Err(format!(
-            "no criterion results under {}: run `cargo bench --bench algo` first",
+            "no criterion results under {}: run `cargo bench --features internals --bench algo` first",
             root.display()
         ));
     }
@@ -82,7 +82,7 @@ pub fn run(cli: &Cli) -> Result<Report, String> {
         json!({"criterion_dir": "target/criterion"}),
     );
     rep.command =
-        "cargo bench --bench algo && cargo run --release --example loadbench -- micro".into();
+        "cargo bench --features internals --bench algo && cargo run --release --example loadbench -- micro".into();
 
     let sizes = [3usize, 100, 1000];
     let strategies = [

@@ -14,16 +14,6 @@ use super::balancer::BalancerActor;
 use super::protocol::PipelineDown;
 use super::queue::QueueActor;
 
-/// Which actor of a service's pipeline panics in a drill.
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DrillTarget {
-    /// The queue (the panic is caught inside it).
-    Queue,
-    /// The balancer (it dies; the pipeline is rebuilt).
-    Balancer,
-}
-
 /// Panic inside the handler (a fault drill).
 #[derive(Message)]
 #[rtype(result = "()")]

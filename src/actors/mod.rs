@@ -19,6 +19,4 @@ pub(crate) mod timers;
 pub(crate) mod view;
 
 pub use balancer::BalancerActor;
-pub use node::NodeActor;
-pub use protocol::{LoadReport, NodeId};
 pub use queue::QueueActor;

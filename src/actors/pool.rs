@@ -21,48 +21,8 @@ use super::balancer::BalancerActor;
 use super::node::NodeActor;
 use super::view::Health;
 use crate::config::EndpointConfig;
+pub use crate::pool::{PoolError, ReloadSummary};
 use crate::transport::HttpRequest;
-
-/// Why a pool change was refused.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum PoolError {
-    /// No node with that address.
-    #[error("no endpoint {0:?} in this service")]
-    UnknownEndpoint(String),
-    /// The address is already in the pool.
-    #[error("endpoint {0:?} is already in this service")]
-    Duplicate(String),
-    /// A bad value; names the field.
-    #[error("field `{field}`: {message}")]
-    Invalid {
-        /// The field.
-        field: String,
-        /// What is wrong.
-        message: String,
-    },
-    /// The change would leave the service without any endpoint.
-    #[error("a service must keep at least one endpoint")]
-    LastEndpoint,
-    /// No service of that name.
-    #[error("unknown service {0:?}")]
-    UnknownService(String),
-    /// The service's balancer is gone (shut down).
-    #[error("service stopped")]
-    Stopped,
-}
-
-/// What a reload changed.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ReloadSummary {
-    /// Endpoints added.
-    pub added: Vec<String>,
-    /// Endpoints removed (draining).
-    pub removed: Vec<String>,
-    /// Endpoints kept whose settings changed.
-    pub updated: Vec<String>,
-    /// Endpoints kept unchanged.
-    pub kept: Vec<String>,
-}
 
 /// Adds an endpoint to the pool (it starts with slow start, if configured).
 #[derive(Message, Debug, Clone)]

@@ -14,6 +14,7 @@
 //! deterministic behaviour.
 //!
 //! ```
+//! # #[cfg(feature = "internals")] {
 //! # use actix_dispatch::algo::backoff::Backoff;
 //! use rand::{rngs::SmallRng, SeedableRng};
 //! use tokio::time::Duration;
@@ -23,6 +24,7 @@
 //! let mut rng = SmallRng::seed_from_u64(7);
 //! let wait = backoff.delay(2, &mut rng); // somewhere in 0..=100ms
 //! assert!(wait <= Duration::from_millis(100));
+//! # }
 //! ```
 
 use tokio::time::Duration;

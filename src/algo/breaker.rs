@@ -27,6 +27,7 @@
 //! `now`, and [`Breaker::next_change`] tells an actor when to set its timer.
 //!
 //! ```
+//! # #[cfg(feature = "internals")] {
 //! use actix_dispatch::algo::breaker::{Breaker, BreakerConfig, CallOutcome};
 //! use tokio::time::{Duration, Instant};
 //!
@@ -42,6 +43,7 @@
 //!     }
 //!     Err(until) => { /* pick another node; this one is closed until `until` */ }
 //! }
+//! # }
 //! ```
 
 use std::collections::VecDeque;

@@ -42,6 +42,7 @@
 //! bound holds whatever order the calls come in, and nothing panics.
 //!
 //! ```
+//! # #[cfg(feature = "internals")] {
 //! use actix_dispatch::algo::budget::{BudgetConfig, RetryBudget};
 //! use tokio::time::Instant;
 //!
@@ -51,6 +52,7 @@
 //! if budget.try_withdraw(t0) {
 //!     // send the retry
 //! }
+//! # }
 //! ```
 
 use tokio::time::{Duration, Instant};

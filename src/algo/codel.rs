@@ -50,6 +50,7 @@
 //! The module is pure: it reads no clock; every method takes `now`.
 //!
 //! ```
+//! # #[cfg(feature = "internals")] {
 //! use actix_dispatch::algo::codel::{Codel, CodelConfig, Order, Transition, Verdict};
 //! use tokio::time::{Duration, Instant};
 //!
@@ -62,6 +63,7 @@
 //! assert_eq!(codel.order(ms(100)), Order::Lifo);
 //! assert_eq!(codel.on_dequeue(ms(96), ms(100)), Verdict::Serve); // waited 4 ms
 //! assert_eq!(codel.on_dequeue(ms(90), ms(100)), Verdict::Shed); // waited 10 ms
+//! # }
 //! ```
 
 use tokio::time::{Duration, Instant};

@@ -86,6 +86,7 @@
 //! only randomness is the probe jitter, from a seedable rng.
 //!
 //! ```
+//! # #[cfg(feature = "internals")] {
 //! use actix_dispatch::algo::concurrency::{LearnedLimit, LearnedLimitConfig, SampleKind};
 //! use tokio::time::{Duration, Instant};
 //!
@@ -98,6 +99,7 @@
 //!     limit.on_sample(Duration::from_millis(50), 20, SampleKind::Success, now);
 //! }
 //! assert_eq!(limit.limit(), 40); // slow start doubled it
+//! # }
 //! ```
 
 use rand::rngs::SmallRng;

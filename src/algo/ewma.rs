@@ -31,6 +31,7 @@
 //! fake clock.
 //!
 //! ```
+//! # #[cfg(feature = "internals")] {
 //! # use actix_dispatch::algo::ewma::{Ewma, PeakEwma};
 //! use tokio::time::{Duration, Instant};
 //!
@@ -44,6 +45,7 @@
 //! let mut errors = Ewma::new(0.1);
 //! errors.observe(1.0);
 //! assert_eq!(errors.get(), Some(1.0));
+//! # }
 //! ```
 
 use tokio::time::{Duration, Instant};

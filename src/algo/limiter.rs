@@ -20,6 +20,7 @@
 //! are accepted and saturate; nothing panics on them.
 //!
 //! ```
+//! # #[cfg(feature = "internals")] {
 //! use actix_dispatch::algo::limiter::TokenBucket;
 //! use tokio::time::{Duration, Instant};
 //!
@@ -29,6 +30,7 @@
 //! assert!(bucket.try_acquire(t0).is_ok());
 //! // Empty: the next token comes one interval (100 ms) later.
 //! assert_eq!(bucket.try_acquire(t0), Err(t0 + Duration::from_millis(100)));
+//! # }
 //! ```
 
 use tokio::time::{Duration, Instant};

@@ -26,6 +26,7 @@
 //! extreme, can panic the caller.
 //!
 //! ```
+//! # #[cfg(feature = "internals")] {
 //! use std::time::Duration;
 //! use actix_dispatch::algo::policy::{Decision, Ended, RetryPolicy};
 //! use actix_dispatch::algo::budget::BudgetConfig;
@@ -42,6 +43,7 @@
 //! assert_eq!(policy.decide(&ended, now, &mut rng), Decision::Retry { after: Duration::from_secs(10) });
 //! let ended = Ended { last: AttemptOutcome::Status(404), ..ended };
 //! assert_eq!(policy.decide(&ended, now, &mut rng), Decision::Fail(FailReason::NotRetryable));
+//! # }
 //! ```
 
 use std::time::Duration;

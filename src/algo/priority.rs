@@ -33,6 +33,7 @@
 //! numbers.
 //!
 //! ```
+//! # #[cfg(feature = "internals")] {
 //! use actix_dispatch::algo::codel::Order;
 //! use actix_dispatch::algo::priority::{ClassQueues, Priority, PriorityConfig};
 //!
@@ -43,6 +44,7 @@
 //! assert_eq!(q.pop(Order::Fifo), Some((Priority::Critical, 2)));
 //! assert_eq!(q.shed(), Some((Priority::Sheddable, 1)));
 //! assert_eq!("critical".parse::<Priority>(), Ok(Priority::Critical));
+//! # }
 //! ```
 
 use std::collections::VecDeque;

@@ -33,6 +33,7 @@
 //! draw takes the caller's rng.
 //!
 //! ```
+//! # #[cfg(feature = "internals")] {
 //! use actix_dispatch::algo::throttle::{Throttle, ThrottleConfig};
 //! use rand::{rngs::SmallRng, SeedableRng};
 //! use tokio::time::Instant;
@@ -45,6 +46,7 @@
 //! }
 //! assert_eq!(t.probability(now), 0.0);
 //! assert!(!t.should_throttle(&mut rng, now));
+//! # }
 //! ```
 
 use rand::Rng;

@@ -13,11 +13,13 @@
 //! defence, not a behaviour anyone relies on.
 //!
 //! ```
+//! # #[cfg(feature = "internals")] {
 //! use std::time::Duration;
 //! use actix_dispatch::algo::time;
 //! let now = actix_dispatch::Instant::now();
 //! assert!(time::add(now, Duration::MAX) > now);
 //! assert_eq!(time::mul(Duration::MAX, 2), Duration::MAX);
+//! # }
 //! ```
 
 use std::time::Duration;

@@ -14,12 +14,13 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use actix::Addr;
+use actix::{Addr, Recipient};
 
 use crate::actors::protocol::*;
 use crate::actors::{BalancerActor, QueueActor};
 use crate::config::ServiceConfig;
 use crate::stats::{ServiceStats, Stats};
+use crate::task::Task;
 use crate::transport::TransportFactory;
 
 mod builder;
@@ -32,7 +33,7 @@ mod submit;
 mod tests;
 
 pub use builder::{DispatcherBuilder, StartError};
-pub use pool::ReloadReport;
+pub use pool::{DrillTarget, ReloadReport};
 pub use shutdown::{ShutdownReport, Unfinished};
 pub(crate) use submit::rejected;
 pub use submit::Submission;
@@ -188,10 +189,14 @@ impl Dispatcher {
         self.inner.order.read().expect("lock").clone()
     }
 
-    /// The queue of `service`: `Task` messages sent to it are answered with a
-    /// `TaskResult` like [`Dispatcher::submit`].
-    pub fn queue(&self, service: &str) -> Option<Addr<QueueActor>> {
-        self.handle(service).map(|h| h.queue.clone())
+    /// Where to send `service`'s tasks as actix messages: a [`Task`] sent to
+    /// this recipient is answered with its [`crate::TaskResult`] exactly as
+    /// [`Dispatcher::submit`] answers it (checked the same way; a task for
+    /// another service is rejected). `None` for an unknown service. The
+    /// recipient is the service's pipeline as it is now: after a rebuild of
+    /// a dead pipeline, ask again.
+    pub fn recipient(&self, service: &str) -> Option<Recipient<Task>> {
+        self.handle(service).map(|h| h.queue.clone().recipient())
     }
 
     /// Registers the `dispatch_*` Prometheus families in the application's

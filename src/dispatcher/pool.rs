@@ -1,20 +1,20 @@
 //! Runtime pool changes: endpoints added, removed, weighted, switched on and
 //! off, fault drills, and [`Dispatcher::reload`] of a whole config.
 
-use actix::Addr;
 use tokio::sync::oneshot;
 
 use super::Dispatcher;
 use crate::actors::pool::{
-    AddEndpoint, CrashNode, PoolError, ReloadEndpoints, ReloadSummary, RemoveEndpoint, SetActive,
-    SetWeight,
+    AddEndpoint, CrashNode, ReloadEndpoints, RemoveEndpoint, SetActive, SetWeight,
 };
 use crate::actors::protocol::*;
 use crate::actors::BalancerActor;
 use crate::config::{Config, EndpointConfig, ServiceConfig};
+use crate::pool::{PoolError, ReloadSummary};
 
 /// What [`Dispatcher::reload`] changed.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct ReloadReport {
     /// Services started by the reload.
     pub started: Vec<String>,
@@ -24,12 +24,18 @@ pub struct ReloadReport {
     pub changed: Vec<(String, ReloadSummary)>,
 }
 
-impl Dispatcher {
-    /// The balancer of `service`, to send it pool-change messages directly.
-    pub fn balancer(&self, service: &str) -> Option<Addr<BalancerActor>> {
-        self.handle(service).map(|h| h.balancer.clone())
-    }
+/// Which actor of a service's pipeline panics in a fault drill
+/// ([`Dispatcher::fault_drill`]).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrillTarget {
+    /// The queue (the panic is caught inside it).
+    Queue,
+    /// The balancer (it dies; the pipeline is rebuilt).
+    Balancer,
+}
 
+impl Dispatcher {
     async fn ask<M>(&self, service: &str, msg: M) -> Result<M::Result, PoolError>
     where
         M: actix::Message + Send + 'static,
@@ -101,12 +107,8 @@ impl Dispatcher {
     /// Fault drill: makes the queue or the balancer of `service` panic, to
     /// check that no caller is left waiting (see `actors::drill`).
     #[doc(hidden)]
-    pub async fn fault_drill(
-        &self,
-        service: &str,
-        target: crate::actors::drill::DrillTarget,
-    ) -> Result<(), PoolError> {
-        use crate::actors::drill::{DrillTarget, PanicDrill};
+    pub async fn fault_drill(&self, service: &str, target: DrillTarget) -> Result<(), PoolError> {
+        use crate::actors::drill::PanicDrill;
         let h = self
             .handle(service)
             .ok_or_else(|| PoolError::UnknownService(service.to_owned()))?;

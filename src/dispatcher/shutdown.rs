@@ -15,6 +15,7 @@ use crate::task::{Task, TaskId};
 
 /// A task the dispatcher could not finish before shutting down.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Unfinished {
     /// The task's id.
     pub id: TaskId,
@@ -30,6 +31,7 @@ pub struct Unfinished {
 
 /// What [`Dispatcher::shutdown`] did.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ShutdownReport {
     /// Whether everything finished within the grace period.
     pub drained: bool,

@@ -11,12 +11,12 @@ impl Dispatcher {
     /// The config's `redis` section, or `NoRedis`.
     fn redis_config(
         &self,
-    ) -> Result<&crate::config::RedisConfig, crate::redis::stream::StreamError> {
+    ) -> Result<&crate::config::RedisConfig, crate::redis::stream::DurableStreamError> {
         self.inner
             .shared
             .as_ref()
             .map(|s| s.config())
-            .ok_or(crate::redis::stream::StreamError::NoRedis)
+            .ok_or(crate::redis::stream::DurableStreamError::NoRedis)
     }
 
     /// Consumes the durable task streams of the services (every one, or
@@ -28,8 +28,8 @@ impl Dispatcher {
     pub async fn consume(
         &self,
         cfg: crate::redis::stream::StreamConfig,
-    ) -> Result<(), crate::redis::stream::StreamError> {
-        use crate::redis::stream::{start, StreamError};
+    ) -> Result<(), crate::redis::stream::DurableStreamError> {
+        use crate::redis::stream::{start, DurableStreamError};
         let redis = self.redis_config()?.clone();
         let names = if cfg.services.is_empty() {
             self.service_names()
@@ -39,7 +39,7 @@ impl Dispatcher {
         for n in names {
             let h = self
                 .handle(&n)
-                .ok_or_else(|| StreamError::UnknownService(n.clone()))?;
+                .ok_or_else(|| DurableStreamError::UnknownService(n.clone()))?;
             let prom = self.inner.metrics.stream(&h.cfg.name);
             start(
                 self.clone(),
@@ -66,7 +66,7 @@ impl Dispatcher {
     /// d.consume(sc).await.expect("consume");
     /// # }
     /// ```
-    pub async fn consume_configured(&self) -> Result<(), crate::redis::stream::StreamError> {
+    pub async fn consume_configured(&self) -> Result<(), crate::redis::stream::DurableStreamError> {
         let cfg = self.redis_config()?.stream_config();
         self.consume(cfg).await
     }
@@ -77,12 +77,12 @@ impl Dispatcher {
     pub async fn enqueue_durable(
         &self,
         task: &crate::codec::TaskLine,
-    ) -> Result<String, crate::redis::stream::StreamError> {
-        use crate::redis::stream::StreamError;
+    ) -> Result<String, crate::redis::stream::DurableStreamError> {
+        use crate::redis::stream::DurableStreamError;
         let redis = self.redis_config()?.clone();
         let h = self
             .handle(&task.service)
-            .ok_or_else(|| StreamError::UnknownService(task.service.clone()))?;
+            .ok_or_else(|| DurableStreamError::UnknownService(task.service.clone()))?;
         self.inner.streams.enqueue(&redis, &h.cfg.name, task).await
     }
 

@@ -10,7 +10,7 @@
 //! never matter:
 //!
 //! * **Token buckets** (`gcra.lua`): GCRA in integer microseconds, the same
-//!   rule as [`crate::algo::limiter::TokenBucket`]; keys are hash-tagged per
+//!   rule as the engine's own `TokenBucket`; keys are hash-tagged per
 //!   service (`ad:{svc}:rl`, and each node's `ad:{svc}:rl:<address>`) so a
 //!   Redis Cluster keeps a service's keys on one slot, and expire when the
 //!   bucket is full again. One call serves several asks; each token of an

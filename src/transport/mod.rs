@@ -1,6 +1,6 @@
 //! How one attempt reaches a backend: a small trait, and awc behind it.
 //!
-//! Every [`crate::actors::NodeActor`] owns one [`Transport`], made on the
+//! Every node actor owns one [`Transport`], made on the
 //! node's own thread by a [`TransportFactory`] (awc's `Client` is `!Send`)
 //! and then told its service's [`ConnectionSettings`] with
 //! [`Transport::configure`]. The default, [`AwcTransport`], disables
@@ -117,6 +117,7 @@ pub use self::awc::AwcTransport;
 
 /// One HTTP request of one attempt.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct HttpRequest {
     /// Method.
     pub method: Method,
@@ -179,6 +180,7 @@ impl std::fmt::Debug for StreamedReply {
 /// Why an attempt got no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind}: {detail}")]
+#[non_exhaustive]
 pub struct TransportError {
     /// What it means for retries.
     pub kind: ErrorKind,
@@ -224,6 +226,7 @@ pub trait Transport {
 /// How a node's connections are made and kept (from its service's and
 /// endpoint's config).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ConnectionSettings {
     /// Idle time after which a pooled connection is closed (zero: none is
     /// reused).

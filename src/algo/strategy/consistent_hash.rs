@@ -33,6 +33,7 @@
 //! owners are eligible.
 //!
 //! ```
+//! # #[cfg(feature = "internals")] {
 //! # use actix_dispatch::algo::strategy::*;
 //! let members: Vec<Member> = (0..3)
 //!     .map(|i| Member { key: format!("10.0.0.{i}:80"), weight: 1 })
@@ -42,6 +43,7 @@
 //! let nodes = vec![Candidate::new(1, 8); 3];
 //! let owner = ring.pick(&nodes, Some(hash_key("user-42")));
 //! assert_eq!(ring.pick(&nodes, Some(hash_key("user-42"))), owner); // sticky
+//! # }
 //! ```
 
 use std::fmt::Write as _;

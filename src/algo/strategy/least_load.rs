@@ -19,11 +19,13 @@
 //! instead of the first one taking everything. Each pick is O(n).
 //!
 //! ```
+//! # #[cfg(feature = "internals")] {
 //! # use actix_dispatch::algo::strategy::*;
 //! let mut ll = LeastLoad::new(LeastLoadWeights::default());
 //! let mut nodes = vec![Candidate::new(1, 4); 2];
 //! nodes[0].in_flight = 2;
 //! assert_eq!(ll.pick(&nodes, None), Some(1));
+//! # }
 //! ```
 
 use super::{Candidate, Member, Strategy};

@@ -25,6 +25,7 @@
 //! stable 64-bit hash that [`Strategy::pick`] takes.
 //!
 //! ```
+//! # #[cfg(feature = "internals")] {
 //! # use actix_dispatch::algo::strategy::*;
 //! let members = vec![
 //!     Member { key: "10.0.0.1:80".into(), weight: 5 },
@@ -35,6 +36,7 @@
 //! let nodes = vec![Candidate::new(5, 10), Candidate::new(1, 10)];
 //! let index = strategy.pick(&nodes, None); // Some(0) five times in six
 //! let sticky = strategy.pick(&nodes, Some(hash_key("user-42")));
+//! # }
 //! ```
 
 mod consistent_hash;

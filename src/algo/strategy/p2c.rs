@@ -22,11 +22,13 @@
 //! eligible node, that node is picked.
 //!
 //! ```
+//! # #[cfg(feature = "internals")] {
 //! # use actix_dispatch::algo::strategy::*;
 //! let mut p2c = P2c::with_seed(7);
 //! let mut nodes = vec![Candidate::new(1, 8); 2];
 //! nodes[0].rtt_estimate = 0.3; // ten times slower
 //! assert_eq!(p2c.pick(&nodes, None), Some(1));
+//! # }
 //! ```
 
 use rand::{rngs::SmallRng, Rng, SeedableRng};

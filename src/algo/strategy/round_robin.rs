@@ -8,11 +8,13 @@
 //! node only; skipped nodes cost one step each.
 //!
 //! ```
+//! # #[cfg(feature = "internals")] {
 //! # use actix_dispatch::algo::strategy::*;
 //! let mut rr = RoundRobin::new();
 //! let nodes = vec![Candidate::new(1, 4); 3];
 //! let picks: Vec<_> = (0..4).map(|_| rr.pick(&nodes, None).unwrap()).collect();
 //! assert_eq!(picks, [0, 1, 2, 0]);
+//! # }
 //! ```
 
 use super::{Candidate, Member, Strategy};

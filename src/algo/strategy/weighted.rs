@@ -16,11 +16,13 @@
 //! at 0.
 //!
 //! ```
+//! # #[cfg(feature = "internals")] {
 //! # use actix_dispatch::algo::strategy::*;
 //! let mut swrr = SmoothWeighted::new();
 //! let nodes = vec![Candidate::new(5, 10), Candidate::new(1, 10), Candidate::new(1, 10)];
 //! let picks: Vec<_> = (0..7).map(|_| swrr.pick(&nodes, None).unwrap()).collect();
 //! assert_eq!(picks, [0, 0, 1, 0, 2, 0, 0]);
+//! # }
 //! ```
 
 use std::collections::HashMap;

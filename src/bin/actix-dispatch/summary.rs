@@ -62,6 +62,9 @@ impl Tally {
             Outcome::Failure(_) => s.failed += 1,
             Outcome::Rejected(Rejection::ShuttingDown) => s.unfinished += 1,
             Outcome::Rejected(_) | Outcome::Fallback { .. } => s.rejected += 1,
+            // `Outcome` may grow: a kind this summary does not know yet did
+            // not succeed.
+            _ => s.failed += 1,
         }
         s.retries += r.retries() as u64;
         s.total.saturating_record(micros(r.total));

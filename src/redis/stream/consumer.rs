@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::reply::{delivery_count, entries, field, pairs, read_reply, text, FieldValue, Fields};
-use super::{connect, key, ops_timeout, Counters, StreamConfig, StreamError, Streams};
+use super::{connect, key, ops_timeout, Counters, DurableStreamError, StreamConfig, Streams};
 use super::{RECORD_LUA, TASK_FIELD};
 use crate::codec::{ResultLine, TaskLine, WireId};
 use crate::config::{RedisConfig, ServiceConfig};
@@ -49,7 +49,7 @@ pub(crate) async fn start(
     svc: &ServiceConfig,
     cfg: &StreamConfig,
     prom: PromStream,
-) -> Result<(), StreamError> {
+) -> Result<(), DurableStreamError> {
     // Bounded where it enters: 100 ms ..= 7 days.
     let claim_after = cfg
         .claim_after

@@ -96,10 +96,11 @@ pub const TASK_FIELD: &str = "task";
 /// with the config (`redis.stream`), which reads no part of this module.
 pub use crate::config::StreamConfig;
 
-/// Why the stream could not be used.
+/// Why a durable task stream could not be used (a streamed response
+/// body's error is [`crate::StreamError`]).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum StreamError {
+pub enum DurableStreamError {
     /// The config has no top-level `redis` section.
     #[error("a durable stream needs the top-level `redis` section")]
     NoRedis,
@@ -243,7 +244,7 @@ impl Streams {
         redis: &RedisConfig,
         service: &str,
         line: &TaskLine,
-    ) -> Result<String, StreamError> {
+    ) -> Result<String, DurableStreamError> {
         let con = self
             .producer
             .get_or_try_init(|| connect(redis, ops_timeout(redis)))
