@@ -130,6 +130,9 @@ pub struct NodeStats {
     pub in_flight: u32,
     /// Cap of requests in flight.
     pub max_concurrent: u32,
+    /// Requests it may have in flight now: `max_concurrent`, or the limit
+    /// learned under it (`max_concurrent: "auto"`).
+    pub concurrency_limit: u32,
     /// Attempts finished.
     pub total: u64,
     /// Attempts that failed (connect, timeout, reset, 5xx).

@@ -146,3 +146,47 @@ async fn a_standing_queue_is_shed_not_left_to_grow() {
     }
     d.shutdown(Duration::from_secs(1)).await;
 }
+
+/// `max_concurrent: "auto"`: a node learns how many requests its backend
+/// takes at once from latency (here 8), growing from a low start without
+/// piling requests up inside the backend, under more callers than it takes.
+#[actix_rt::test]
+async fn a_learned_limit_grows_to_what_the_backend_takes() {
+    init_logs();
+    let b = Capped::start(8, Duration::from_millis(20));
+    let json = format!(
+        r#"{{"services":[{{"name":"svc","endpoints":[{{"address":"{}","max_concurrent":"auto"}}],
+            "concurrency":{{"initial":2}},"queue":{{"delay":{{"enabled":false}}}}}}]}}"#,
+        b.url()
+    );
+    let d = Dispatcher::start(actix_dispatch::Config::from_json(&json).unwrap()).unwrap();
+    let limit = |s: &actix_dispatch::Stats| s.services[0].nodes[0].concurrency_limit;
+    assert_eq!(limit(&d.stats().await), 2, "it starts from `initial`");
+    // A closed loop of 60 callers for 2.5 s: at the default fixed cap of
+    // 10 the backend would queue 2 of them, at 60 it would queue 52.
+    let start = actix_dispatch::Instant::now();
+    let callers = (0..60).map(|c| {
+        let d = d.clone();
+        async move {
+            let mut ok = 0u32;
+            let mut i = 0;
+            while start.elapsed() < Duration::from_millis(2500) && i < 1000 {
+                ok += u32::from(
+                    d.submit(Task::get("svc", format!("/l/{c}/{i}")))
+                        .await
+                        .is_success(),
+                );
+                i += 1;
+            }
+            ok
+        }
+    });
+    let ok: u32 = futures::future::join_all(callers).await.into_iter().sum();
+    let learned = limit(&d.stats().await);
+    assert!(ok > 20, "{ok} successes");
+    assert!(
+        (3..=24).contains(&learned),
+        "the limit grew toward the backend's 8 workers: {learned}"
+    );
+    d.shutdown(Duration::from_secs(1)).await;
+}

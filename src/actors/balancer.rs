@@ -160,6 +160,7 @@ impl BalancerActor {
         let to_balancer = InboxSender::new(&self.reports, ctx.address().recipient::<InboxReady>());
         let factory = self.factory.clone();
         let max = ep.max_concurrent;
+        let learned = ep.learned;
         let metrics = self.metrics.node(&address);
         let make = move |_: &mut Context<NodeActor>| {
             NodeActor::new(NodeSpec {
@@ -167,6 +168,7 @@ impl BalancerActor {
                 service,
                 address,
                 max_concurrent: max,
+                learned,
                 cfg: spec_cfg,
                 to_balancer,
                 factory,
@@ -194,6 +196,11 @@ impl BalancerActor {
             tokens: None,
             restarts: 0,
             last_error: None,
+            limit: if ep.learned {
+                self.cfg.concurrency.initial.min(max)
+            } else {
+                max
+            },
         };
         let bucket = self
             .cfg

@@ -39,6 +39,7 @@ use tokio::time::Instant;
 use super::inbox::InboxSender;
 use super::protocol::*;
 use crate::algo::breaker::Breaker;
+use crate::algo::concurrency::LearnedLimit;
 use crate::algo::ewma::{Ewma, PeakEwma};
 use crate::algo::limiter::TokenBucket;
 use crate::algo::time;
@@ -65,6 +66,8 @@ pub(crate) struct NodeSpec {
     pub service: Arc<str>,
     pub address: Arc<str>,
     pub max_concurrent: u32,
+    /// Learn the limit under `max_concurrent` (`max_concurrent: "auto"`).
+    pub learned: bool,
     pub cfg: Arc<ServiceConfig>,
     pub to_balancer: InboxSender<NodeReport>,
     pub factory: TransportFactory,
@@ -82,6 +85,13 @@ impl NodeActor {
             address: spec.address,
             to_balancer: spec.to_balancer,
             max_concurrent: spec.max_concurrent,
+            learned: spec.learned.then(|| {
+                let c = cfg.concurrency.clone();
+                match cfg.balancer.seed {
+                    Some(seed) => LearnedLimit::with_seed(c, seed ^ u64::from(spec.id.0), now),
+                    None => LearnedLimit::new(c, now),
+                }
+            }),
             in_flight: 0,
             total: 0,
             errors: 0,

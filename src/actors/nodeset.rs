@@ -145,10 +145,8 @@ impl NodeSet {
     pub fn push(&mut self, view: NodeView, now: Instant) -> usize {
         let i = self.views.len();
         self.index.insert(view.id, i);
-        self.cands.push(Candidate::new(
-            view.weight.max(1),
-            view.max_concurrent.max(1),
-        ));
+        self.cands
+            .push(Candidate::new(view.weight.max(1), view.limit()));
         self.views.push(view);
         self.slots.push(Slot::default());
         self.refresh(i, now);

@@ -94,6 +94,9 @@ pub struct LoadReport {
     pub tokens: Option<u32>,
     /// Times the actor was restarted by its supervisor.
     pub restarts: u32,
+    /// The node's concurrency limit now: `max_concurrent`, or the learned
+    /// limit under it (`max_concurrent: "auto"`).
+    pub limit: u32,
     /// The last attempt that counted against the node, in words (its
     /// transport error, or its 5xx status): why its breaker opened.
     pub last_error: Option<Arc<str>>,

@@ -213,12 +213,18 @@ impl NodeView {
         (room, flags)
     }
 
+    /// Attempts the node may have in flight: `max_concurrent`, or the
+    /// learned limit under it as the node last reported it.
+    pub fn limit(&self) -> u32 {
+        self.load.limit.clamp(1, self.max_concurrent.max(1))
+    }
+
     /// Free request slots, ignoring tokens.
     pub fn slots(&self, now: Instant) -> usize {
         if !self.in_service() {
             return 0;
         }
-        let mut free = self.max_concurrent.saturating_sub(self.in_flight) as usize;
+        let mut free = self.limit().saturating_sub(self.in_flight) as usize;
         // The more severe of the shared breaker and the local one.
         match self.shared {
             // Also once `until` is over: half-open for the cluster, closed
@@ -322,7 +328,7 @@ impl NodeView {
             eligible,
             weight,
             in_flight: self.in_flight,
-            max_concurrent: self.max_concurrent,
+            max_concurrent: self.limit(),
             latency_ewma: fade(self.load.latency_ewma),
             error_rate: fade(self.load.error_rate),
             rtt_estimate: fade(self.load.rtt),
@@ -396,6 +402,7 @@ impl NodeView {
             draining: n.draining,
             in_flight: n.in_flight,
             max_concurrent: n.max_concurrent,
+            concurrency_limit: n.limit(),
             total: n.load.total,
             errors: n.load.errors,
             error_rate: n.load.error_rate,
@@ -451,6 +458,8 @@ pub(crate) mod tests {
             tokens: None,
             restarts: 0,
             last_error: None,
+            // No learned limit: `max_concurrent` (the view clamps to it).
+            limit: u32::MAX,
         }
     }
 

@@ -135,6 +135,10 @@ pub struct EndpointConfig {
     pub weight: u32,
     /// Hard cap of requests in flight to this endpoint (default 10).
     pub max_concurrent: u32,
+    /// `max_concurrent: "auto"`: the node learns its limit from latency
+    /// (within the service's `concurrency` bounds; `max_concurrent` is then
+    /// their `max`, the hard cap).
+    pub learned: bool,
     /// Whether it takes traffic (default true).
     pub active: bool,
     /// Headers added to every attempt to it, over the service's (none by
@@ -151,6 +155,7 @@ impl EndpointConfig {
             address: address.into(),
             weight: 1,
             max_concurrent: 10,
+            learned: false,
             active: true,
             headers: HeaderSet::default(),
             tls: None,
@@ -368,6 +373,9 @@ pub struct ServiceConfig {
     /// TLS settings of its `https://` endpoints (none by default: the
     /// webpki roots, full verification).
     pub tls: Option<TlsConfig>,
+    /// Bounds of the learned limits of endpoints with `max_concurrent:
+    /// "auto"` (defaults min 1, max 1000, initial 20).
+    pub concurrency: crate::algo::concurrency::LearnedLimitConfig,
 }
 
 impl ServiceConfig {

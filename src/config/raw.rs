@@ -56,6 +56,38 @@ pub(crate) struct RawService {
     pub headers: BTreeMap<String, RawHeader>,
     #[serde(default)]
     pub tls: Option<RawTls>,
+    /// The learned concurrency limit of endpoints with
+    /// `max_concurrent: "auto"`.
+    #[serde(default)]
+    pub concurrency: RawConcurrency,
+}
+
+/// `concurrency`: bounds of a learned limit (`algo::concurrency`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawConcurrency {
+    pub min: u32,
+    pub max: u32,
+    pub initial: u32,
+}
+
+impl Default for RawConcurrency {
+    fn default() -> Self {
+        let c = crate::algo::concurrency::LearnedLimitConfig::default();
+        Self {
+            min: c.min,
+            max: c.max,
+            initial: c.initial,
+        }
+    }
+}
+
+/// An endpoint's `max_concurrent`: a number, or `"auto"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawMaxConcurrent {
+    Fixed(u32),
+    Word(String),
 }
 
 /// One endpoint as written in the file.
@@ -67,7 +99,7 @@ pub(crate) struct RawEndpoint {
     #[serde(alias = "Weight", default = "one_i64")]
     pub weight: i64,
     #[serde(alias = "MaxConcurrent", default = "default_max_concurrent")]
-    pub max_concurrent: u32,
+    pub max_concurrent: RawMaxConcurrent,
     #[serde(alias = "Active", alias = "IsActive", default = "yes")]
     pub active: bool,
     #[serde(default)]
@@ -338,8 +370,8 @@ fn default_max_connection_age() -> Duration {
 fn one_i64() -> i64 {
     1
 }
-fn default_max_concurrent() -> u32 {
-    10
+fn default_max_concurrent() -> RawMaxConcurrent {
+    RawMaxConcurrent::Fixed(10)
 }
 fn yes() -> bool {
     true

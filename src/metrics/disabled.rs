@@ -62,6 +62,8 @@ impl PromNode {
     #[inline(always)]
     pub(crate) fn in_flight(&self, _n: u32) {}
     #[inline(always)]
+    pub(crate) fn limit(&self, _n: u32) {}
+    #[inline(always)]
     pub(crate) fn transition(&self, _from: &BreakerState, _to: &BreakerState) {}
     #[inline(always)]
     pub(crate) fn rate_limited(&self) {}

@@ -29,6 +29,7 @@ pub(crate) struct Families {
     task_duration: HistogramFamily,
     queue_depth: Family<Labels, Gauge>,
     in_flight: Family<Labels, Gauge>,
+    limit: Family<Labels, Gauge>,
     upstream: Family<Labels, Counter>,
     upstream_duration: HistogramFamily,
     retries: Family<Labels, Counter>,
@@ -52,6 +53,7 @@ impl Default for Families {
             task_duration: Family::new_with_constructor(task_histogram),
             queue_depth: Family::default(),
             in_flight: Family::default(),
+            limit: Family::default(),
             upstream: Family::default(),
             upstream_duration: Family::new_with_constructor(request_histogram),
             retries: Family::default(),
@@ -95,6 +97,11 @@ impl Families {
             "in_flight",
             "Requests in flight on a node",
             self.in_flight.clone(),
+        );
+        r.register(
+            "concurrency_limit",
+            "Requests a node may have in flight now (max_concurrent, or the learned limit under it)",
+            self.limit.clone(),
         );
         r.register(
             "upstream_requests",
@@ -354,6 +361,7 @@ impl PromService {
         }
         PromNode(Some(Arc::new(NodeInner {
             in_flight: f.in_flight.get_or_create(&n).clone(),
+            limit: f.limit.get_or_create(&n).clone(),
             classes: CLASSES
                 .iter()
                 .map(|c| {
@@ -382,6 +390,7 @@ impl PromService {
 
 struct NodeInner {
     in_flight: Gauge,
+    limit: Gauge,
     classes: Vec<Counter>,
     duration: Histogram,
     breaker_state: Vec<Gauge>,
@@ -416,6 +425,14 @@ impl PromNode {
     pub(crate) fn in_flight(&self, n: u32) {
         if let Some(m) = &self.0 {
             m.in_flight.set(i64::from(n));
+        }
+    }
+
+    /// The node's concurrency limit now.
+    #[inline]
+    pub(crate) fn limit(&self, n: u32) {
+        if let Some(m) = &self.0 {
+            m.limit.set(i64::from(n));
         }
     }
 

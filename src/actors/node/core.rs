@@ -14,6 +14,7 @@ use super::retry_after::retry_after;
 use crate::actors::inbox::InboxSender;
 use crate::actors::protocol::*;
 use crate::algo::breaker::{Breaker, CallOutcome, Permit};
+use crate::algo::concurrency::{LearnedLimit, SampleKind};
 use crate::algo::ewma::{Ewma, PeakEwma};
 use crate::algo::limiter::TokenBucket;
 use crate::config::{HeaderSet, ServiceConfig};
@@ -29,6 +30,8 @@ pub(super) struct NodeCore {
     /// Where what ended is reported ([`NodeReport`]): the balancer's inbox.
     pub(super) to_balancer: InboxSender<NodeReport>,
     pub(super) max_concurrent: u32,
+    /// The limit learned under `max_concurrent` (`max_concurrent: "auto"`).
+    pub(super) learned: Option<LearnedLimit>,
     pub(super) in_flight: u32,
     pub(super) total: u64,
     pub(super) errors: u64,
@@ -77,6 +80,7 @@ impl NodeCore {
             tokens: self.bucket.as_ref().map(|b| b.available(now)),
             restarts: self.restarts,
             last_error: self.last_error.clone(),
+            limit: self.limit(),
         }
     }
 
@@ -107,6 +111,50 @@ impl NodeCore {
         });
     }
 
+    /// Attempts it may have in flight now.
+    pub(super) fn limit(&self) -> u32 {
+        match &self.learned {
+            Some(l) => l.limit().min(self.max_concurrent).max(1),
+            None => self.max_concurrent,
+        }
+    }
+
+    /// Teaches the learned limit (if any) what an attempt that ended after
+    /// `latency` says; `in_flight` counts it. Pushback (429, 503) lowers the
+    /// limit; what says nothing about the node (cancelled, cut by the
+    /// task's deadline, not sent, a body error) is no sample.
+    fn learn(&mut self, outcome: &AttemptOutcome, latency: Duration, in_flight: u32, now: Instant) {
+        let Some(l) = &mut self.learned else {
+            return;
+        };
+        let before = l.limit();
+        let kind = match outcome {
+            AttemptOutcome::Status(429 | 503) => {
+                l.on_pushback(now);
+                None
+            }
+            AttemptOutcome::Status(s) if *s >= 500 => Some(SampleKind::NodeFailure),
+            AttemptOutcome::Status(_) => Some(SampleKind::Success),
+            AttemptOutcome::Error(ErrorKind::Timeout) => Some(SampleKind::Timeout),
+            o if o.is_node_failure() => Some(SampleKind::NodeFailure),
+            _ => Some(SampleKind::Ignore),
+        };
+        if let Some(kind) = kind {
+            l.on_sample(latency, in_flight, kind, now);
+        }
+        if l.limit() != before {
+            let now_limit = l.limit().min(self.max_concurrent).max(1);
+            self.metrics.limit(now_limit);
+            log::debug!(
+                "service {}: node {}: concurrency limit {} -> {}",
+                self.service,
+                self.address,
+                before,
+                l.limit()
+            );
+        }
+    }
+
     /// Checks slots, bucket (before the breaker) and breaker; takes a slot.
     #[allow(clippy::result_unit_err)]
     pub(super) fn admit(
@@ -115,7 +163,7 @@ impl NodeCore {
         now: Instant,
     ) -> Result<Option<Permit>, ()> {
         self.poll_breaker(now);
-        if self.in_flight >= self.max_concurrent {
+        if self.in_flight >= self.limit() {
             return Err(());
         }
         if self.bucket.as_ref().is_some_and(|b| b.check(now).is_err()) {
@@ -209,6 +257,7 @@ impl NodeCore {
         result: Result<HttpReply, TransportError>,
         now: Instant,
     ) -> AttemptEnded {
+        let in_flight = self.in_flight;
         self.in_flight = self.in_flight.saturating_sub(1);
         self.metrics.in_flight(self.in_flight);
         if !self.cancels.is_empty() {
@@ -218,6 +267,7 @@ impl NodeCore {
             Ok(r) => AttemptOutcome::Status(r.status),
             Err(e) => AttemptOutcome::Error(e.kind),
         };
+        self.learn(&outcome, latency, in_flight, now);
         self.metrics.attempt(&outcome, latency);
         // A cancelled hedge says nothing about the node. A request not sent
         // (a keep-alive connection closed under it) and an attempt cut by

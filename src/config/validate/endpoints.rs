@@ -4,12 +4,13 @@
 use std::collections::HashSet;
 
 use super::{ConfigError, Ctx};
-use crate::config::raw::RawEndpoint;
+use crate::config::raw::{RawEndpoint, RawMaxConcurrent};
 use crate::config::{headers, tls, EndpointConfig};
 
 pub(super) fn validate(
     cx: &Ctx<'_>,
     raw: &[RawEndpoint],
+    learned_max: u32,
 ) -> Result<Vec<EndpointConfig>, ConfigError> {
     if raw.is_empty() {
         return Err(cx.err("endpoints", "no endpoints configured"));
@@ -19,9 +20,19 @@ pub(super) fn validate(
     for (i, e) in raw.iter().enumerate() {
         let field = |f: &str| format!("endpoints[{i}].{f}");
         let address = normalize_address(&e.address).map_err(|m| cx.err(field("address"), m))?;
-        if e.max_concurrent == 0 {
-            return Err(cx.err(field("max_concurrent"), "must be greater than zero"));
-        }
+        let (max_concurrent, learned) = match &e.max_concurrent {
+            RawMaxConcurrent::Fixed(0) => {
+                return Err(cx.err(field("max_concurrent"), "must be greater than zero"))
+            }
+            RawMaxConcurrent::Fixed(n) => (*n, false),
+            RawMaxConcurrent::Word(w) if w.eq_ignore_ascii_case("auto") => (learned_max, true),
+            RawMaxConcurrent::Word(w) => {
+                return Err(cx.err(
+                    field("max_concurrent"),
+                    format!("{w:?} is neither a number nor \"auto\""),
+                ))
+            }
+        };
         // As the seed: a repeated address keeps its first entry.
         if !seen.insert(address.clone()) {
             log::warn!(
@@ -43,7 +54,8 @@ pub(super) fn validate(
         out.push(EndpointConfig {
             address,
             weight,
-            max_concurrent: e.max_concurrent,
+            max_concurrent,
+            learned,
             active: e.active,
             headers,
             tls,

@@ -224,7 +224,8 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
         return Err(cx.err("name", "must not be empty"));
     }
     let mode = balancer::mode(&cx, raw.mode.as_deref())?;
-    let endpoints = endpoints::validate(&cx, &raw.endpoints)?;
+    let concurrency = concurrency(&cx, &raw.concurrency)?;
+    let endpoints = endpoints::validate(&cx, &raw.endpoints, concurrency.max)?;
     let (headers, tls) = attempt::headers_and_tls(&cx, &raw)?;
     let durations = attempt::durations(&raw)
         .into_iter()
@@ -263,5 +264,27 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
         hedge,
         headers,
         tls,
+        concurrency,
     })
+}
+
+/// `concurrency`: the bounds of learned limits (`max_concurrent: "auto"`).
+fn concurrency(
+    cx: &Ctx<'_>,
+    raw: &crate::config::raw::RawConcurrency,
+) -> Result<crate::algo::concurrency::LearnedLimitConfig, ConfigError> {
+    let c = crate::algo::concurrency::LearnedLimitConfig {
+        min: raw.min,
+        max: raw.max,
+        initial: raw.initial,
+        ..Default::default()
+    };
+    c.validate().map_err(|m| {
+        let f = ["min", "max", "initial"]
+            .into_iter()
+            .find(|f| m.starts_with(f))
+            .unwrap_or("initial");
+        cx.err(format!("concurrency.{f}"), m.clone())
+    })?;
+    Ok(c)
 }

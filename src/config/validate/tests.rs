@@ -195,3 +195,32 @@ fn queue_delay_control_is_on_by_default_and_checked_by_field() {
     );
     assert!(e.contains("field `queue.delay.max_wait`"), "{e}");
 }
+
+#[test]
+fn max_concurrent_auto_learns_within_the_service_bounds() {
+    let cfg = Config::from_json(
+        r#"{"services":[{"name":"a","concurrency":{"min":2,"max":64,"initial":8},
+            "endpoints":[{"address":"http://h/","max_concurrent":"auto"},{"address":"http://g/","max_concurrent":5}]}]}"#,
+    )
+    .unwrap();
+    let s = &cfg.services[0];
+    assert!(s.endpoints[0].learned);
+    assert_eq!(
+        s.endpoints[0].max_concurrent, 64,
+        "the hard cap is the learned max"
+    );
+    assert!(!s.endpoints[1].learned);
+    assert_eq!(s.endpoints[1].max_concurrent, 5);
+    assert_eq!(
+        (s.concurrency.min, s.concurrency.max, s.concurrency.initial),
+        (2, 64, 8)
+    );
+    let e = err(
+        r#"{"services":[{"name":"a","endpoints":[{"address":"http://h/","max_concurrent":"lots"}]}]}"#,
+    );
+    assert!(e.contains("field `endpoints[0].max_concurrent`"), "{e}");
+    let e = err(
+        r#"{"services":[{"name":"a","concurrency":{"initial":5000},"endpoints":[{"address":"http://h/"}]}]}"#,
+    );
+    assert!(e.contains("field `concurrency.initial`"), "{e}");
+}
