@@ -74,6 +74,10 @@ const RECOVERY_AFTER: Duration = Duration::from_secs(5);
 pub const ENGINE_CONFIGS: &[(&str, &str)] = &[
     ("engine defaults", "{}"),
     (
+        "engine, max_concurrent auto",
+        r#"{"each_endpoint": {"max_concurrent": "auto"}, "concurrency": {"initial": 2}}"#,
+    ),
+    (
         "engine, max_concurrent 4, queue 100",
         r#"{"each_endpoint": {"max_concurrent": 4}, "queue": {"capacity": 100}}"#,
     ),

@@ -523,6 +523,8 @@ impl BalancerActor {
 }
 
 mod completions;
+mod health;
+mod membership;
 mod routing;
 #[cfg(feature = "redis")]
 mod shared;

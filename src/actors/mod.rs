@@ -11,7 +11,7 @@ pub(crate) mod inbox;
 pub(crate) mod node;
 pub(crate) mod nodeset;
 pub(crate) mod pipeline;
-pub mod pool;
+
 pub(crate) mod protocol;
 pub(crate) mod queue;
 pub(crate) mod shutdown;

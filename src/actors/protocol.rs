@@ -315,3 +315,22 @@ pub(crate) struct Stop;
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct PipelineDown(pub &'static str);
+
+/// Dispatcher to balancer: a change to the pool of endpoints. Answers what
+/// a reload changed (empty for the other changes).
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "Result<crate::pool::ReloadSummary, crate::pool::PoolError>")]
+pub(crate) enum PoolChange {
+    /// Adds an endpoint (it starts with slow start, if configured).
+    Add(crate::config::EndpointConfig),
+    /// Removes an endpoint: it drains, then leaves.
+    Remove(String),
+    /// Changes an endpoint's weight (clamped to 1..=100).
+    SetWeight { address: String, weight: i64 },
+    /// Marks an endpoint active (takes traffic) or inactive.
+    SetActive { address: String, active: bool },
+    /// Replaces the endpoint list, diffed by address.
+    Reload(Vec<crate::config::EndpointConfig>),
+    /// Stops one node's actor as a fault drill (its supervisor restarts it).
+    CrashNode(String),
+}

@@ -4,9 +4,6 @@
 use tokio::sync::oneshot;
 
 use super::Dispatcher;
-use crate::actors::pool::{
-    AddEndpoint, CrashNode, ReloadEndpoints, RemoveEndpoint, SetActive, SetWeight,
-};
 use crate::actors::protocol::*;
 use crate::actors::BalancerActor;
 use crate::config::{Config, EndpointConfig, ServiceConfig};
@@ -54,14 +51,17 @@ impl Dispatcher {
         service: &str,
         endpoint: EndpointConfig,
     ) -> Result<(), PoolError> {
-        self.ask(service, AddEndpoint(endpoint)).await?
+        self.ask(service, PoolChange::Add(endpoint))
+            .await?
+            .map(drop)
     }
 
     /// Removes an endpoint: no new task goes to it, its attempts in flight
     /// finish and are answered, then it leaves the pool.
     pub async fn remove_endpoint(&self, service: &str, address: &str) -> Result<(), PoolError> {
-        self.ask(service, RemoveEndpoint(address.to_owned()))
+        self.ask(service, PoolChange::Remove(address.to_owned()))
             .await?
+            .map(drop)
     }
 
     /// Changes an endpoint's weight (clamped to 1..=100).
@@ -73,12 +73,13 @@ impl Dispatcher {
     ) -> Result<(), PoolError> {
         self.ask(
             service,
-            SetWeight {
+            PoolChange::SetWeight {
                 address: address.to_owned(),
                 weight: weight as i64,
             },
         )
         .await?
+        .map(drop)
     }
 
     /// Marks an endpoint active (takes traffic) or inactive.
@@ -90,18 +91,21 @@ impl Dispatcher {
     ) -> Result<(), PoolError> {
         self.ask(
             service,
-            SetActive {
+            PoolChange::SetActive {
                 address: address.to_owned(),
                 active,
             },
         )
         .await?
+        .map(drop)
     }
 
     /// Stops the actor of one node as a fault drill; its supervisor restarts
     /// it with its counters and breaker, and the restart is logged.
     pub async fn restart_node(&self, service: &str, address: &str) -> Result<(), PoolError> {
-        self.ask(service, CrashNode(address.to_owned())).await?
+        self.ask(service, PoolChange::CrashNode(address.to_owned()))
+            .await?
+            .map(drop)
     }
 
     /// Fault drill: makes the queue or the balancer of `service` panic, to
@@ -154,7 +158,7 @@ impl Dispatcher {
         for svc in config.services {
             if self.handle(&svc.name).is_some() {
                 let name = svc.name.clone();
-                let summary = self.ask(&name, ReloadEndpoints(svc.endpoints)).await??;
+                let summary = self.ask(&name, PoolChange::Reload(svc.endpoints)).await??;
                 report.changed.push((name, summary));
             } else {
                 report.started.push(svc.name.clone());

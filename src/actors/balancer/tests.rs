@@ -8,7 +8,6 @@ use std::sync::Mutex;
 use futures::future::LocalBoxFuture;
 
 use super::*;
-use crate::actors::pool::RemoveEndpoint;
 use crate::config::Config;
 use crate::task::Task;
 use crate::transport::{HttpReply, HttpRequest, Transport, TransportError};
@@ -163,7 +162,7 @@ async fn a_lost_attempt_frees_its_slot_and_a_drained_node_leaves() {
     dead.stop();
     dead.join().unwrap();
     // It is removed: it drains, holding its lost attempt.
-    b.send(RemoveEndpoint("http://127.0.0.1:9/a/".into()))
+    b.send(PoolChange::Remove("http://127.0.0.1:9/a/".into()))
         .await
         .unwrap()
         .unwrap();
