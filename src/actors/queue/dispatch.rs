@@ -18,10 +18,14 @@ impl QueueActor {
                 .routes
                 .reserve_exact(self.credit.min(self.tasks.ready_listed()).min(MAX_BATCH));
         }
-        let lifo = self
-            .delay
-            .as_ref()
-            .is_some_and(|d| d.order(now) == Order::Lifo);
+        // Newest first only while no caller waits on purpose: a patient
+        // task (a durable stream's entry, say) is never shed, and under
+        // LIFO it could wait behind newer tasks for good.
+        let lifo = self.tasks.counts().patient == 0
+            && self
+                .delay
+                .as_ref()
+                .is_some_and(|d| d.order(now) == Order::Lifo);
         while self.credit > 0 && self.gate == Gate::Open {
             let next = match lifo {
                 true => self.tasks.next_ready_newest(),

@@ -34,6 +34,9 @@ pub(in crate::actors) struct Counts {
     pub in_flight: usize,
     /// Parked for room (`on_full: wait`, `feed`).
     pub parked: usize,
+    /// Of every task held, those whose caller asked to wait (`feed`,
+    /// `submit_wait`, a durable stream's entries).
+    pub patient: usize,
 }
 
 /// Every task of one queue, by number, with its state.
@@ -88,6 +91,7 @@ impl TaskTable {
     /// A new task enters: parked, or ready at the back.
     pub fn enter(&mut self, mut p: Pending, parked: bool) -> TaskNo {
         p.state = if parked { State::Waiting } else { State::Ready };
+        self.counts.patient += usize::from(p.patient);
         let no = self.tasks.insert(self.next, p);
         self.next += 1;
         if parked {
@@ -233,6 +237,7 @@ impl TaskTable {
     /// The task leaves the table (it is answered), whatever its state.
     pub fn remove(&mut self, no: TaskNo) -> Option<Pending> {
         let p = self.tasks.remove(&no)?;
+        self.counts.patient -= usize::from(p.patient);
         match p.state {
             State::Waiting => self.counts.parked -= 1,
             State::Ready => {
