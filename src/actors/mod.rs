@@ -2,7 +2,7 @@
 //!
 //! [`QueueActor`] (the task stream, retries, results) → [`BalancerActor`]
 //! (node choice, credit) → one [`NodeActor`] per endpoint (the HTTP attempt,
-//! load counters, breaker, bucket). See `messages` for the protocol.
+//! load counters, breaker, bucket). See `protocol` for the messages and `pipeline` for the wiring.
 
 pub(crate) mod balancer;
 pub mod drill;

@@ -12,7 +12,7 @@
 //!
 //! Reports carry the node's version (a counter it bumps on every report), and
 //! the view only ever moves forward: a `GetLoad` reply that was overtaken by
-//! a later `Completed` is dropped rather than rolling the breaker and tokens
+//! a later node report is dropped rather than rolling the breaker and tokens
 //! back. The sums over all views (capacity, counts) and the candidates the
 //! strategy sees are kept by [`super::nodeset::NodeSet`].
 
@@ -274,7 +274,7 @@ impl NodeView {
 
     /// Takes the node's report into the view, unless a newer one is already
     /// in (reports can arrive out of order: a `GetLoad` reply overtaken by a
-    /// `Completed`). Returns whether the breaker changed kind.
+    /// node report). Returns whether the breaker changed kind.
     pub fn apply_load(
         &mut self,
         load: LoadReport,
@@ -481,7 +481,7 @@ pub(crate) mod tests {
     }
 
     /// Regression (issue 8, item 4): a `GetLoad` reply older than a later
-    /// `Completed` rolled the view's breaker back.
+    /// node report rolled the view's breaker back.
     #[test]
     fn an_older_report_never_overrides_a_newer_one() {
         let t0 = Instant::now();

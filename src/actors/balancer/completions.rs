@@ -35,28 +35,7 @@ impl BalancerActor {
         let Some(i) = self.nodes.position(node) else {
             // A removed node's last attempts: the queue still needs the
             // answers (its slots left with it).
-            if !done.is_empty() {
-                let address = "removed".into();
-                self.answer(
-                    ToQueue::Ended(NodeAnswers {
-                        node,
-                        address,
-                        at,
-                        done,
-                    }),
-                    ctx,
-                );
-            }
-            for (seq, hedge) in refused {
-                self.answer(
-                    ToQueue::Bounce {
-                        seq,
-                        hedge,
-                        refused: false,
-                    },
-                    ctx,
-                );
-            }
+            self.pass_on(node, "removed".into(), at, done, refused, ctx);
             return;
         };
         if !self.working.is_empty() {
@@ -82,30 +61,42 @@ impl BalancerActor {
         let freed = (done.len() - heads + refused.len()) as u32 + streams_ended;
         // Every attempt that ended frees its slot; one report for them all.
         self.free_slots(i, freed, Some(load), now);
-        if !done.is_empty() {
-            self.answer(
-                ToQueue::Ended(NodeAnswers {
-                    node,
-                    address,
-                    at,
-                    done,
-                }),
-                ctx,
-            );
-        }
-        for (seq, hedge) in refused {
-            self.answer(
-                ToQueue::Bounce {
-                    seq,
-                    hedge,
-                    refused: false,
-                },
-                ctx,
-            );
-        }
+        self.pass_on(node, address, at, done, refused, ctx);
         // The slots they freed travel with the answers.
         self.grant(ctx, now);
         self.settle_gate(ctx, now);
+    }
+
+    /// Tells the queue what ended at node `node` (`address`): the attempts
+    /// as the node reported them, and a bounce for each refused dispatch.
+    fn pass_on(
+        &mut self,
+        node: NodeId,
+        address: Arc<str>,
+        at: Instant,
+        done: Vec<AttemptEnded>,
+        refused: Vec<(Seq, bool)>,
+        ctx: &mut Context<Self>,
+    ) {
+        if !done.is_empty() {
+            let answers = NodeAnswers {
+                node,
+                address,
+                at,
+                done,
+            };
+            self.answer(ToQueue::Ended(answers), ctx);
+        }
+        // A stale view's refusal: the task goes back to the front (not a
+        // refusal of the task itself, which `refused` would mean).
+        for (seq, hedge) in refused {
+            let back = ToQueue::Bounce {
+                seq,
+                hedge,
+                refused: false,
+            };
+            self.answer(back, ctx);
+        }
     }
 
     /// Attempts the queue's watchdog gave up on: free the slots they held.
