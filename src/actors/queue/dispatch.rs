@@ -143,6 +143,37 @@ impl QueueActor {
             ),
             None => {}
         }
+        self.arm_sweep(now, ctx);
+    }
+
+    /// Sets one timer for the delay control's next decision about the
+    /// ready tasks (the oldest one's shed, or entering overload), so that
+    /// a standing queue is shed on time even when no news wakes the queue
+    /// (every node full with answers slow to come).
+    fn arm_sweep(&mut self, now: Instant, ctx: &mut Context<Self>) {
+        let Some(oldest) = self.tasks.oldest_ready() else {
+            return;
+        };
+        let (Some(d), Some(p)) = (self.delay.as_ref(), self.tasks.get(&oldest)) else {
+            return;
+        };
+        if p.patient {
+            return;
+        }
+        let shed_at = d.expires_at(self.epoch.at(p.sent_at), now);
+        let next = match (shed_at, d.next_change()) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => match a.or(b) {
+                Some(t) => t,
+                None => return,
+            },
+        };
+        // One entry per instant: the pump runs at every turn under load.
+        if self.sweep_at.is_some_and(|t| t <= next && t > now) {
+            return;
+        }
+        self.sweep_at = Some(next);
+        self.push_timer(next.max(now), oldest, Timer::Sweep, ctx);
     }
 
     /// Whether task `no`'s time left is below what an attempt usually

@@ -102,6 +102,8 @@ pub struct QueueActor {
     latencies: super::hedge::LatencyWindow,
     /// The delay control (`queue.delay`), unless off for this service.
     delay: Option<crate::algo::codel::Codel>,
+    /// When the delay control's sweep timer is set for (see `Timer::Sweep`).
+    sweep_at: Option<Instant>,
     /// The time of the message being handled, read at most once per message
     /// (clock reads are a measurable share of a task's cost).
     clock: Option<Instant>,
@@ -168,6 +170,7 @@ impl QueueActor {
             dead: false,
             latencies: super::hedge::LatencyWindow::new(1024),
             delay: delay_control(&cfg),
+            sweep_at: None,
             clock: None,
             epoch: Epoch::new(now),
             cfg,

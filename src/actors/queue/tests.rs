@@ -230,3 +230,33 @@ async fn a_bounced_hedge_then_a_failed_first_attempt_fails_the_task() {
     }
     assert_eq!(seen.lock().unwrap().routes.len(), 2, "no retry");
 }
+
+/// A standing queue is shed on time by the delay control's own timer, even
+/// when no news comes from the balancer (every node full, answers slow):
+/// the tasks do not wait for the once-a-second sweep.
+#[actix_rt::test]
+async fn a_standing_queue_is_shed_without_news_from_the_balancer() {
+    tokio::time::pause();
+    let (queue, seen) = start(
+        r#"{"services":[{"name":"svc","timeout":"60s",
+            "endpoints":[{"address":"http://127.0.0.1:9/"}]}]}"#,
+    );
+    // One credit: one task goes out and never answers; the rest stand.
+    queue.news(vec![ToQueue::Credit(1)]);
+    let mut slots: Vec<Slot> = (0..10)
+        .map(|i| submit(&queue, Task::get("svc", format!("/{i}")), i))
+        .collect();
+    settle().await;
+    assert_eq!(seen.lock().unwrap().routes.len(), 1);
+    // 100 ms without draining: overloaded; then past the 5 ms target.
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    settle().await;
+    let shed = slots
+        .iter_mut()
+        .filter_map(|s| s.try_recv().ok())
+        .filter(|r| matches!(r.outcome, Outcome::Rejected(Rejection::Overloaded { .. })))
+        .count();
+    assert_eq!(shed, 9, "every standing task shed, the one in flight kept");
+    let stats = queue.addr.send(GetQueueStats).await.unwrap();
+    assert_eq!((stats.shed, stats.queued, stats.in_flight), (9, 0, 1));
+}

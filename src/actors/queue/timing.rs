@@ -138,6 +138,9 @@ pub(super) enum Timer {
     Deadline,
     /// Time to send a hedged attempt (round).
     Hedge(u32),
+    /// The delay control's next decision (a shed, or entering overload)
+    /// while no news wakes the queue; set on the oldest ready task.
+    Sweep,
 }
 
 /// Whether a timer entry can still fire for its task.
@@ -149,5 +152,6 @@ pub(super) fn timer_live(tasks: &TaskTable, no: &TaskNo, kind: &Timer) -> bool {
         Timer::Due => p.state() == State::Backoff,
         Timer::Deadline => p.job().deadline.is_some(),
         Timer::Hedge(g) => p.state() == State::InFlight && p.round == *g,
+        Timer::Sweep => p.state() == State::Ready,
     }
 }
