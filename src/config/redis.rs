@@ -296,26 +296,10 @@ pub(crate) fn validate(raw: RawRedis) -> Result<RedisConfig, (String, String)> {
     })
 }
 
-/// Reads the PEM certificates of `path`, checking each as a trust anchor.
+/// Reads the PEM certificates of `path` (the HTTP side's reader).
 #[cfg(feature = "redis")]
 fn load_ca(path: &str) -> Result<Vec<Vec<u8>>, String> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::CertificateDer;
-
-    let pem = std::fs::read(path).map_err(|e| format!("cannot read {path:?}: {e}"))?;
-    let mut certs = Vec::new();
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&pem) {
-        let cert = cert.map_err(|e| format!("{path:?} is not valid PEM: {e}"))?;
-        roots
-            .add(cert.clone())
-            .map_err(|e| format!("{path:?}: certificate {} is invalid: {e}", certs.len() + 1))?;
-        certs.push(cert.to_vec());
-    }
-    if certs.is_empty() {
-        return Err(format!("{path:?} holds no PEM certificate"));
-    }
-    Ok(certs)
+    super::tls::read_ca_pem(path)
 }
 
 #[cfg(not(feature = "redis"))]

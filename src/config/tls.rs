@@ -95,9 +95,16 @@ pub(crate) fn validate(at: &str, raw: &RawTls) -> Result<TlsConfig, (String, Str
     })
 }
 
-/// Reads the PEM certificates of `path`, checking each as a trust anchor.
+/// Reads the PEM certificates of `path`, checking each as a trust anchor
+/// (the HTTP side's `tls.ca_file` and Redis's `redis.ca_file`).
 #[cfg(feature = "tls")]
 fn load_ca(path: &str) -> Result<Vec<Vec<u8>>, String> {
+    read_ca_pem(path)
+}
+
+/// Reads the PEM certificates of `path`, checking each as a trust anchor.
+#[cfg(any(feature = "tls", feature = "redis"))]
+pub(crate) fn read_ca_pem(path: &str) -> Result<Vec<Vec<u8>>, String> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
 
