@@ -13,7 +13,8 @@
 //! ```json
 //! {"id": 7, "service": "inference", "method": "POST", "path": "/v1/generate",
 //!  "headers": {"x-request-id": "7"}, "json": {"prompt": "hi"},
-//!  "timeout": "2s", "deadline": "10s", "idempotent": true, "affinity": "user-42"}
+//!  "timeout": "2s", "deadline": "10s", "idempotent": true, "affinity": "user-42",
+//!  "priority": "critical"}
 //! ```
 //!
 //! Only `service` and `path` are required. `method` defaults to `GET`, or to
@@ -123,6 +124,10 @@ pub struct TaskLine {
     /// Affinity key for `consistent_hash` services.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<String>,
+    /// The task's class under overload: `critical`, `default` (when
+    /// absent) or `sheddable` ([`Task::priority`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<crate::task::Priority>,
     /// Stream the answer ([`Task::stream`]). A result line is made from the
     /// answer's head: a streamed success's line carries no body (the body
     /// is the caller's to read from the [`crate::BodyStream`]).
@@ -194,6 +199,9 @@ impl TaskLine {
         }
         if let Some(a) = &self.affinity {
             task = task.affinity(a.clone());
+        }
+        if let Some(p) = self.priority {
+            task = task.priority(p);
         }
         if self.stream {
             task = task.stream(true);
@@ -432,6 +440,26 @@ mod tests {
         let plain = TaskLine::parse(r#"{"service":"s","path":"/"}"#).unwrap();
         assert!(!plain.to_task().unwrap().is_stream());
         assert!(!serde_json::to_string(&plain).unwrap().contains("stream"));
+    }
+
+    #[test]
+    fn a_priority_field_sets_the_class_and_an_unknown_one_is_named() {
+        let line = TaskLine::parse(r#"{"service":"s","path":"/","priority":"critical"}"#).unwrap();
+        assert_eq!(
+            line.to_task().unwrap().priority_class(),
+            crate::task::Priority::Critical
+        );
+        assert!(serde_json::to_string(&line)
+            .unwrap()
+            .contains(r#""priority":"critical""#));
+        let plain = TaskLine::parse(r#"{"service":"s","path":"/"}"#).unwrap();
+        assert_eq!(
+            plain.to_task().unwrap().priority_class(),
+            crate::task::Priority::Default
+        );
+        let err = TaskLine::parse(r#"{"service":"s","path":"/","priority":"urgent"}"#).unwrap_err();
+        assert!(err.starts_with("priority:"), "{err}");
+        assert!(err.contains("urgent") && err.contains("sheddable"), "{err}");
     }
 
     #[test]

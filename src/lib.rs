@@ -113,8 +113,8 @@ pub use outcome::{
     Rejection, Response, StreamError, TaskResult,
 };
 pub use pool::{PoolError, ReloadSummary};
-pub use stats::{BreakerStatus, NodeStats, QueueStats, ServiceStats, Stats};
-pub use task::{Task, TaskId};
+pub use stats::{BreakerStatus, ByPriority, NodeStats, QueueStats, ServiceStats, Stats};
+pub use task::{Priority, Task, TaskId};
 pub use tokio::time::Instant;
 
 /// The README's Rust examples, compiled as doctests so they stay true.

@@ -96,8 +96,12 @@ pub struct QueueStats {
     pub fallbacks: u64,
     /// Hedged attempts sent.
     pub hedged: u64,
-    /// Tasks shed `Overloaded` by the queue's delay control.
+    /// Tasks shed `Overloaded`: refused at intake while overloaded, shed
+    /// after waiting past the delay control's target, or displaced from a
+    /// full queue by a more important task.
     pub shed: u64,
+    /// `shed` by the tasks' priority class.
+    pub shed_by_class: ByPriority,
     /// Whether the delay control finds the service overloaded now.
     pub overloaded: bool,
     /// Most tasks ever queued at once.
@@ -108,6 +112,37 @@ pub struct QueueStats {
     pub retry_budget_left: u64,
     /// Why the queue is refusing tasks, if it is.
     pub gate: Option<String>,
+}
+
+/// A count per priority class ([`crate::Priority`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ByPriority {
+    /// Of `critical` tasks.
+    pub critical: u64,
+    /// Of `default` tasks.
+    pub default: u64,
+    /// Of `sheddable` tasks.
+    pub sheddable: u64,
+}
+
+impl ByPriority {
+    /// The count of `class`.
+    pub fn get(&self, class: crate::Priority) -> u64 {
+        match class {
+            crate::Priority::Critical => self.critical,
+            crate::Priority::Default => self.default,
+            crate::Priority::Sheddable => self.sheddable,
+        }
+    }
+
+    pub(crate) fn from_array(a: [u64; 3]) -> Self {
+        ByPriority {
+            critical: a[0],
+            default: a[1],
+            sheddable: a[2],
+        }
+    }
 }
 
 /// One node as the balancer sees it.

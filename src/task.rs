@@ -31,6 +31,7 @@ use awc::http::Method;
 use bytes::Bytes;
 use tokio::time::Instant;
 
+pub use crate::algo::priority::{ParsePriorityError, Priority};
 use crate::algo::time;
 
 mod check;
@@ -83,6 +84,7 @@ struct Extra {
     idempotent: Option<bool>,
     stream: bool,
     affinity: Option<String>,
+    priority: Option<Priority>,
     build_error: Option<String>,
 }
 
@@ -176,6 +178,22 @@ impl Task {
         self
     }
 
+    /// The task's class under overload (default [`Priority::Default`]):
+    /// `critical` tasks are served first and shed last, `sheddable` ones
+    /// shed first; each class keeps its reserved share of the dispatches
+    /// (`queue.priority`).
+    pub fn priority(mut self, class: Priority) -> Task {
+        if class != Priority::Default || self.req.extra.is_some() {
+            self.extra_mut().priority = Some(class);
+        }
+        self
+    }
+
+    /// The task's class ([`Task::priority`]).
+    pub fn priority_class(&self) -> Priority {
+        self.req.priority()
+    }
+
     /// Streams the answer: the task resolves as soon as the backend's
     /// status and headers arrive, and a successful answer's body comes as a
     /// [`crate::BodyStream`] of chunks ([`crate::Response::take_stream`]).
@@ -250,10 +268,12 @@ impl Task {
                     .and_then(|x| x.affinity.as_deref())
                     .map(crate::algo::strategy::hash_key);
                 let slash = self.req.path.starts_with('/');
+                let priority = self.req.priority();
                 let raw_headers = (!rebuilt).then(|| Box::new(self.headers));
                 Ok(Job {
                     id,
                     idempotent,
+                    priority,
                     affinity,
                     slash,
                     headers,
@@ -333,6 +353,11 @@ impl Request {
         self.extra().is_some_and(|x| x.stream)
     }
 
+    /// The task's class ([`Task::priority`]).
+    pub(crate) fn priority(&self) -> Priority {
+        self.extra().and_then(|x| x.priority).unwrap_or_default()
+    }
+
     /// The per-attempt timeout set on the task, if any.
     pub(crate) fn attempt_timeout(&self) -> Option<Duration> {
         self.extra().and_then(|x| x.timeout)
@@ -364,6 +389,8 @@ pub(crate) struct Job {
     pub affinity: Option<u64>,
     pub submitted: Instant,
     pub idempotent: bool,
+    /// Its class under overload.
+    pub priority: Priority,
     /// Whether `task.path` starts with `/` (dropped when appended).
     slash: bool,
     /// Where the task's result goes (the caller's `Submission` waits on it).

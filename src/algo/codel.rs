@@ -47,6 +47,18 @@
 //! answer records nothing, so asking about a task that stays is harmless.
 //! [`Codel::next_change`] and [`Codel::expires_at`] say when to set a timer.
 //!
+//! # Refusing at intake
+//!
+//! Shedding at the target answers a refused task only after it waited the
+//! target, and under a standing queue most of the excess is refused that
+//! way. While overloaded, [`Codel::admits`] refuses a new task at once
+//! instead when more tasks are ahead of it than the queue sends in a
+//! `target` at its recent rate ([`Codel::on_sent`] counts the sends, per
+//! `interval`). What is admitted is then sent within about the target, so
+//! shedding after the wait becomes rare and the caller of a refused task
+//! learns it in microseconds, not milliseconds. A refusal counts as a shed
+//! (it keeps the queue overloaded).
+//!
 //! The module is pure: it reads no clock; every method takes `now`.
 //!
 //! ```
@@ -174,6 +186,9 @@ pub struct Codel {
     overloaded: Option<Instant>,
     /// The latest shed.
     last_shed: Option<Instant>,
+    /// Sends counted for the intake bound: the current interval's start,
+    /// its count so far and the previous interval's count.
+    sent: (Option<Instant>, u64, u64),
 }
 
 impl Codel {
@@ -192,6 +207,7 @@ impl Codel {
             last_empty: None,
             overloaded: None,
             last_shed: None,
+            sent: (None, 0, 0),
         }
     }
 
@@ -254,6 +270,62 @@ impl Codel {
                     .then(|| time::add(quiet, self.config.interval))
             }
         }
+    }
+
+    /// Counts `n` tasks sent at `now`, for the intake bound of
+    /// [`admits`](Self::admits).
+    pub fn on_sent(&mut self, n: u64, now: Instant) {
+        self.roll(now);
+        self.sent.1 = self.sent.1.saturating_add(n);
+    }
+
+    /// How many ready tasks a new task may find ahead of it and still join
+    /// at `now`: as many as the queue sends in a `target` at the rate of
+    /// the last whole interval (or of this one so far, if higher), at least
+    /// one. `None` while calm: no bound.
+    pub fn intake_bound(&mut self, now: Instant) -> Option<usize> {
+        self.state_at(now)?;
+        self.roll(now);
+        let per_interval = self.sent.1.max(self.sent.2);
+        let target = self.config.target.as_nanos();
+        let interval = self.config.interval.as_nanos().max(1);
+        let bound = (u128::from(per_interval) * target).div_ceil(interval);
+        Some(usize::try_from(bound).unwrap_or(usize::MAX).max(1))
+    }
+
+    /// Whether a new task with `ahead` ready tasks before it joins the
+    /// queue at `now`: always while calm; while overloaded, only within
+    /// [`intake_bound`](Self::intake_bound). A refusal is recorded as a
+    /// shed.
+    pub fn admits(&mut self, ahead: usize, now: Instant) -> bool {
+        match self.intake_bound(now) {
+            Some(bound) if ahead >= bound => {
+                self.last_shed = Some(self.last_shed.map_or(now, |s| s.max(now)));
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// Moves the send count's interval on to the one holding `now`.
+    fn roll(&mut self, now: Instant) {
+        let interval = self.config.interval;
+        let start = *self.sent.0.get_or_insert(now);
+        let next = time::add(start, interval);
+        if now < next {
+            return;
+        }
+        // The previous interval is the one just before `now`'s: empty if a
+        // whole interval passed without a count.
+        self.sent.2 = if now < time::add(next, interval) {
+            self.sent.1
+        } else {
+            0
+        };
+        self.sent.1 = 0;
+        let whole = now.saturating_duration_since(start).as_nanos() / interval.as_nanos().max(1);
+        let whole = u32::try_from(whole).unwrap_or(u32::MAX);
+        self.sent.0 = Some(time::add(start, time::mul(interval, whole)));
     }
 
     /// Which end of the queue to serve at `now`: LIFO while overloaded (when
@@ -584,6 +656,37 @@ mod tests {
         assert_eq!(c.retry_after(at(t0, 150)), Duration::from_millis(100));
         assert_eq!(c.retry_after(at(t0, 400)), Duration::from_millis(300));
         assert_eq!(c.retry_after(at(t0, 60_000)), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn intake_is_bounded_only_while_overloaded_by_the_send_rate() {
+        let t0 = Instant::now();
+        let mut c = Codel::new(CodelConfig::default());
+        c.on_queue_len(5, t0);
+        // Calm: no bound, whatever is ahead.
+        assert_eq!(c.intake_bound(at(t0, 50)), None);
+        assert!(c.admits(1_000_000, at(t0, 50)));
+        // 200 sent in the first interval: 10 per 5 ms target.
+        c.on_sent(200, at(t0, 60));
+        assert_eq!(c.poll(at(t0, 100)), Some(Transition::Entered));
+        assert_eq!(c.intake_bound(at(t0, 100)), Some(10));
+        assert!(c.admits(9, at(t0, 100)));
+        assert!(!c.admits(10, at(t0, 101)));
+        // The refusal counts as a shed: leaving waits a quiet interval
+        // from it.
+        c.on_queue_len(0, at(t0, 150));
+        assert_eq!(c.poll(at(t0, 200)), None);
+        assert!(matches!(c.poll(at(t0, 201)), Some(Transition::Left { .. })));
+        // A faster current interval raises the bound at once.
+        let mut c = Codel::new(CodelConfig::default());
+        c.on_queue_len(5, t0);
+        c.on_sent(20, at(t0, 10));
+        c.on_sent(400, at(t0, 120));
+        assert_eq!(c.intake_bound(at(t0, 120)), Some(20));
+        // A whole interval without a send: the bound falls to one.
+        assert_eq!(c.intake_bound(at(t0, 330)), Some(1));
+        assert!(c.admits(0, at(t0, 330)));
+        assert!(!c.admits(1, at(t0, 330)));
     }
 
     #[test]

@@ -90,7 +90,7 @@ impl Priority {
     }
 
     /// 0 for the most important class, 2 for the least.
-    fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         match self {
             Priority::Critical => 0,
             Priority::Default => 1,
@@ -263,14 +263,17 @@ impl<T> ClassQueues<T> {
         }
     }
 
+    /// Puts `item` back at the front of its class's queue: the next of its
+    /// class to be served oldest first (a task that came back unsent).
+    pub fn push_front(&mut self, class: Priority, item: T) {
+        self.queues[class.index()].push_front(item);
+    }
+
     /// Takes the next item to dispatch, from the class chosen by reserved
     /// shares and then priority, at the end `order` says: `None` only when
     /// nothing waits.
     pub fn pop(&mut self, order: Order) -> Option<(Priority, T)> {
-        let waiting: Vec<usize> = (0..CLASSES)
-            .filter(|&c| !self.queues[c].is_empty())
-            .collect();
-        let first = *waiting.first()?;
+        let first = (0..CLASSES).find(|&c| !self.queues[c].is_empty())?;
         for c in 0..CLASSES {
             if self.queues[c].is_empty() {
                 self.owed[c] = 0;
@@ -278,10 +281,8 @@ impl<T> ClassQueues<T> {
                 self.owed[c] = self.owed[c].saturating_add(self.shares[c]);
             }
         }
-        let c = waiting
-            .iter()
-            .copied()
-            .find(|&c| self.owed[c] >= WHOLE)
+        let c = (0..CLASSES)
+            .find(|&c| !self.queues[c].is_empty() && self.owed[c] >= WHOLE)
             .unwrap_or(first);
         self.owed[c] = self.owed[c].saturating_sub(WHOLE);
         let item = match order {
@@ -292,6 +293,45 @@ impl<T> ClassQueues<T> {
             self.owed[c] = 0;
         }
         Some((Priority::ALL[c], item))
+    }
+
+    /// As [`pop`](Self::pop), for queues that leave items behind when they
+    /// go (a task answered while listed): first drops, from the end `order`
+    /// serves, the items `live` says are gone, so that a class holding only
+    /// such items neither counts as waiting nor earns a share.
+    pub fn pop_live(
+        &mut self,
+        order: Order,
+        mut live: impl FnMut(&T) -> bool,
+    ) -> Option<(Priority, T)> {
+        for q in &mut self.queues {
+            match order {
+                Order::Fifo => {
+                    while q.front().is_some_and(|t| !live(t)) {
+                        q.pop_front();
+                    }
+                }
+                Order::Lifo => {
+                    while q.back().is_some_and(|t| !live(t)) {
+                        q.pop_back();
+                    }
+                }
+            }
+        }
+        self.pop(order)
+    }
+
+    /// The oldest item of `class` that `live` accepts, left in place (the
+    /// gone ones before it are dropped).
+    pub fn oldest_live(&mut self, class: Priority, mut live: impl FnMut(&T) -> bool) -> Option<&T> {
+        let c = class.index();
+        while self.queues[c].front().is_some_and(|t| !live(t)) {
+            self.queues[c].pop_front();
+        }
+        if self.queues[c].is_empty() {
+            self.owed[c] = 0;
+        }
+        self.queues[c].front()
     }
 
     /// The item [`shed`](Self::shed) would take: the oldest of the least
@@ -502,6 +542,29 @@ mod tests {
         assert_eq!(q.admit(Critical, 6, 2), Admit::Displaced(Normal, 2));
         assert_eq!(q.admit(Critical, 7, 2), Admit::Refused(7));
         assert_eq!((q.len_of(Critical), q.len()), (2, 2));
+    }
+
+    #[test]
+    fn push_front_and_live_pops_skip_what_is_gone() {
+        let mut q = ClassQueues::new(PriorityConfig::default());
+        q.push(Sheddable, 1);
+        q.push(Sheddable, 2);
+        q.push(Normal, 3);
+        q.push_front(Normal, 4);
+        // 3 is gone: the default class still holds 4.
+        let live = |t: &u32| *t != 3;
+        assert_eq!(q.pop_live(Order::Lifo, live), Some((Normal, 4)));
+        // Only gone items left in default: it neither waits nor is served.
+        q.push(Normal, 5);
+        let live = |t: &u32| *t != 5;
+        assert_eq!(q.pop_live(Order::Fifo, live), Some((Sheddable, 1)));
+        assert_eq!(q.len_of(Normal), 0);
+        assert_eq!(q.oldest_live(Sheddable, |t| *t != 2), None);
+        assert!(q.is_empty());
+        q.push(Critical, 6);
+        q.push(Critical, 7);
+        assert_eq!(q.oldest_live(Critical, |t| *t != 6), Some(&7));
+        assert_eq!(q.len_of(Critical), 1);
     }
 
     #[test]

@@ -216,6 +216,11 @@ pub struct QueueConfig {
     /// wait`, `feed`, `submit_wait`) and tasks waiting for a rate-limit
     /// token (`on_limit: wait`) are never shed.
     pub delay: Option<crate::algo::codel::CodelConfig>,
+    /// Reserved share of the dispatches per priority class while it has
+    /// tasks waiting (`queue.priority`, default critical 0.5, default 0.2,
+    /// sheddable 0.05; at most 1 together). The rest goes by priority, and
+    /// a class with nothing waiting leaves its share to the others.
+    pub priority: crate::algo::priority::PriorityConfig,
 }
 
 /// Balancer settings of a service.

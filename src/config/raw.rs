@@ -143,6 +143,7 @@ pub(crate) struct RawQueue {
     pub on_full: String,
     pub max_waiting: Option<usize>,
     pub delay: RawDelay,
+    pub priority: RawPriority,
 }
 
 impl Default for RawQueue {
@@ -152,6 +153,27 @@ impl Default for RawQueue {
             on_full: "reject".into(),
             max_waiting: None,
             delay: RawDelay::default(),
+            priority: RawPriority::default(),
+        }
+    }
+}
+
+/// `queue.priority`: the reserved share of each class (`algo::priority`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawPriority {
+    pub critical: f64,
+    pub default: f64,
+    pub sheddable: f64,
+}
+
+impl Default for RawPriority {
+    fn default() -> Self {
+        let c = crate::algo::priority::PriorityConfig::default();
+        Self {
+            critical: c.critical,
+            default: c.default,
+            sheddable: c.sheddable,
         }
     }
 }

@@ -34,6 +34,8 @@ impl PromService {
     #[inline(always)]
     pub(crate) fn hedged(&self) {}
     #[inline(always)]
+    pub(crate) fn shed(&self, _why: Shed, _class: crate::Priority) {}
+    #[inline(always)]
     pub(crate) fn queue_depth(&self, _n: usize) {}
     #[inline(always)]
     pub(crate) fn endpoints(&self, _count: impl FnOnce() -> EndpointCounts) {}

@@ -39,6 +39,7 @@ pub(crate) struct Families {
     breaker_transitions: Family<Labels, Counter>,
     endpoints: Family<Labels, Gauge>,
     rate_limited: Family<Labels, Counter>,
+    shed: Family<Labels, Counter>,
     stream_entries: Family<Labels, Gauge>,
     stream_events: Family<Labels, Counter>,
     /// Off: every handle is a no-op (benchmarks compare both in one run).
@@ -63,6 +64,7 @@ impl Default for Families {
             breaker_transitions: Family::default(),
             endpoints: Family::default(),
             rate_limited: Family::default(),
+            shed: Family::default(),
             stream_entries: Family::default(),
             stream_events: Family::default(),
         }
@@ -146,6 +148,11 @@ impl Families {
             "rate_limited",
             "Dispatches or tasks refused for want of a token, by scope",
             self.rate_limited.clone(),
+        );
+        r.register(
+            "shed",
+            "Tasks shed `overloaded`, by reason (intake, queue_delay, displaced) and priority class",
+            self.shed.clone(),
         );
         r.register(
             "stream_entries",
@@ -232,6 +239,15 @@ impl Families {
                 .rate_limited
                 .get_or_create(&with(s.clone(), "scope", "service"))
                 .clone(),
+            shed: SHED_REASONS
+                .iter()
+                .flat_map(|r| {
+                    crate::Priority::ALL.map(|c| {
+                        let l = with(with(s.clone(), "reason", r), "class", c.as_str());
+                        self.shed.get_or_create(&l).clone()
+                    })
+                })
+                .collect(),
         };
         ServiceMetrics {
             prom: PromService(Some(Arc::new(inner))),
@@ -273,6 +289,8 @@ struct ServiceInner {
     hedges: Counter,
     endpoints: Vec<Gauge>,
     rejected_rate_limited: Counter,
+    /// By [`Shed`] reason, then class.
+    shed: Vec<Counter>,
 }
 
 /// One service's series; a no-op when built by `default()` (tests that
@@ -306,6 +324,14 @@ impl PromService {
     pub(crate) fn budget_exhausted(&self) {
         if let Some(m) = &self.0 {
             m.budget_exhausted.inc();
+        }
+    }
+
+    /// A task of `class` shed `Overloaded`, for `why`.
+    #[inline]
+    pub(crate) fn shed(&self, why: Shed, class: crate::Priority) {
+        if let Some(m) = &self.0 {
+            m.shed[why as usize * 3 + class.index()].inc();
         }
     }
 

@@ -119,6 +119,21 @@ pub(crate) enum StreamEvent {
     DeadLettered,
 }
 
+/// Why a task was shed `Overloaded`: the `reason` labels of
+/// `dispatch_shed_total`, in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shed {
+    /// Refused at intake while overloaded (too many ahead of it).
+    Intake,
+    /// Waited past the delay control's bound.
+    QueueDelay,
+    /// Taken out of a full queue for a more important task.
+    Displaced,
+}
+
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+const SHED_REASONS: [&str; 3] = ["intake", "queue_delay", "displaced"];
+
 /// Breaker states, in [`state_index`] order.
 const STATES: [&str; 3] = ["closed", "open", "half_open"];
 

@@ -3,6 +3,8 @@
 
 use super::*;
 use crate::algo::codel::{Order, Transition, Verdict};
+use crate::algo::priority::Priority;
+use crate::metrics::Shed;
 
 impl QueueActor {
     /// Sends ready tasks to the balancer while there is credit: all of
@@ -26,12 +28,10 @@ impl QueueActor {
                 .delay
                 .as_ref()
                 .is_some_and(|d| d.order(now) == Order::Lifo);
+        let order = if lifo { Order::Lifo } else { Order::Fifo };
+        let routed = self.out.routes.len();
         while self.credit > 0 && self.gate == Gate::Open {
-            let next = match lifo {
-                true => self.tasks.next_ready_newest(),
-                false => self.tasks.next_ready(),
-            };
-            let Some(no) = next else {
+            let Some(no) = self.tasks.next_ready(order) else {
                 break;
             };
             let Some(p) = self.tasks.get(&no) else {
@@ -42,7 +42,7 @@ impl QueueActor {
                 continue;
             }
             if self.sheds(no, now) {
-                self.shed(no, now, ctx);
+                self.shed(no, Shed::QueueDelay, now, ctx);
                 continue;
             }
             if self.too_late(no, now) {
@@ -79,6 +79,9 @@ impl QueueActor {
                 self.push_timer(time::add(now, d), no, Timer::Hedge(round), ctx);
             }
         }
+        if let Some(d) = self.delay.as_mut() {
+            d.on_sent((self.out.routes.len() - routed) as u64, now);
+        }
         if self.tasks.counts().parked > 0 {
             self.admit_waiting();
         }
@@ -94,29 +97,43 @@ impl QueueActor {
         !p.patient && d.on_dequeue(self.epoch.at(p.sent_at), now) == Verdict::Shed
     }
 
-    /// Answers ready task `no` `Overloaded`.
-    fn shed(&mut self, no: TaskNo, now: Instant, ctx: &mut Context<Self>) {
+    /// Answers ready task `no` `Overloaded`, shed for `why`.
+    pub(super) fn shed(&mut self, no: TaskNo, why: Shed, now: Instant, ctx: &mut Context<Self>) {
+        let Some(class) = self.tasks.get(&no).map(|p| p.job().priority) else {
+            return;
+        };
+        let reason = self.overloaded(class, why, now);
+        self.reject(no, reason, ctx);
+    }
+
+    /// Counts a shed of a task of `class` and gives its rejection.
+    pub(super) fn overloaded(&mut self, class: Priority, why: Shed, now: Instant) -> Rejection {
         let retry_after = self
             .delay
             .as_ref()
-            .map_or(Duration::ZERO, |d| d.retry_after(now));
+            .map_or(DISPLACED_RETRY_AFTER, |d| d.retry_after(now));
         self.counters.shed += 1;
-        self.reject(no, Rejection::Overloaded { retry_after }, ctx);
+        self.counters.shed_by_class[class.index()] += 1;
+        self.metrics.shed(why, class);
+        Rejection::Overloaded { retry_after }
     }
 
-    /// Sheds from the oldest end what waited too long (under LIFO the
-    /// oldest are never taken), then tells the delay control the queue's
-    /// length and logs a change between calm and overload.
+    /// Sheds from the oldest end of each class, least important first, what
+    /// waited too long (under LIFO the oldest are never taken), then tells
+    /// the delay control the queue's length and logs a change between calm
+    /// and overload.
     fn sweep_delayed(&mut self, now: Instant, ctx: &mut Context<Self>) {
         if self.delay.is_none() {
             return;
         }
-        while let Some(no) = self.tasks.oldest_ready() {
-            if !self.sheds(no, now) {
-                break;
+        for class in Priority::ALL.into_iter().rev() {
+            while let Some(no) = self.tasks.oldest_ready_in(class) {
+                if !self.sheds(no, now) {
+                    break;
+                }
+                self.tasks.take_oldest_ready_in(class);
+                self.shed(no, Shed::QueueDelay, now, ctx);
             }
-            self.tasks.next_ready();
-            self.shed(no, now, ctx);
         }
         let ready = self.tasks.counts().ready;
         let Some(d) = self.delay.as_mut() else {
@@ -266,11 +283,15 @@ impl QueueActor {
 
     /// Reject every ready task (the gate closed).
     pub(super) fn reject_ready(&mut self, reason: Rejection, ctx: &mut Context<Self>) {
-        while let Some(no) = self.tasks.next_ready() {
+        while let Some(no) = self.tasks.next_ready(Order::Fifo) {
             self.reject(no, reason.clone(), ctx);
         }
     }
 }
+
+/// The `retry_after` of a task displaced from a full queue when the delay
+/// control is off (nothing then measures how long the overload lasts).
+const DISPLACED_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// The most room a pump reserves for its routes up front (more grows).
 const MAX_BATCH: usize = 4096;

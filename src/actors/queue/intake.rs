@@ -3,6 +3,8 @@
 //! queue and wait list full).
 
 use super::*;
+use crate::algo::priority::Priority;
+use crate::metrics::Shed;
 
 impl QueueActor {
     /// Takes one task in and hands over what credit allows.
@@ -36,6 +38,14 @@ impl QueueActor {
             self.reject_new(msg, r, now);
             return false;
         }
+        let class = msg.task.job().priority;
+        // A full queue with no line of parked tasks makes room for a more
+        // important task: the oldest ready task of a lower class goes.
+        if !self.has_room() && self.tasks.counts().parked == 0 {
+            if let Some(victim) = self.tasks.displaceable(class) {
+                self.shed(victim, Shed::Displaced, now, ctx);
+            }
+        }
         if !self.has_room() {
             let wait = msg.wait || self.cfg.queue.on_full == OnFull::Wait;
             // The wait list is bounded too (`queue.max_waiting`).
@@ -55,9 +65,25 @@ impl QueueActor {
             self.reject_new(msg, Rejection::QueueFull, now);
             return false;
         }
+        if !msg.wait && self.refuses_at_intake(class, now) {
+            let reason = self.overloaded(class, Shed::Intake, now);
+            self.reject_new(msg, reason, now);
+            return false;
+        }
         self.enter(msg, false, ctx);
         self.submitted();
         true
+    }
+
+    /// Whether the delay control refuses a new task of `class` at once: the
+    /// service is overloaded and more ready tasks are ahead of it (its class
+    /// and the more important ones, less what the credit in hand sends now)
+    /// than the queue sends within the target, so it would only wait to be
+    /// shed.
+    fn refuses_at_intake(&mut self, class: Priority, now: Instant) -> bool {
+        let ahead = self.tasks.counts().ready_from(class);
+        let ahead = ahead.saturating_sub(self.credit);
+        self.delay.as_mut().is_some_and(|d| !d.admits(ahead, now))
     }
 
     /// Puts a new task in the table, parked or ready (and its deadline in

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use super::*;
 use crate::actors::inbox::InboxSender;
 use crate::config::Config;
+use crate::algo::priority::Priority;
 use crate::outcome::AttemptOutcome;
 
 /// What the queue told its balancer.
@@ -259,4 +260,136 @@ async fn a_standing_queue_is_shed_without_news_from_the_balancer() {
     assert_eq!(shed, 9, "every standing task shed, the one in flight kept");
     let stats = queue.addr.send(GetQueueStats).await.unwrap();
     assert_eq!((stats.shed, stats.queued, stats.in_flight), (9, 0, 1));
+}
+
+/// What a slot was answered with, if anything: `O` overloaded, `F` queue
+/// full, `-` nothing yet, `?` anything else.
+fn answered(slot: &mut Slot) -> char {
+    match slot.try_recv() {
+        Err(()) => '-',
+        Ok(r) => match r.outcome {
+            Outcome::Rejected(Rejection::Overloaded { .. }) => 'O',
+            Outcome::Rejected(Rejection::QueueFull) => 'F',
+            _ => '?',
+        },
+    }
+}
+
+/// While overloaded, a new task finds more tasks ahead of it than the queue
+/// sends within the target: it is refused at once, without waiting out the
+/// target. A critical task waits only behind critical ones, so it is
+/// admitted, and it is sent first.
+#[actix_rt::test]
+async fn under_overload_new_tasks_are_refused_at_intake_and_critical_go_first() {
+    tokio::time::pause();
+    let (queue, seen) = start(
+        r#"{"services":[{"name":"svc","timeout":"60s",
+            "endpoints":[{"address":"http://127.0.0.1:9/"}]}]}"#,
+    );
+    queue.news(vec![ToQueue::Credit(1)]);
+    let mut first: Vec<Slot> = (0..4)
+        .map(|i| submit(&queue, Task::get("svc", format!("/{i}")), i))
+        .collect();
+    settle().await;
+    // One sent in the first interval; the standing three are shed once
+    // the queue is overloaded.
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    settle().await;
+    let got: String = first.iter_mut().map(answered).collect();
+    assert_eq!(got, "-OOO");
+    // One send per interval: one task may wait; the next is refused at
+    // intake, at the same instant.
+    let mut a = submit(&queue, Task::get("svc", "/a"), 10);
+    let mut b = submit(&queue, Task::get("svc", "/b"), 11);
+    let mut s = submit(
+        &queue,
+        Task::get("svc", "/s").priority(Priority::Sheddable),
+        12,
+    );
+    let c = submit(
+        &queue,
+        Task::get("svc", "/c").priority(Priority::Critical),
+        13,
+    );
+    settle().await;
+    assert_eq!(
+        [answered(&mut a), answered(&mut b), answered(&mut s)],
+        ['-', 'O', 'O']
+    );
+    let stats = queue.addr.send(GetQueueStats).await.unwrap();
+    assert_eq!(stats.shed, 5);
+    assert_eq!(stats.shed_by_class.default, 4);
+    assert_eq!(stats.shed_by_class.sheddable, 1);
+    assert_eq!(stats.shed_by_class.critical, 0);
+    assert_eq!(stats.queued, 2, "the default and the critical task wait");
+    // A slot frees: the critical task goes first.
+    let out = seen.lock().unwrap().routes[0].0;
+    queue.news(done(out, 0, false, 200));
+    settle().await;
+    let routes = seen.lock().unwrap().routes.clone();
+    assert_eq!(routes.len(), 2);
+    assert_eq!(routes[1].0.task, c_task(&queue, &c).await);
+}
+
+/// The table number of the task whose slot is `slot` (its job's id).
+async fn c_task(queue: &Queue, slot: &Slot) -> TaskNo {
+    queue
+        .addr
+        .send(FindTask(slot.0.id))
+        .await
+        .unwrap()
+        .expect("the task is held")
+}
+
+/// Test-only: the table number of the task with this id.
+struct FindTask(crate::task::TaskId);
+
+impl Message for FindTask {
+    type Result = Option<TaskNo>;
+}
+
+impl Handler<FindTask> for QueueActor {
+    type Result = Option<TaskNo>;
+
+    fn handle(&mut self, msg: FindTask, _ctx: &mut Self::Context) -> Self::Result {
+        self.tasks
+            .iter()
+            .find(|(_, p)| p.job().id == msg.0)
+            .map(|(no, _)| no)
+    }
+}
+
+/// A full queue makes room for a more important task by shedding the
+/// oldest waiting task of the least important lower class; a task finds no
+/// room among tasks at least as important as itself.
+#[actix_rt::test]
+async fn a_full_queue_sheds_the_least_important_for_a_more_important_task() {
+    tokio::time::pause();
+    let (queue, _seen) = start(
+        r#"{"services":[{"name":"svc","timeout":"60s","queue":{"capacity":2},
+            "endpoints":[{"address":"http://127.0.0.1:9/"}]}]}"#,
+    );
+    let task = |p: Priority| Task::get("svc", "/").priority(p);
+    let mut s1 = submit(&queue, task(Priority::Sheddable), 1);
+    let mut s2 = submit(&queue, task(Priority::Sheddable), 2);
+    let mut c1 = submit(&queue, task(Priority::Critical), 3);
+    let mut d1 = submit(&queue, task(Priority::Default), 4);
+    let mut s3 = submit(&queue, task(Priority::Sheddable), 5);
+    let mut c2 = submit(&queue, task(Priority::Critical), 6);
+    let mut c3 = submit(&queue, task(Priority::Critical), 7);
+    settle().await;
+    let got: String = [&mut s1, &mut s2, &mut c1, &mut d1, &mut s3, &mut c2, &mut c3]
+        .into_iter()
+        .map(answered)
+        .collect();
+    // c1 displaces s1, d1 displaces s2, s3 finds no room, c2 displaces d1,
+    // c3 finds only critical tasks.
+    assert_eq!(got, "OO-OF-F");
+    let stats = queue.addr.send(GetQueueStats).await.unwrap();
+    assert_eq!(stats.shed, 3);
+    assert_eq!(
+        (stats.shed_by_class.sheddable, stats.shed_by_class.default),
+        (2, 1)
+    );
+    assert_eq!(stats.queued, 2);
 }

@@ -30,11 +30,25 @@ pub(super) fn validate(cx: &Ctx<'_>, q: RawQueue) -> Result<QueueConfig, ConfigE
     } else {
         None
     };
+    let priority = crate::algo::priority::PriorityConfig {
+        critical: q.priority.critical,
+        default: q.priority.default,
+        sheddable: q.priority.sheddable,
+    };
+    priority.validate().map_err(|m| {
+        // A single share names its field; their sum names the section.
+        let field = ["critical", "default", "sheddable"]
+            .into_iter()
+            .find(|f| m.starts_with(&format!("{f} share")))
+            .map_or_else(|| "queue.priority".to_owned(), |f| format!("queue.priority.{f}"));
+        cx.err(field, m.clone())
+    })?;
     Ok(QueueConfig {
         capacity: q.capacity,
         on_full,
         max_waiting: q.max_waiting.unwrap_or(q.capacity.max(10_000)),
         delay,
+        priority,
     })
 }
 

@@ -175,6 +175,29 @@ fn endpoint_builders_set_their_fields() {
 }
 
 #[test]
+fn priority_shares_default_and_are_checked_by_field() {
+    let cfg =
+        Config::from_json(r#"{"services":[{"name":"a","endpoints":[{"address":"http://h/"}]}]}"#)
+            .unwrap();
+    assert_eq!(
+        cfg.services[0].queue.priority,
+        crate::algo::priority::PriorityConfig::default()
+    );
+    let e = err(
+        r#"{"services":[{"name":"a","queue":{"priority":{"default":1.5}},"endpoints":[{"address":"http://h/"}]}]}"#,
+    );
+    assert!(e.contains("field `queue.priority.default`"), "{e}");
+    let e = err(
+        r#"{"services":[{"name":"a","queue":{"priority":{"critical":0.9,"default":0.2}},"endpoints":[{"address":"http://h/"}]}]}"#,
+    );
+    assert!(e.contains("field `queue.priority`"), "{e}");
+    let e = err(
+        r#"{"services":[{"name":"a","queue":{"priority":{"urgent":0.1}},"endpoints":[{"address":"http://h/"}]}]}"#,
+    );
+    assert!(e.contains("urgent"), "{e}");
+}
+
+#[test]
 fn queue_delay_control_is_on_by_default_and_checked_by_field() {
     let cfg =
         Config::from_json(r#"{"services":[{"name":"a","endpoints":[{"address":"http://h/"}]}]}"#)

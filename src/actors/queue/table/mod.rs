@@ -11,11 +11,19 @@
 //! and a property test checks that they always agree with the table and
 //! that every task leaves exactly once.
 //!
+//! Ready tasks wait in one list per [`Priority`] class
+//! ([`ClassQueues`]): the next to send is chosen by the classes' reserved
+//! shares, then by priority, at the end the queue's delay control says
+//! (oldest first, or newest first under overload).
+//!
 //! The lists hold task numbers and are cleaned lazily: a task answered
 //! while listed leaves its number behind, skipped when reached and dropped
 //! in bulk once stale numbers outnumber the live ones.
 
 use std::collections::VecDeque;
+
+use crate::algo::codel::Order;
+use crate::algo::priority::{ClassQueues, Priority, PriorityConfig};
 
 mod slab;
 mod state;
@@ -37,14 +45,23 @@ pub(in crate::actors) struct Counts {
     /// Of every task held, those whose caller asked to wait (`feed`,
     /// `submit_wait`, a durable stream's entries).
     pub patient: usize,
+    /// Ready tasks by class, most important first (of `ready`).
+    pub ready_in: [usize; 3],
+}
+
+impl Counts {
+    /// Ready tasks of `class` and of the classes more important than it:
+    /// those a new task of `class` waits behind.
+    pub fn ready_from(&self, class: Priority) -> usize {
+        self.ready_in[..=class.index()].iter().sum()
+    }
 }
 
 /// Every task of one queue, by number, with its state.
-#[derive(Default)]
 pub(in crate::actors) struct TaskTable {
     tasks: Tasks,
-    /// Ready tasks, the next to send first.
-    ready: VecDeque<TaskNo>,
+    /// Ready tasks, by class.
+    ready: ClassQueues<TaskNo>,
     /// Parked tasks, in arrival order.
     waiting: VecDeque<TaskNo>,
     counts: Counts,
@@ -52,7 +69,24 @@ pub(in crate::actors) struct TaskTable {
     next: u64,
 }
 
+impl Default for TaskTable {
+    fn default() -> Self {
+        TaskTable::new(PriorityConfig::default())
+    }
+}
+
 impl TaskTable {
+    /// An empty table whose ready tasks are served by `shares`.
+    pub fn new(shares: PriorityConfig) -> Self {
+        TaskTable {
+            tasks: Tasks::default(),
+            ready: ClassQueues::new(shares),
+            waiting: VecDeque::new(),
+            counts: Counts::default(),
+            next: 0,
+        }
+    }
+
     pub fn counts(&self) -> Counts {
         self.counts
     }
@@ -98,11 +132,30 @@ impl TaskTable {
             self.waiting.push_back(no);
             self.counts.parked += 1;
         } else {
-            self.ready.push_back(no);
+            self.push_ready(no, false);
             self.counts.queued += 1;
-            self.counts.ready += 1;
         }
         no
+    }
+
+    /// Lists ready task `no` in its class (at the front: served next of
+    /// its class), counting it ready.
+    fn push_ready(&mut self, no: TaskNo, front: bool) {
+        let Some(class) = self.tasks.get(&no).map(|p| p.job().priority) else {
+            return;
+        };
+        self.counts.ready += 1;
+        self.counts.ready_in[class.index()] += 1;
+        match front {
+            true => self.ready.push_front(class, no),
+            false => self.ready.push(class, no),
+        }
+    }
+
+    /// Counts a ready task of `class` no longer ready.
+    fn unready(&mut self, class: Priority) {
+        self.counts.ready -= 1;
+        self.counts.ready_in[class.index()] -= 1;
     }
 
     /// The oldest parked task joins the ready tasks; its number, or `None`
@@ -117,8 +170,7 @@ impl TaskTable {
                 p.state = State::Ready;
                 self.counts.parked -= 1;
                 self.counts.queued += 1;
-                self.counts.ready += 1;
-                self.ready.push_back(no);
+                self.push_ready(no, false);
                 return Some(no);
             }
         }
@@ -140,36 +192,51 @@ impl TaskTable {
         None
     }
 
-    /// The next ready task, taken off the ready list (still ready: the
-    /// caller sends it with [`send`](Self::send) or answers it).
-    pub fn next_ready(&mut self) -> Option<TaskNo> {
-        while let Some(no) = self.ready.pop_front() {
-            if self.tasks.get(&no).is_some_and(|p| p.state == State::Ready) {
-                return Some(no);
-            }
-        }
-        None
+    /// The next ready task, taken off the ready lists (still ready: the
+    /// caller sends it with [`send`](Self::send) or answers it): of the
+    /// class the shares choose, at the end `order` says.
+    pub fn next_ready(&mut self, order: Order) -> Option<TaskNo> {
+        let tasks = &self.tasks;
+        let live = |no: &TaskNo| tasks.get(no).is_some_and(|p| p.state == State::Ready);
+        self.ready.pop_live(order, live).map(|(_, no)| no)
     }
 
-    /// The newest ready task, taken off the ready list (served first under
-    /// adaptive LIFO).
-    pub fn next_ready_newest(&mut self) -> Option<TaskNo> {
-        while let Some(no) = self.ready.pop_back() {
-            if self.tasks.get(&no).is_some_and(|p| p.state == State::Ready) {
-                return Some(no);
-            }
-        }
-        None
+    /// The oldest ready task of `class`, left on its list.
+    pub fn oldest_ready_in(&mut self, class: Priority) -> Option<TaskNo> {
+        let tasks = &self.tasks;
+        let live = |no: &TaskNo| tasks.get(no).is_some_and(|p| p.state == State::Ready);
+        self.ready.oldest_live(class, live).copied()
     }
 
-    /// The oldest ready task, left on the list (stale numbers before it
-    /// are dropped).
+    /// The ready task that has waited longest (the earliest `sent_at` of
+    /// the classes' oldest), left on its list.
     pub fn oldest_ready(&mut self) -> Option<TaskNo> {
-        while let Some(&no) = self.ready.front() {
-            if self.tasks.get(&no).is_some_and(|p| p.state == State::Ready) {
-                return Some(no);
+        let fronts = Priority::ALL.map(|c| self.oldest_ready_in(c));
+        fronts
+            .into_iter()
+            .flatten()
+            .min_by_key(|no| self.tasks.get(no).map(|p| p.sent_at))
+    }
+
+    /// Takes the oldest ready task of `class` off its list (still ready:
+    /// the caller answers it).
+    pub fn take_oldest_ready_in(&mut self, class: Priority) -> Option<TaskNo> {
+        let no = self.oldest_ready_in(class)?;
+        self.ready.pop_oldest(class);
+        Some(no)
+    }
+
+    /// The oldest ready task that a new task of `class` may displace from
+    /// a full queue: of the least important class below `class` that has
+    /// one, and not one whose caller asked to wait.
+    pub fn displaceable(&mut self, class: Priority) -> Option<TaskNo> {
+        for lower in Priority::ALL.into_iter().rev() {
+            if lower.index() <= class.index() {
+                return None;
             }
-            self.ready.pop_front();
+            if let Some(no) = self.oldest_ready_in(lower) {
+                return self.tasks.get(&no).filter(|p| !p.patient).map(|_| no);
+            }
         }
         None
     }
@@ -182,10 +249,11 @@ impl TaskTable {
             .get_mut(&no)
             .filter(|p| p.state == State::Ready)?;
         p.state = State::InFlight;
+        let class = p.job().priority;
         self.counts.queued -= 1;
-        self.counts.ready -= 1;
         self.counts.in_flight += 1;
-        Some(p)
+        self.unready(class);
+        self.tasks.get_mut(&no)
     }
 
     /// A task in flight comes back unsent (bounced): ready, at the front.
@@ -198,8 +266,7 @@ impl TaskTable {
             p.state = State::Ready;
             self.counts.in_flight -= 1;
             self.counts.queued += 1;
-            self.counts.ready += 1;
-            self.ready.push_front(no);
+            self.push_ready(no, true);
         }
     }
 
@@ -226,8 +293,7 @@ impl TaskTable {
         {
             Some(p) => {
                 p.state = State::Ready;
-                self.counts.ready += 1;
-                self.ready.push_front(no);
+                self.push_ready(no, true);
                 true
             }
             None => false,
@@ -242,7 +308,7 @@ impl TaskTable {
             State::Waiting => self.counts.parked -= 1,
             State::Ready => {
                 self.counts.queued -= 1;
-                self.counts.ready -= 1;
+                self.unready(p.job().priority);
             }
             State::Backoff => self.counts.queued -= 1,
             State::InFlight => self.counts.in_flight -= 1,
@@ -253,7 +319,7 @@ impl TaskTable {
     /// Forgets every task (their holds drop, closing unanswered slots).
     pub fn clear(&mut self) {
         self.tasks.clear();
-        self.ready.clear();
+        self.ready.retain(|_, _| false);
         self.waiting.clear();
         self.counts = Counts::default();
     }
@@ -263,9 +329,10 @@ impl TaskTable {
     pub fn compact(&mut self) {
         let tasks = &self.tasks;
         let c = self.counts;
-        retain_if_bloated(&mut self.ready, c.queued, |no| {
-            tasks.get(no).is_some_and(|p| p.state == State::Ready)
-        });
+        if self.ready.len() > c.ready.saturating_mul(2).saturating_add(1024) {
+            self.ready
+                .retain(|_, no| tasks.get(no).is_some_and(|p| p.state == State::Ready));
+        }
         if c.parked == 0 {
             self.waiting.clear();
         } else {

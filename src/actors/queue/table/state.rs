@@ -54,7 +54,7 @@ pub(in crate::actors) struct Pending {
 
 /// An instant as nanoseconds since the queue's [`Epoch`]: 8 bytes in a
 /// task's slot instead of the 16 of an `Instant`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub(in crate::actors) struct Stamp(pub(in crate::actors::queue) u64);
 
 /// The queue's start, which [`Stamp`]s count from, and the last instant
@@ -157,8 +157,10 @@ pub(in crate::actors) struct Counters {
     pub retried: u64,
     pub fallbacks: u64,
     pub hedged: u64,
-    /// Tasks shed by the delay control.
+    /// Tasks shed `Overloaded` (refused at intake, shed after waiting,
+    /// displaced), in all and by class.
     pub shed: u64,
+    pub shed_by_class: [u64; 3],
     pub peak_queued: usize,
 }
 

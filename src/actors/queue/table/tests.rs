@@ -6,16 +6,27 @@ use tokio::time::Instant;
 
 use super::state::Stamp;
 use super::*;
+use crate::algo::codel::Order;
+use crate::algo::priority::Priority;
 use crate::task::{ReplyTx, Task};
 
-fn pending() -> Pending {
-    let job = Arc::new(Task::get("s", "/x").prepare(1, Instant::now()).unwrap());
-    Pending::new(ReplyTx::new(job), Stamp::default())
+fn pending(class: Priority, at: u64) -> Pending {
+    let task = Task::get("s", "/x").priority(class);
+    let job = Arc::new(task.prepare(1, Instant::now()).unwrap());
+    Pending::new(ReplyTx::new(job), Stamp(at))
+}
+
+fn class() -> impl Strategy<Value = Priority> {
+    prop_oneof![
+        Just(Priority::Critical),
+        Just(Priority::Default),
+        Just(Priority::Sheddable)
+    ]
 }
 
 #[derive(Debug, Clone)]
 enum Op {
-    Enter { parked: bool },
+    Enter { parked: bool, class: Priority },
     AdmitParked,
     SendNext,
     AnswerNextReady,
@@ -27,11 +38,12 @@ enum Op {
     Compact,
     SendNewest,
     AnswerOldestReady,
+    Displace(Priority),
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => any::<bool>().prop_map(|parked| Op::Enter { parked }),
+        3 => (any::<bool>(), class()).prop_map(|(parked, class)| Op::Enter { parked, class }),
         1 => Just(Op::AdmitParked),
         3 => Just(Op::SendNext),
         1 => Just(Op::AnswerNextReady),
@@ -43,18 +55,23 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Compact),
         1 => Just(Op::SendNewest),
         1 => Just(Op::AnswerOldestReady),
+        1 => class().prop_map(Op::Displace),
     ]
 }
 
+/// A live task in the model: its state and class.
+type Model = BTreeMap<TaskNo, (State, Priority)>;
+
 /// The counts a model of every live task's state gives.
-fn model_counts(model: &BTreeMap<TaskNo, State>) -> Counts {
+fn model_counts(model: &Model) -> Counts {
     let mut c = Counts::default();
-    for s in model.values() {
+    for (s, class) in model.values() {
         match s {
             State::Waiting => c.parked += 1,
             State::Ready => {
                 c.queued += 1;
                 c.ready += 1;
+                c.ready_in[class.index()] += 1;
             }
             State::Backoff => c.queued += 1,
             State::InFlight => c.in_flight += 1,
@@ -64,59 +81,68 @@ fn model_counts(model: &BTreeMap<TaskNo, State>) -> Counts {
 }
 
 /// The `k`-th live task (mod their number) in `state`, if any.
-fn pick(model: &BTreeMap<TaskNo, State>, state: State, k: usize) -> Option<TaskNo> {
+fn pick(model: &Model, state: State, k: usize) -> Option<TaskNo> {
     let of: Vec<TaskNo> = model
         .iter()
-        .filter(|(_, s)| **s == state)
+        .filter(|(_, (s, _))| *s == state)
         .map(|(no, _)| *no)
         .collect();
     (!of.is_empty()).then(|| of[k % of.len()])
 }
 
 proptest! {
-    /// Whatever happens to the tasks, the counts agree with the states in
-    /// the table, ready and parked tasks come out in their lists' order,
-    /// and every task leaves exactly once.
+    /// Whatever happens to the tasks, the counts (by class too) agree with
+    /// the states in the table, parked tasks come out in arrival order, a
+    /// class's ready tasks at the ends asked for, and every task leaves
+    /// exactly once.
     #[test]
     fn counts_always_agree_and_every_task_leaves_once(ops in proptest::collection::vec(op(), 1..200)) {
         let mut t = TaskTable::default();
-        let mut model: BTreeMap<TaskNo, State> = BTreeMap::new();
+        let mut model: Model = BTreeMap::new();
         let mut entered = 0usize;
         let mut left = 0usize;
+        let mut clock = 0u64;
+        let set = |model: &mut Model, no: TaskNo, s: State| {
+            if let Some(e) = model.get_mut(&no) {
+                e.0 = s;
+            }
+        };
         for op in ops {
+            clock += 1;
             match op {
-                Op::Enter { parked } => {
-                    let no = t.enter(pending(), parked);
+                Op::Enter { parked, class } => {
+                    let no = t.enter(pending(class, clock), parked);
                     let state = if parked { State::Waiting } else { State::Ready };
-                    prop_assert!(model.insert(no, state).is_none());
+                    prop_assert!(model.insert(no, (state, class)).is_none());
                     entered += 1;
                 }
                 Op::AdmitParked => {
-                    let oldest = model.iter().find(|(_, s)| **s == State::Waiting).map(|(no, _)| *no);
+                    let oldest = model.iter().find(|(_, (s, _))| *s == State::Waiting).map(|(no, _)| *no);
                     let got = t.admit_parked();
                     prop_assert_eq!(got, oldest, "the oldest parked task first");
                     if let Some(no) = got {
-                        model.insert(no, State::Ready);
+                        set(&mut model, no, State::Ready);
                     }
                 }
-                Op::SendNext => {
-                    if let Some(no) = t.next_ready() {
-                        prop_assert_eq!(model.get(&no), Some(&State::Ready));
+                Op::SendNext | Op::SendNewest => {
+                    let order = if matches!(op, Op::SendNext) { Order::Fifo } else { Order::Lifo };
+                    if let Some(no) = t.next_ready(order) {
+                        prop_assert_eq!(model.get(&no).map(|e| e.0), Some(State::Ready));
                         prop_assert!(t.send(no).is_some());
-                        model.insert(no, State::InFlight);
+                        set(&mut model, no, State::InFlight);
                     } else {
-                        prop_assert!(!model.values().any(|s| *s == State::Ready));
+                        prop_assert!(!model.values().any(|(s, _)| *s == State::Ready));
                     }
                 }
                 Op::AnswerNextReady => {
-                    if let Some(no) = t.next_ready() {
+                    if let Some(no) = t.next_ready(Order::Fifo) {
                         prop_assert!(t.remove(no).is_some());
-                        prop_assert_eq!(model.remove(&no), Some(State::Ready));
+                        prop_assert_eq!(model.remove(&no).map(|e| e.0), Some(State::Ready));
                         left += 1;
                     }
                 }
                 Op::AnswerNextParked => {
-                    let oldest = model.iter().find(|(_, s)| **s == State::Waiting).map(|(no, _)| *no);
+                    let oldest = model.iter().find(|(_, (s, _))| *s == State::Waiting).map(|(no, _)| *no);
                     let got = t.next_parked();
                     prop_assert_eq!(got, oldest);
                     if let Some(no) = got {
@@ -128,24 +154,26 @@ proptest! {
                 Op::Bounce(k) => {
                     if let Some(no) = pick(&model, State::InFlight, k) {
                         t.bounce(no);
-                        model.insert(no, State::Ready);
-                        // At the front: the next ready task.
-                        prop_assert_eq!(t.next_ready(), Some(no));
+                        set(&mut model, no, State::Ready);
+                        // At the front of its class.
+                        let class = model[&no].1;
+                        prop_assert_eq!(t.oldest_ready_in(class), Some(no));
+                        prop_assert_eq!(t.take_oldest_ready_in(class), Some(no));
                         prop_assert!(t.send(no).is_some());
-                        model.insert(no, State::InFlight);
+                        set(&mut model, no, State::InFlight);
                     }
                 }
                 Op::BackOff(k) => {
                     if let Some(no) = pick(&model, State::InFlight, k) {
                         t.back_off(no);
-                        model.insert(no, State::Backoff);
+                        set(&mut model, no, State::Backoff);
                     }
                 }
                 Op::BackoffOver(k) => {
                     if let Some(no) = pick(&model, State::Backoff, k) {
                         prop_assert!(t.backoff_over(no));
                         prop_assert!(!t.backoff_over(no), "only a backing-off task");
-                        model.insert(no, State::Ready);
+                        set(&mut model, no, State::Ready);
                     }
                 }
                 Op::Answer(k) => {
@@ -159,26 +187,38 @@ proptest! {
                     left += 1;
                 }
                 Op::Compact => t.compact(),
-                Op::SendNewest => {
-                    if let Some(no) = t.next_ready_newest() {
-                        prop_assert_eq!(model.get(&no), Some(&State::Ready));
-                        prop_assert!(t.send(no).is_some());
-                        model.insert(no, State::InFlight);
-                    }
-                }
                 Op::AnswerOldestReady => {
                     if let Some(no) = t.oldest_ready() {
                         prop_assert_eq!(t.oldest_ready(), Some(no), "left on the list");
-                        prop_assert_eq!(t.next_ready(), Some(no));
+                        let class = model[&no].1;
+                        prop_assert_eq!(t.take_oldest_ready_in(class), Some(no));
                         prop_assert!(t.remove(no).is_some());
-                        prop_assert_eq!(model.remove(&no), Some(State::Ready));
+                        prop_assert_eq!(model.remove(&no).map(|e| e.0), Some(State::Ready));
+                        left += 1;
+                    } else {
+                        prop_assert!(!model.values().any(|(s, _)| *s == State::Ready));
+                    }
+                }
+                Op::Displace(class) => {
+                    // Only a ready task of a strictly lower class, the
+                    // least important class first.
+                    let lowest = model
+                        .values()
+                        .filter(|(s, c)| *s == State::Ready && c.index() > class.index())
+                        .map(|(_, c)| c.index())
+                        .max();
+                    let got = t.displaceable(class);
+                    prop_assert_eq!(got.map(|no| model[&no].1.index()), lowest);
+                    if let Some(no) = got {
+                        prop_assert!(t.remove(no).is_some());
+                        model.remove(&no);
                         left += 1;
                     }
                 }
             }
             prop_assert_eq!(t.counts(), model_counts(&model));
             prop_assert_eq!(t.len(), model.len());
-            for (no, s) in &model {
+            for (no, (s, _)) in &model {
                 prop_assert_eq!(t.get(no).map(Pending::state), Some(*s));
             }
         }
@@ -193,4 +233,31 @@ proptest! {
         prop_assert!(t.is_empty());
         prop_assert_eq!(t.counts(), Counts::default());
     }
+}
+
+/// Within one class, ready tasks leave oldest first (FIFO) or newest first
+/// (LIFO), a bounced task at the oldest end; across classes, critical first.
+#[test]
+fn ready_tasks_leave_by_class_then_order() {
+    let mut t = TaskTable::default();
+    let a = t.enter(pending(Priority::Default, 1), false);
+    let b = t.enter(pending(Priority::Default, 2), false);
+    let c = t.enter(pending(Priority::Critical, 3), false);
+    let d = t.enter(pending(Priority::Sheddable, 4), false);
+    assert_eq!(t.counts().ready_from(Priority::Critical), 1);
+    assert_eq!(t.counts().ready_from(Priority::Default), 3);
+    assert_eq!(t.counts().ready_from(Priority::Sheddable), 4);
+    assert_eq!(t.oldest_ready(), Some(a));
+    assert_eq!(t.next_ready(Order::Fifo), Some(c));
+    t.send(c);
+    assert_eq!(t.next_ready(Order::Lifo), Some(b));
+    t.send(b);
+    t.bounce(b);
+    assert_eq!(t.next_ready(Order::Fifo), Some(b));
+    t.send(b);
+    assert_eq!(t.displaceable(Priority::Sheddable), None);
+    assert_eq!(t.displaceable(Priority::Critical), Some(d));
+    assert_eq!(t.next_ready(Order::Fifo), Some(a));
+    t.send(a);
+    assert_eq!(t.next_ready(Order::Fifo), Some(d));
 }
