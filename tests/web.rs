@@ -390,6 +390,77 @@ async fn a_full_queue_is_503_with_retry_after_and_shutdown_is_503() {
     gw.stop().await;
 }
 
+/// With a priority header set, a critical request displaces a sheddable
+/// one from a full queue (answered 503 `overloaded` with `Retry-After`), a
+/// value that is no class is 400, and the header is not forwarded.
+#[actix_rt::test]
+async fn the_priority_header_sets_the_class_and_is_not_forwarded() {
+    let b = Backend::start();
+    b.set_latency(Duration::from_secs(60));
+    let extra = r#""queue":{"capacity":1,"delay":{"enabled":false}}"#;
+    let fwd = ForwardConfig::default()
+        .priority_header(actix_web::http::header::HeaderName::from_static("x-priority"));
+    let gw = Gateway::start(config("round_robin", &[(&b, 1, 1)], extra), fwd.clone());
+    let send = |path: &str, class: &'static str| {
+        let url = gw.url(path);
+        actix_rt::spawn(async move {
+            let mut res = client()
+                .get(url)
+                .insert_header(("x-priority", class))
+                .send()
+                .await
+                .expect("gateway answers");
+            let body = res.body().await.expect("body");
+            (res.status(), res.headers().clone(), body)
+        })
+    };
+    let first = spawn_get(gw.url("/svc/1"));
+    wait_for("the first request at the backend", || b.in_flight() == 1).await;
+    let sheddable = send("/svc/2", "sheddable");
+    let d = gw.dispatcher.clone();
+    for _ in 0..1000 {
+        if d.stats().await.services[0].queue.queued == 1 {
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(10)).await;
+    }
+    let critical = send("/svc/3", "Critical");
+    let (status, headers, body) = sheddable.await.unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(retry_after(&headers), 1);
+    assert_eq!(json(&body)["error"], "overloaded");
+    let q = d.stats().await.services[0].queue.clone();
+    assert_eq!((q.shed, q.shed_by_class.sheddable, q.queued), (1, 1, 1));
+    let (status, _, body) = send("/svc/4", "urgent").await.unwrap();
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(json(&body)["error"], "bad_priority");
+    assert!(json(&body)["message"]
+        .as_str()
+        .unwrap()
+        .contains("unknown priority `urgent`"));
+    d.shutdown(Duration::ZERO).await;
+    for waiting in [first, critical] {
+        let (status, _, _) = waiting.await.unwrap();
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+    gw.stop().await;
+
+    let (url, mirror) = mirror_backend();
+    let gw = Gateway::start(one_node(&url, ""), fwd);
+    let mut res = client()
+        .get(gw.url("/svc/x"))
+        .insert_header(("x-priority", "critical"))
+        .insert_header(("x-other", "kept"))
+        .send()
+        .await
+        .unwrap();
+    let seen = json(&res.body().await.unwrap());
+    assert_eq!(seen["headers"]["x-other"][0], "kept");
+    assert!(seen["headers"].get("x-priority").is_none(), "{seen}");
+    gw.stop().await;
+    mirror.stop(false).await;
+}
+
 #[actix_rt::test]
 async fn invalid_tasks_are_400_and_an_unknown_service_503() {
     let b = Backend::start();

@@ -56,11 +56,20 @@ async fn forward_one(service: &str, req: HttpRequest, body: web::Payload) -> Htt
         }
         Err(_) => return too_large(),
     };
-    let mut task = Task::new(service, req.method().clone(), task_path(&req)).body(body);
+    let priority = match cfg.priority(&req) {
+        Ok(p) => p,
+        Err(msg) => return error(StatusCode::BAD_REQUEST, "bad_priority", &msg, service),
+    };
+    let mut task = Task::new(service, req.method().clone(), task_path(&req))
+        .body(body)
+        .priority(priority);
     match outgoing_headers(&req) {
         Ok(headers) => {
+            let own = cfg.priority_header.as_ref().map(HeaderName::as_str);
             for (k, v) in headers {
-                task = task.header(k, v);
+                if Some(k.as_str()) != own {
+                    task = task.header(k, v);
+                }
             }
         }
         Err(msg) => return error(StatusCode::BAD_REQUEST, "bad_header", &msg, service),

@@ -119,6 +119,7 @@ pub struct ForwardConfig {
     queue_full_retry_after: Duration,
     stream: StreamWhen,
     headers: HeaderLimits,
+    priority_header: Option<HeaderName>,
 }
 
 /// Which forwarded requests are streamed ([`ForwardConfig::stream`]).
@@ -149,6 +150,7 @@ impl Default for ForwardConfig {
             queue_full_retry_after: Duration::from_secs(1),
             stream: StreamWhen::EventStream,
             headers: HeaderLimits::default(),
+            priority_header: None,
         }
     }
 }
@@ -215,6 +217,34 @@ impl ForwardConfig {
     pub fn max_headers(mut self, count: usize) -> Self {
         self.headers.count = count;
         self
+    }
+
+    /// The request header that sets a forwarded task's priority class
+    /// (`critical`, `default` or `sheddable`, any case; see
+    /// [`crate::Priority`]), for example `x-priority`. Off by default: on
+    /// a gateway that faces the public, a client could mark all its
+    /// requests critical, so set it where the callers are trusted (or
+    /// where a proxy in front sets the header). The header is not
+    /// forwarded; a value that is no class is answered 400
+    /// (`bad_priority`), a request without it is `default`.
+    pub fn priority_header(mut self, name: HeaderName) -> Self {
+        self.priority_header = Some(name);
+        self
+    }
+
+    /// The class the request's priority header asks for.
+    fn priority(&self, req: &HttpRequest) -> Result<crate::Priority, String> {
+        let Some(name) = &self.priority_header else {
+            return Ok(crate::Priority::Default);
+        };
+        match req.headers().get(name) {
+            None => Ok(crate::Priority::Default),
+            Some(v) => v
+                .to_str()
+                .map_err(|_| format!("header {name} is not visible ASCII"))?
+                .parse::<crate::Priority>()
+                .map_err(|e| format!("header {name}: {e}")),
+        }
     }
 
     /// Whether `req` is forwarded as a streamed task.
