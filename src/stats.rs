@@ -18,7 +18,7 @@ use serde::Serialize;
 use crate::config::Mode;
 
 /// Everything the dispatcher knows, per service.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 #[non_exhaustive]
 pub struct Stats {
     /// One entry per service.

@@ -27,6 +27,7 @@ struct ServiceTally {
     succeeded: u64,
     failed: u64,
     rejected: u64,
+    overloaded: u64,
     unfinished: u64,
     retries: u64,
     total: Histogram<u64>,
@@ -51,6 +52,7 @@ impl Tally {
                 succeeded: 0,
                 failed: 0,
                 rejected: 0,
+                overloaded: 0,
                 unfinished: 0,
                 retries: 0,
                 total: histogram(),
@@ -61,6 +63,10 @@ impl Tally {
             Outcome::Success(_) => s.succeeded += 1,
             Outcome::Failure(_) => s.failed += 1,
             Outcome::Rejected(Rejection::ShuttingDown) => s.unfinished += 1,
+            Outcome::Rejected(Rejection::Overloaded { .. }) => {
+                s.rejected += 1;
+                s.overloaded += 1;
+            }
             Outcome::Rejected(_) | Outcome::Fallback { .. } => s.rejected += 1,
             // `Outcome` may grow: a kind this summary does not know yet did
             // not succeed.
@@ -101,6 +107,7 @@ impl Tally {
                 succeeded: s.succeeded,
                 failed: s.failed,
                 rejected: s.rejected,
+                overloaded: s.overloaded,
                 unfinished: s.unfinished,
                 success_rate: ratio(s.succeeded, s.tasks),
                 retries: s.retries,
@@ -131,6 +138,7 @@ impl Tally {
             succeeded: sum(|s| s.succeeded),
             failed: sum(|s| s.failed),
             rejected: sum(|s| s.rejected),
+            overloaded: sum(|s| s.overloaded),
             unfinished: sum(|s| s.unfinished),
             invalid: self.invalid,
             services,
@@ -177,6 +185,9 @@ pub struct Report {
     pub failed: u64,
     /// Rejections (fallbacks included).
     pub rejected: u64,
+    /// Of the rejections, tasks shed `overloaded` (the service's queue
+    /// refused or shed them under overload; retry after a while).
+    pub overloaded: u64,
     /// Tasks stopped by the interrupt.
     pub unfinished: u64,
     /// Lines that were not tasks.
@@ -193,6 +204,7 @@ pub struct ServiceReport {
     succeeded: u64,
     failed: u64,
     rejected: u64,
+    overloaded: u64,
     unfinished: u64,
     success_rate: f64,
     retries: u64,
@@ -267,12 +279,13 @@ impl Report {
         let rate = (self.tasks + self.invalid) as f64 / self.elapsed_s.max(1e-9);
         let _ = writeln!(
             out,
-            "\n{} tasks in {:.1} s ({rate:.0}/s): {} ok, {} failed, {} rejected, {} unfinished, {} invalid line(s){}",
+            "\n{} tasks in {:.1} s ({rate:.0}/s): {} ok, {} failed, {} rejected ({} overloaded), {} unfinished, {} invalid line(s){}",
             self.tasks,
             self.elapsed_s,
             self.succeeded,
             self.failed,
             self.rejected,
+            self.overloaded,
             self.unfinished,
             self.invalid,
             if self.interrupted { " (interrupted)" } else { "" }
@@ -280,12 +293,13 @@ impl Report {
         for s in &self.services {
             let _ = writeln!(
                 out,
-                "\nservice {}: {} tasks, {:.2} % ok, {} failed, {} rejected, {} retries",
+                "\nservice {}: {} tasks, {:.2} % ok, {} failed, {} rejected ({} overloaded), {} retries",
                 s.name,
                 s.tasks,
                 s.success_rate * 100.0,
                 s.failed,
                 s.rejected,
+                s.overloaded,
                 s.retries
             );
             let _ = writeln!(
@@ -318,5 +332,33 @@ impl Report {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn overloaded_rejections_are_counted_apart_and_shutdown_as_unfinished() {
+        let mut t = Tally::default();
+        let overloaded = Rejection::Overloaded {
+            retry_after: Duration::from_millis(100),
+        };
+        for outcome in [
+            Outcome::Rejected(overloaded.clone()),
+            Outcome::Rejected(overloaded),
+            Outcome::Rejected(Rejection::QueueFull),
+            Outcome::Rejected(Rejection::ShuttingDown),
+        ] {
+            t.record(&TaskResult::new(1, "svc", outcome));
+        }
+        let r = t.report(&Stats::default(), 1.0, false);
+        assert_eq!((r.tasks, r.rejected, r.overloaded, r.unfinished), (4, 3, 2, 1));
+        let text = r.text();
+        assert!(text.contains("3 rejected (2 overloaded)"), "{text}");
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["services"][0]["overloaded"], 2);
     }
 }
