@@ -32,7 +32,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use actix_dispatch::{Config, Dispatcher, Instant, Task};
+use actix_dispatch::{Config, Dispatcher, Instant, Priority, Task};
 use futures::future::LocalBoxFuture;
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -103,13 +103,15 @@ impl Class {
 }
 
 /// Gives an engine task its priority class: the one place the engine is
-/// told a task's class. The engine has no priority classes yet, so the task
-/// goes unchanged and the class lives only in this bench's bookkeeping
-/// (which every contender shares, so the per-class figures of the peers
-/// and of the engine come from the same labels).
+/// told a task's class. The peers have no classes: for them the label is
+/// only the bench's bookkeeping (the same labels, so the per-class figures
+/// compare).
 fn with_priority(task: Task, class: Class) -> Task {
-    let _ = class;
-    task
+    task.priority(match class {
+        Class::Critical => Priority::Critical,
+        Class::Default => Priority::Default,
+        Class::Sheddable => Priority::Sheddable,
+    })
 }
 
 // === impl Level ===
@@ -681,8 +683,9 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
          {} ms per second. Refused: the engine's rejections, HAProxy's 503 (its queue timeout), \
          tower's Overloaded. The client gives a task up after {:.0} s (the engine keeps it). \
          'Sender lag': how far behind its schedule the client fell at worst (a busy machine \
-         shows here first). 'Unloaded' is each contender's first level at or below 0.5x. The engine has no \
-         priority classes yet: classes are the bench's labels, the same for every contender.",
+         shows here first). 'Unloaded' is each contender's first level at or below 0.5x. The engine is told \
+         each task's class (Task::priority); HAProxy and tower have no classes, so theirs are \
+         only the bench's labels.",
         p.warmup.as_secs_f64(),
         p.slo.as_millis(),
         p.patience.as_secs_f64(),

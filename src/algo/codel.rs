@@ -14,8 +14,9 @@
 //!   (default 100 ms): a queue that never drains in that long is a standing
 //!   queue, not a burst. Now a task that waited longer than `target`
 //!   (default 5 ms) is shed, answered at once with a `retry_after` hint, and
-//!   the newest task is served first (adaptive LIFO): under a standing queue
-//!   the newest task is the one whose caller is most likely still waiting.
+//!   while more tasks wait than the queue sends in a target the newest is
+//!   served first (adaptive LIFO): under a standing queue the newest task
+//!   is the one whose caller is most likely still waiting.
 //! * **Back to calm** once an `interval` has passed with nothing shed and the
 //!   queue has been empty at least once in it (and has not since stayed
 //!   non-empty for a whole interval). The hysteresis keeps a queue that
@@ -72,7 +73,7 @@
 //! assert_eq!(codel.on_queue_len(1, t0), None); // the queue is busy from t0
 //! assert_eq!(codel.on_dequeue(t0, ms(50)), Verdict::Serve); // calm: any wait
 //! assert_eq!(codel.on_queue_len(3, ms(100)), Some(Transition::Entered));
-//! assert_eq!(codel.order(ms(100)), Order::Lifo);
+//! assert_eq!(codel.order(ms(100), 10), Order::Lifo);
 //! assert_eq!(codel.on_dequeue(ms(96), ms(100)), Verdict::Serve); // waited 4 ms
 //! assert_eq!(codel.on_dequeue(ms(90), ms(100)), Verdict::Shed); // waited 10 ms
 //! # }
@@ -275,30 +276,42 @@ impl Codel {
     /// Counts `n` tasks sent at `now`, for the intake bound of
     /// [`admits`](Self::admits).
     pub fn on_sent(&mut self, n: u64, now: Instant) {
-        self.roll(now);
-        self.sent.1 = self.sent.1.saturating_add(n);
+        let (start, current, previous) = self.sent_at(now);
+        self.sent = (Some(start), current.saturating_add(n), previous);
     }
 
     /// How many ready tasks a new task may find ahead of it and still join
     /// at `now`: as many as the queue sends in a `target` at the rate of
     /// the last whole interval (or of this one so far, if higher), at least
     /// one. `None` while calm: no bound.
-    pub fn intake_bound(&mut self, now: Instant) -> Option<usize> {
+    pub fn intake_bound(&self, now: Instant) -> Option<usize> {
+        self.intake_bound_for(now, false)
+    }
+
+    /// As [`intake_bound`](Self::intake_bound), for a `shielded` task
+    /// (see [`on_dequeue_for`](Self::on_dequeue_for)): what is sent in an
+    /// `interval` instead of a target.
+    pub fn intake_bound_for(&self, now: Instant, shielded: bool) -> Option<usize> {
         self.state_at(now)?;
-        self.roll(now);
-        let per_interval = self.sent.1.max(self.sent.2);
-        let target = self.config.target.as_nanos();
+        let (_, current, previous) = self.sent_at(now);
+        let per_interval = current.max(previous);
+        let wait = if shielded {
+            self.config.interval
+        } else {
+            self.config.target
+        };
         let interval = self.config.interval.as_nanos().max(1);
-        let bound = (u128::from(per_interval) * target).div_ceil(interval);
+        let bound = (u128::from(per_interval) * wait.as_nanos()).div_ceil(interval);
         Some(usize::try_from(bound).unwrap_or(usize::MAX).max(1))
     }
 
     /// Whether a new task with `ahead` ready tasks before it joins the
-    /// queue at `now`: always while calm; while overloaded, only within
-    /// [`intake_bound`](Self::intake_bound). A refusal is recorded as a
-    /// shed.
-    pub fn admits(&mut self, ahead: usize, now: Instant) -> bool {
-        match self.intake_bound(now) {
+    /// queue at `now` (`shielded`: less important tasks wait too, see
+    /// [`on_dequeue_for`](Self::on_dequeue_for)): always while calm; while
+    /// overloaded, only within the [intake bound](Self::intake_bound_for).
+    /// A refusal is recorded as a shed.
+    pub fn admits(&mut self, ahead: usize, now: Instant, shielded: bool) -> bool {
+        match self.intake_bound_for(now, shielded) {
             Some(bound) if ahead >= bound => {
                 self.last_shed = Some(self.last_shed.map_or(now, |s| s.max(now)));
                 false
@@ -307,34 +320,41 @@ impl Codel {
         }
     }
 
-    /// Moves the send count's interval on to the one holding `now`.
-    fn roll(&mut self, now: Instant) {
+    /// The send count's interval holding `now` (its start, its count so
+    /// far, the previous interval's count), moved on from the recorded one.
+    fn sent_at(&self, now: Instant) -> (Instant, u64, u64) {
         let interval = self.config.interval;
-        let start = *self.sent.0.get_or_insert(now);
+        let (start, current, previous) = match self.sent {
+            (None, ..) => return (now, 0, 0),
+            (Some(start), c, p) => (start, c, p),
+        };
         let next = time::add(start, interval);
         if now < next {
-            return;
+            return (start, current, previous);
         }
         // The previous interval is the one just before `now`'s: empty if a
         // whole interval passed without a count.
-        self.sent.2 = if now < time::add(next, interval) {
-            self.sent.1
+        let previous = if now < time::add(next, interval) {
+            current
         } else {
             0
         };
-        self.sent.1 = 0;
         let whole = now.saturating_duration_since(start).as_nanos() / interval.as_nanos().max(1);
         let whole = u32::try_from(whole).unwrap_or(u32::MAX);
-        self.sent.0 = Some(time::add(start, time::mul(interval, whole)));
+        (time::add(start, time::mul(interval, whole)), 0, previous)
     }
 
-    /// Which end of the queue to serve at `now`: LIFO while overloaded (when
-    /// `lifo` is on), FIFO otherwise.
-    pub fn order(&self, now: Instant) -> Order {
-        if self.config.lifo && self.state_at(now).is_some() {
-            Order::Lifo
-        } else {
-            Order::Fifo
+    /// Which end of the queue to serve at `now`, with `ready` tasks
+    /// waiting: LIFO while overloaded (when `lifo` is on) with more tasks
+    /// waiting than the [intake bound](Self::intake_bound) lets in, FIFO
+    /// otherwise. Past the bound the queue stands (it built up before the
+    /// overload was seen, or its tasks may not be refused): the newest are
+    /// served and the oldest shed. Within it every task is sent within
+    /// about the target anyway, and oldest first sheds none of them.
+    pub fn order(&self, now: Instant, ready: usize) -> Order {
+        match self.intake_bound(now) {
+            Some(bound) if self.config.lifo && ready > bound => Order::Lifo,
+            _ => Order::Fifo,
         }
     }
 
@@ -343,8 +363,17 @@ impl Codel {
     /// while overloaded, `max_wait` always). A shed is recorded (it keeps
     /// the queue overloaded); `Serve` records nothing.
     pub fn on_dequeue(&mut self, enqueued_at: Instant, now: Instant) -> Verdict {
+        self.on_dequeue_for(enqueued_at, now, false)
+    }
+
+    /// As [`on_dequeue`](Self::on_dequeue), for a task that is
+    /// `shielded`: less important tasks wait too, and are shed first. Such
+    /// a task's bound while overloaded is the `interval`, not the target,
+    /// so that a flood of unimportant tasks does not get important ones
+    /// shed, while a pile-up of important ones is still bounded.
+    pub fn on_dequeue_for(&mut self, enqueued_at: Instant, now: Instant, shielded: bool) -> Verdict {
         let waited = now.saturating_duration_since(enqueued_at);
-        match self.bound(now) {
+        match self.bound_for(now, shielded) {
             Some(bound) if waited > bound => {
                 self.last_shed = Some(self.last_shed.map_or(now, |s| s.max(now)));
                 Verdict::Shed
@@ -356,9 +385,21 @@ impl Codel {
     /// The longest wait served at `now`: `target` while overloaded (or
     /// `max_wait` if shorter), `max_wait` while calm.
     pub fn bound(&self, now: Instant) -> Option<Duration> {
+        self.bound_for(now, false)
+    }
+
+    /// As [`bound`](Self::bound), for a `shielded` task (see
+    /// [`on_dequeue_for`](Self::on_dequeue_for)): the `interval` instead of
+    /// the target while overloaded.
+    pub fn bound_for(&self, now: Instant, shielded: bool) -> Option<Duration> {
         let calm = self.config.max_wait;
         if self.state_at(now).is_some() {
-            Some(calm.map_or(self.config.target, |w| w.min(self.config.target)))
+            let over = if shielded {
+                self.config.interval
+            } else {
+                self.config.target
+            };
+            Some(calm.map_or(over, |w| w.min(over)))
         } else {
             calm
         }
@@ -368,7 +409,12 @@ impl Codel {
     /// shed under the bound of `now`, for the queue's sweep timer. `None`:
     /// no bound applies.
     pub fn expires_at(&self, enqueued_at: Instant, now: Instant) -> Option<Instant> {
-        let bound = self.bound(now)?;
+        self.expires_at_for(enqueued_at, now, false)
+    }
+
+    /// As [`expires_at`](Self::expires_at), for a `shielded` task.
+    pub fn expires_at_for(&self, enqueued_at: Instant, now: Instant, shielded: bool) -> Option<Instant> {
+        let bound = self.bound_for(now, shielded)?;
         // Shed when the wait is strictly longer than the bound.
         Some(time::add(
             time::add(enqueued_at, bound),
@@ -463,7 +509,7 @@ mod tests {
         let t0 = Instant::now();
         let mut c = Codel::new(CodelConfig::default());
         assert_eq!(c.on_queue_len(1, t0), None);
-        assert_eq!(c.order(t0), Order::Fifo);
+        assert_eq!(c.order(t0, 10), Order::Fifo);
         // A burst drains within the interval: nothing is shed.
         assert_eq!(c.on_dequeue(t0, at(t0, 99)), Verdict::Serve);
         assert_eq!(c.on_queue_len(0, at(t0, 99)), None);
@@ -483,12 +529,12 @@ mod tests {
         assert_eq!(c.next_change(), Some(at(t0, 100)));
         let almost = at(t0, 100) - Duration::from_nanos(1);
         assert_eq!(c.poll(almost), None);
-        assert_eq!(c.order(almost), Order::Fifo);
+        assert_eq!(c.order(almost, 10), Order::Fifo);
         assert_eq!(c.on_dequeue(t0, almost), Verdict::Serve);
         assert_eq!(c.poll(at(t0, 100)), Some(Transition::Entered));
         assert_eq!(c.congested(), Some(at(t0, 100)));
         assert_eq!(c.poll(at(t0, 100)), None);
-        assert_eq!(c.order(at(t0, 100)), Order::Lifo);
+        assert_eq!(c.order(at(t0, 100), 10), Order::Lifo);
         // Waited exactly the target: served; a nanosecond more: shed.
         let now = at(t0, 110);
         assert_eq!(c.on_dequeue(at(t0, 105), now), Verdict::Serve);
@@ -535,8 +581,8 @@ mod tests {
         assert_eq!(c.on_queue_len(0, at(t0, 130)), None);
         assert_eq!(c.next_change(), Some(at(t0, 220)));
         assert_eq!(c.poll(at(t0, 219)), None);
-        assert_eq!(c.order(at(t0, 219)), Order::Lifo);
-        assert_eq!(c.order(at(t0, 220)), Order::Fifo);
+        assert_eq!(c.order(at(t0, 219), 10), Order::Lifo);
+        assert_eq!(c.order(at(t0, 220), 10), Order::Fifo);
         assert_eq!(
             c.poll(at(t0, 220)),
             Some(Transition::Left {
@@ -642,7 +688,7 @@ mod tests {
         c.on_queue_len(1, t0);
         c.poll(at(t0, 100));
         assert!(c.congested().is_some());
-        assert_eq!(c.order(at(t0, 100)), Order::Fifo);
+        assert_eq!(c.order(at(t0, 100), 10), Order::Fifo);
         assert_eq!(c.on_dequeue(at(t0, 90), at(t0, 100)), Verdict::Shed);
     }
 
@@ -665,13 +711,13 @@ mod tests {
         c.on_queue_len(5, t0);
         // Calm: no bound, whatever is ahead.
         assert_eq!(c.intake_bound(at(t0, 50)), None);
-        assert!(c.admits(1_000_000, at(t0, 50)));
+        assert!(c.admits(1_000_000, at(t0, 50), false));
         // 200 sent in the first interval: 10 per 5 ms target.
         c.on_sent(200, at(t0, 60));
         assert_eq!(c.poll(at(t0, 100)), Some(Transition::Entered));
         assert_eq!(c.intake_bound(at(t0, 100)), Some(10));
-        assert!(c.admits(9, at(t0, 100)));
-        assert!(!c.admits(10, at(t0, 101)));
+        assert!(c.admits(9, at(t0, 100), false));
+        assert!(!c.admits(10, at(t0, 101), false));
         // The refusal counts as a shed: leaving waits a quiet interval
         // from it.
         c.on_queue_len(0, at(t0, 150));
@@ -683,10 +729,41 @@ mod tests {
         c.on_sent(20, at(t0, 10));
         c.on_sent(400, at(t0, 120));
         assert_eq!(c.intake_bound(at(t0, 120)), Some(20));
+        // Within the bound the queue is served oldest first; past it,
+        // newest first.
+        assert_eq!(c.order(at(t0, 120), 20), Order::Fifo);
+        assert_eq!(c.order(at(t0, 120), 21), Order::Lifo);
+        // A shielded task may find an interval's sends ahead of it.
+        assert_eq!(c.intake_bound_for(at(t0, 120), true), Some(400));
+        assert!(c.admits(399, at(t0, 120), true));
         // A whole interval without a send: the bound falls to one.
         assert_eq!(c.intake_bound(at(t0, 330)), Some(1));
-        assert!(c.admits(0, at(t0, 330)));
-        assert!(!c.admits(1, at(t0, 330)));
+        assert!(c.admits(0, at(t0, 330), false));
+        assert!(!c.admits(1, at(t0, 330), false));
+    }
+
+    #[test]
+    fn a_shielded_task_is_bounded_by_the_interval() {
+        let t0 = Instant::now();
+        let mut c = Codel::new(CodelConfig::default());
+        c.on_queue_len(3, t0);
+        assert_eq!(c.bound_for(at(t0, 50), true), None, "calm: no bound");
+        let now = at(t0, 200);
+        assert_eq!(c.bound_for(now, true), Some(Duration::from_millis(100)));
+        assert_eq!(c.on_dequeue_for(at(t0, 150), now, true), Verdict::Serve);
+        assert_eq!(c.on_dequeue_for(at(t0, 150), now, false), Verdict::Shed);
+        assert_eq!(c.on_dequeue_for(at(t0, 99), now, true), Verdict::Shed);
+        assert_eq!(
+            c.expires_at_for(at(t0, 150), now, true),
+            Some(at(t0, 250) + Duration::from_nanos(1))
+        );
+        // max_wait, when shorter, still bounds it.
+        let mut c = Codel::new(CodelConfig {
+            max_wait: Some(Duration::from_millis(30)),
+            ..CodelConfig::default()
+        });
+        c.on_queue_len(3, t0);
+        assert_eq!(c.bound_for(now, true), Some(Duration::from_millis(30)));
     }
 
     #[test]

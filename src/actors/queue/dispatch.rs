@@ -23,11 +23,12 @@ impl QueueActor {
         // Newest first only while no caller waits on purpose: a patient
         // task (a durable stream's entry, say) is never shed, and under
         // LIFO it could wait behind newer tasks for good.
-        let lifo = self.tasks.counts().patient == 0
+        let c = self.tasks.counts();
+        let lifo = c.patient == 0
             && self
                 .delay
                 .as_ref()
-                .is_some_and(|d| d.order(now) == Order::Lifo);
+                .is_some_and(|d| d.order(now, c.ready) == Order::Lifo);
         let order = if lifo { Order::Lifo } else { Order::Fifo };
         let routed = self.out.routes.len();
         while self.credit > 0 && self.gate == Gate::Open {
@@ -89,12 +90,14 @@ impl QueueActor {
         self.tasks.compact();
     }
 
-    /// Whether the delay control sheds ready task `no` now.
+    /// Whether the delay control sheds ready task `no` now (a task with
+    /// less important ones waiting is shielded: they go first).
     fn sheds(&mut self, no: TaskNo, now: Instant) -> bool {
         let (Some(d), Some(p)) = (self.delay.as_mut(), self.tasks.get(&no)) else {
             return false;
         };
-        !p.patient && d.on_dequeue(self.epoch.at(p.sent_at), now) == Verdict::Shed
+        let shielded = self.tasks.counts().shields(p.job().priority);
+        !p.patient && d.on_dequeue_for(self.epoch.at(p.sent_at), now, shielded) == Verdict::Shed
     }
 
     /// Answers ready task `no` `Overloaded`, shed for `why`.
@@ -168,29 +171,41 @@ impl QueueActor {
     /// a standing queue is shed on time even when no news wakes the queue
     /// (every node full with answers slow to come).
     fn arm_sweep(&mut self, now: Instant, ctx: &mut Context<Self>) {
-        let Some(oldest) = self.tasks.oldest_ready() else {
+        let Some(d) = self.delay.as_ref() else {
             return;
         };
-        let (Some(d), Some(p)) = (self.delay.as_ref(), self.tasks.get(&oldest)) else {
-            return;
-        };
-        if p.patient {
-            return;
+        // The earliest shed among the classes' oldest tasks.
+        let mut first: Option<(Instant, TaskNo)> = None;
+        for class in Priority::ALL {
+            let Some(no) = self.tasks.oldest_ready_in(class) else {
+                continue;
+            };
+            let Some(p) = self.tasks.get(&no).filter(|p| !p.patient) else {
+                continue;
+            };
+            let shielded = self.tasks.counts().shields(class);
+            if let Some(at) = d.expires_at_for(self.epoch.at(p.sent_at), now, shielded) {
+                if first.is_none_or(|(t, _)| at < t) {
+                    first = Some((at, no));
+                }
+            }
         }
-        let shed_at = d.expires_at(self.epoch.at(p.sent_at), now);
-        let next = match (shed_at, d.next_change()) {
+        let next = match (first.map(|f| f.0), d.next_change()) {
             (Some(a), Some(b)) => a.min(b),
             (a, b) => match a.or(b) {
                 Some(t) => t,
                 None => return,
             },
         };
+        let Some(on) = first.map(|f| f.1).or_else(|| self.tasks.oldest_ready()) else {
+            return;
+        };
         // One entry per instant: the pump runs at every turn under load.
         if self.sweep_at.is_some_and(|t| t <= next && t > now) {
             return;
         }
         self.sweep_at = Some(next);
-        self.push_timer(next.max(now), oldest, Timer::Sweep, ctx);
+        self.push_timer(next.max(now), on, Timer::Sweep, ctx);
     }
 
     /// Whether task `no`'s time left is below what an attempt usually

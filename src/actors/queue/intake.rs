@@ -78,12 +78,16 @@ impl QueueActor {
     /// Whether the delay control refuses a new task of `class` at once: the
     /// service is overloaded and more ready tasks are ahead of it (its class
     /// and the more important ones, less what the credit in hand sends now)
-    /// than the queue sends within the target, so it would only wait to be
-    /// shed.
+    /// than the queue sends within the target (within the interval when
+    /// less important tasks wait too: they are shed first), so it would
+    /// only wait to be shed.
     fn refuses_at_intake(&mut self, class: Priority, now: Instant) -> bool {
-        let ahead = self.tasks.counts().ready_from(class);
-        let ahead = ahead.saturating_sub(self.credit);
-        self.delay.as_mut().is_some_and(|d| !d.admits(ahead, now))
+        let c = self.tasks.counts();
+        let ahead = c.ready_from(class).saturating_sub(self.credit);
+        let shielded = c.shields(class);
+        self.delay
+            .as_mut()
+            .is_some_and(|d| !d.admits(ahead, now, shielded))
     }
 
     /// Puts a new task in the table, parked or ready (and its deadline in

@@ -55,6 +55,12 @@ impl Counts {
     pub fn ready_from(&self, class: Priority) -> usize {
         self.ready_in[..=class.index()].iter().sum()
     }
+
+    /// Whether ready tasks of a class less important than `class` wait:
+    /// under overload they are shed before a task of `class`.
+    pub fn shields(&self, class: Priority) -> bool {
+        self.ready_in[class.index() + 1..].iter().any(|&n| n > 0)
+    }
 }
 
 /// Every task of one queue, by number, with its state.
