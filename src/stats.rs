@@ -102,6 +102,9 @@ pub struct QueueStats {
     pub shed: u64,
     /// `shed` by the tasks' priority class.
     pub shed_by_class: ByPriority,
+    /// Of `shed`, those refused at intake (answered at once, without
+    /// waiting in the queue).
+    pub shed_at_intake: u64,
     /// Whether the delay control finds the service overloaded now.
     pub overloaded: bool,
     /// Most tasks ever queued at once.

@@ -398,8 +398,9 @@ async fn the_priority_header_sets_the_class_and_is_not_forwarded() {
     let b = Backend::start();
     b.set_latency(Duration::from_secs(60));
     let extra = r#""queue":{"capacity":1,"delay":{"enabled":false}}"#;
-    let fwd = ForwardConfig::default()
-        .priority_header(actix_web::http::header::HeaderName::from_static("x-priority"));
+    let fwd = ForwardConfig::default().priority_header(
+        actix_web::http::header::HeaderName::from_static("x-priority"),
+    );
     let gw = Gateway::start(config("round_robin", &[(&b, 1, 1)], extra), fwd.clone());
     let send = |path: &str, class: &'static str| {
         let url = gw.url(path);

@@ -53,9 +53,9 @@
 //! Shedding at the target answers a refused task only after it waited the
 //! target, and under a standing queue most of the excess is refused that
 //! way. While overloaded, [`Codel::admits`] refuses a new task at once
-//! instead when more tasks are ahead of it than the queue sends in a
+//! instead when more tasks are ahead of it than the queue sends in half a
 //! `target` at its recent rate ([`Codel::on_sent`] counts the sends, per
-//! `interval`). What is admitted is then sent within about the target, so
+//! `interval`; half, because sends come in bursts). What is admitted is then sent within about the target, so
 //! shedding after the wait becomes rare and the caller of a refused task
 //! learns it in microseconds, not milliseconds. A refusal counts as a shed
 //! (it keeps the queue overloaded).
@@ -281,7 +281,7 @@ impl Codel {
     }
 
     /// How many ready tasks a new task may find ahead of it and still join
-    /// at `now`: as many as the queue sends in a `target` at the rate of
+    /// at `now`: as many as the queue sends in half a `target` at the rate of
     /// the last whole interval (or of this one so far, if higher), at least
     /// one. `None` while calm: no bound.
     pub fn intake_bound(&self, now: Instant) -> Option<usize> {
@@ -295,10 +295,13 @@ impl Codel {
         self.state_at(now)?;
         let (_, current, previous) = self.sent_at(now);
         let per_interval = current.max(previous);
+        // Half the target: sends come in bursts (a backend's workers end
+        // together), so a task admitted with a target's worth ahead would
+        // often wait past it and be shed after all, later.
         let wait = if shielded {
             self.config.interval
         } else {
-            self.config.target
+            self.config.target / 2
         };
         let interval = self.config.interval.as_nanos().max(1);
         let bound = (u128::from(per_interval) * wait.as_nanos()).div_ceil(interval);
@@ -371,7 +374,12 @@ impl Codel {
     /// a task's bound while overloaded is the `interval`, not the target,
     /// so that a flood of unimportant tasks does not get important ones
     /// shed, while a pile-up of important ones is still bounded.
-    pub fn on_dequeue_for(&mut self, enqueued_at: Instant, now: Instant, shielded: bool) -> Verdict {
+    pub fn on_dequeue_for(
+        &mut self,
+        enqueued_at: Instant,
+        now: Instant,
+        shielded: bool,
+    ) -> Verdict {
         let waited = now.saturating_duration_since(enqueued_at);
         match self.bound_for(now, shielded) {
             Some(bound) if waited > bound => {
@@ -413,7 +421,12 @@ impl Codel {
     }
 
     /// As [`expires_at`](Self::expires_at), for a `shielded` task.
-    pub fn expires_at_for(&self, enqueued_at: Instant, now: Instant, shielded: bool) -> Option<Instant> {
+    pub fn expires_at_for(
+        &self,
+        enqueued_at: Instant,
+        now: Instant,
+        shielded: bool,
+    ) -> Option<Instant> {
         let bound = self.bound_for(now, shielded)?;
         // Shed when the wait is strictly longer than the bound.
         Some(time::add(
@@ -712,12 +725,12 @@ mod tests {
         // Calm: no bound, whatever is ahead.
         assert_eq!(c.intake_bound(at(t0, 50)), None);
         assert!(c.admits(1_000_000, at(t0, 50), false));
-        // 200 sent in the first interval: 10 per 5 ms target.
+        // 200 sent in the first interval: 5 per half a 5 ms target.
         c.on_sent(200, at(t0, 60));
         assert_eq!(c.poll(at(t0, 100)), Some(Transition::Entered));
-        assert_eq!(c.intake_bound(at(t0, 100)), Some(10));
-        assert!(c.admits(9, at(t0, 100), false));
-        assert!(!c.admits(10, at(t0, 101), false));
+        assert_eq!(c.intake_bound(at(t0, 100)), Some(5));
+        assert!(c.admits(4, at(t0, 100), false));
+        assert!(!c.admits(5, at(t0, 101), false));
         // The refusal counts as a shed: leaving waits a quiet interval
         // from it.
         c.on_queue_len(0, at(t0, 150));
@@ -728,11 +741,11 @@ mod tests {
         c.on_queue_len(5, t0);
         c.on_sent(20, at(t0, 10));
         c.on_sent(400, at(t0, 120));
-        assert_eq!(c.intake_bound(at(t0, 120)), Some(20));
+        assert_eq!(c.intake_bound(at(t0, 120)), Some(10));
         // Within the bound the queue is served oldest first; past it,
         // newest first.
-        assert_eq!(c.order(at(t0, 120), 20), Order::Fifo);
-        assert_eq!(c.order(at(t0, 120), 21), Order::Lifo);
+        assert_eq!(c.order(at(t0, 120), 10), Order::Fifo);
+        assert_eq!(c.order(at(t0, 120), 11), Order::Lifo);
         // A shielded task may find an interval's sends ahead of it.
         assert_eq!(c.intake_bound_for(at(t0, 120), true), Some(400));
         assert!(c.admits(399, at(t0, 120), true));

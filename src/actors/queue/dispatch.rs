@@ -1,6 +1,7 @@
 //! Handing over: ready tasks go to the balancer while there is credit; a
 //! hedge is sent when its timer fires; a bounce puts a task back.
 
+use super::table::Counts;
 use super::*;
 use crate::algo::codel::{Order, Transition, Verdict};
 use crate::algo::priority::Priority;
@@ -96,7 +97,13 @@ impl QueueActor {
         let (Some(d), Some(p)) = (self.delay.as_mut(), self.tasks.get(&no)) else {
             return false;
         };
-        let shielded = self.tasks.counts().shields(p.job().priority);
+        let shielded = shielded(
+            &self.tasks.counts(),
+            &self.shed_at,
+            p.job().priority,
+            now,
+            d,
+        );
         !p.patient && d.on_dequeue_for(self.epoch.at(p.sent_at), now, shielded) == Verdict::Shed
     }
 
@@ -117,6 +124,8 @@ impl QueueActor {
             .map_or(DISPLACED_RETRY_AFTER, |d| d.retry_after(now));
         self.counters.shed += 1;
         self.counters.shed_by_class[class.index()] += 1;
+        self.shed_at[class.index()] = Some(now);
+        self.counters.shed_at_intake += u64::from(why == Shed::Intake);
         self.metrics.shed(why, class);
         Rejection::Overloaded { retry_after }
     }
@@ -183,7 +192,7 @@ impl QueueActor {
             let Some(p) = self.tasks.get(&no).filter(|p| !p.patient) else {
                 continue;
             };
-            let shielded = self.tasks.counts().shields(class);
+            let shielded = shielded(&self.tasks.counts(), &self.shed_at, class, now, d);
             if let Some(at) = d.expires_at_for(self.epoch.at(p.sent_at), now, shielded) {
                 if first.is_none_or(|(t, _)| at < t) {
                     first = Some((at, no));
@@ -302,6 +311,22 @@ impl QueueActor {
             self.reject(no, reason.clone(), ctx);
         }
     }
+}
+
+/// Whether a task of `class` is shielded under overload: less important
+/// tasks wait now, or were shed within the last interval, so the overload
+/// is being taken out on them first (see `Codel::on_dequeue_for`).
+pub(super) fn shielded(
+    counts: &Counts,
+    shed_at: &[Option<Instant>; 3],
+    class: Priority,
+    now: Instant,
+    delay: &crate::algo::codel::Codel,
+) -> bool {
+    let recent = |t: &Option<Instant>| {
+        t.is_some_and(|t| now.saturating_duration_since(t) <= delay.config().interval)
+    };
+    counts.shields(class) || shed_at[class.index() + 1..].iter().any(recent)
 }
 
 /// The `retry_after` of a task displaced from a full queue when the delay

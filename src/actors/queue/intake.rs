@@ -79,15 +79,16 @@ impl QueueActor {
     /// service is overloaded and more ready tasks are ahead of it (its class
     /// and the more important ones, less what the credit in hand sends now)
     /// than the queue sends within the target (within the interval when
-    /// less important tasks wait too: they are shed first), so it would
-    /// only wait to be shed.
+    /// less important tasks wait or were just shed: they go first), so it
+    /// would only wait to be shed.
     fn refuses_at_intake(&mut self, class: Priority, now: Instant) -> bool {
         let c = self.tasks.counts();
         let ahead = c.ready_from(class).saturating_sub(self.credit);
-        let shielded = c.shields(class);
-        self.delay
-            .as_mut()
-            .is_some_and(|d| !d.admits(ahead, now, shielded))
+        let Some(d) = self.delay.as_mut() else {
+            return false;
+        };
+        let shielded = super::dispatch::shielded(&c, &self.shed_at, class, now, d);
+        !d.admits(ahead, now, shielded)
     }
 
     /// Puts a new task in the table, parked or ready (and its deadline in

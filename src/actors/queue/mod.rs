@@ -104,6 +104,8 @@ pub struct QueueActor {
     delay: Option<crate::algo::codel::Codel>,
     /// When the delay control's sweep timer is set for (see `Timer::Sweep`).
     sweep_at: Option<Instant>,
+    /// The latest shed of each class, most important first.
+    shed_at: [Option<Instant>; 3],
     /// The time of the message being handled, read at most once per message
     /// (clock reads are a measurable share of a task's cost).
     clock: Option<Instant>,
@@ -171,6 +173,7 @@ impl QueueActor {
             latencies: super::hedge::LatencyWindow::new(1024),
             delay: delay_control(&cfg),
             sweep_at: None,
+            shed_at: [None; 3],
             clock: None,
             epoch: Epoch::new(now),
             cfg,
@@ -273,6 +276,7 @@ impl QueueActor {
             hedged: self.counters.hedged,
             shed: self.counters.shed,
             shed_by_class: crate::stats::ByPriority::from_array(self.counters.shed_by_class),
+            shed_at_intake: self.counters.shed_at_intake,
             overloaded: self.delay.as_ref().is_some_and(|d| d.congested().is_some()),
             peak_queued: self.counters.peak_queued as u64,
             capacity: self.cfg.queue.capacity as u64,

@@ -6,8 +6,8 @@ use std::sync::Mutex;
 
 use super::*;
 use crate::actors::inbox::InboxSender;
-use crate::config::Config;
 use crate::algo::priority::Priority;
+use crate::config::Config;
 use crate::outcome::AttemptOutcome;
 
 /// What the queue told its balancer.
@@ -321,6 +321,7 @@ async fn under_overload_new_tasks_are_refused_at_intake_and_critical_go_first() 
     assert_eq!(stats.shed_by_class.default, 4);
     assert_eq!(stats.shed_by_class.sheddable, 1);
     assert_eq!(stats.shed_by_class.critical, 0);
+    assert_eq!(stats.shed_at_intake, 2);
     assert_eq!(stats.queued, 2, "the default and the critical task wait");
     // A slot frees: the critical task goes first.
     let out = seen.lock().unwrap().routes[0].0;
@@ -378,10 +379,12 @@ async fn a_full_queue_sheds_the_least_important_for_a_more_important_task() {
     let mut c2 = submit(&queue, task(Priority::Critical), 6);
     let mut c3 = submit(&queue, task(Priority::Critical), 7);
     settle().await;
-    let got: String = [&mut s1, &mut s2, &mut c1, &mut d1, &mut s3, &mut c2, &mut c3]
-        .into_iter()
-        .map(answered)
-        .collect();
+    let got: String = [
+        &mut s1, &mut s2, &mut c1, &mut d1, &mut s3, &mut c2, &mut c3,
+    ]
+    .into_iter()
+    .map(answered)
+    .collect();
     // c1 displaces s1, d1 displaces s2, s3 finds no room, c2 displaces d1,
     // c3 finds only critical tasks.
     assert_eq!(got, "OO-OF-F");
@@ -392,4 +395,55 @@ async fn a_full_queue_sheds_the_least_important_for_a_more_important_task() {
         (2, 1)
     );
     assert_eq!(stats.queued, 2);
+}
+
+/// While a less important class is being shed, a critical task that waits
+/// past the target is kept: its bound is the interval, so the flood of
+/// sheddable tasks does not get it shed, and a pile-up is still bounded.
+#[actix_rt::test]
+async fn a_critical_task_is_shed_only_past_the_interval_while_sheddable_ones_go() {
+    tokio::time::pause();
+    let (queue, _seen) = start(
+        r#"{"services":[{"name":"svc","timeout":"60s",
+            "endpoints":[{"address":"http://127.0.0.1:9/"}]}]}"#,
+    );
+    queue.news(vec![ToQueue::Credit(1)]);
+    let mut d: Vec<Slot> = (0..2)
+        .map(|i| submit(&queue, Task::get("svc", "/d"), i))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    settle().await;
+    let got: String = d.iter_mut().map(answered).collect();
+    assert_eq!(got, "-O", "overloaded: the standing task is shed");
+    let mut c = submit(
+        &queue,
+        Task::get("svc", "/c").priority(Priority::Critical),
+        10,
+    );
+    let mut s = submit(
+        &queue,
+        Task::get("svc", "/s").priority(Priority::Sheddable),
+        11,
+    );
+    settle().await;
+    assert_eq!(
+        answered(&mut s),
+        'O',
+        "refused at intake, behind the critical task"
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    settle().await;
+    assert_eq!(
+        answered(&mut c),
+        '-',
+        "past the target, within the interval"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    settle().await;
+    assert_eq!(answered(&mut c), 'O', "past the interval");
+    let stats = queue.addr.send(GetQueueStats).await.unwrap();
+    assert_eq!(
+        (stats.shed_by_class.critical, stats.shed_by_class.sheddable),
+        (1, 1)
+    );
 }

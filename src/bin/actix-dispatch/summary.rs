@@ -355,7 +355,10 @@ mod tests {
             t.record(&TaskResult::new(1, "svc", outcome));
         }
         let r = t.report(&Stats::default(), 1.0, false);
-        assert_eq!((r.tasks, r.rejected, r.overloaded, r.unfinished), (4, 3, 2, 1));
+        assert_eq!(
+            (r.tasks, r.rejected, r.overloaded, r.unfinished),
+            (4, 3, 2, 1)
+        );
         let text = r.text();
         assert!(text.contains("3 rejected (2 overloaded)"), "{text}");
         let json = serde_json::to_value(&r).unwrap();

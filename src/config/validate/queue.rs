@@ -40,7 +40,10 @@ pub(super) fn validate(cx: &Ctx<'_>, q: RawQueue) -> Result<QueueConfig, ConfigE
         let field = ["critical", "default", "sheddable"]
             .into_iter()
             .find(|f| m.starts_with(&format!("{f} share")))
-            .map_or_else(|| "queue.priority".to_owned(), |f| format!("queue.priority.{f}"));
+            .map_or_else(
+                || "queue.priority".to_owned(),
+                |f| format!("queue.priority.{f}"),
+            );
         cx.err(field, m.clone())
     })?;
     Ok(QueueConfig {

@@ -161,6 +161,7 @@ pub(in crate::actors) struct Counters {
     /// displaced), in all and by class.
     pub shed: u64,
     pub shed_by_class: [u64; 3],
+    pub shed_at_intake: u64,
     pub peak_queued: usize,
 }
 
