@@ -121,10 +121,73 @@ fn scrape(d: &Dispatcher) -> Vec<Sample> {
         "dispatch_breaker_transitions",
         "dispatch_endpoints",
         "dispatch_rate_limited",
+        "dispatch_shed",
+        "dispatch_concurrency_limit",
     ] {
         assert!(types.contains_key(family), "no # TYPE for {family}\n{text}");
     }
     samples
+}
+
+/// A critical task displacing a sheddable one from a full queue is counted
+/// by reason and class; every other series of the family exists at zero.
+#[actix_rt::test]
+async fn sheds_are_counted_by_reason_and_class() {
+    init_logs();
+    let bs = backends(1);
+    let a = &bs[0];
+    a.set_latency(Duration::from_secs(30));
+    let d = Dispatcher::start(config(
+        "round_robin",
+        &[(a, 1, 1)],
+        r#""queue":{"capacity":1,"delay":{"enabled":false}}"#,
+    ))
+    .unwrap();
+    let held = d.submit(Task::get("svc", "/held"));
+    let held = actix_rt::spawn(held);
+    for _ in 0..1000 {
+        if a.in_flight() == 1 {
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(10)).await;
+    }
+    let low = actix_rt::spawn(
+        d.submit(Task::get("svc", "/low").priority(actix_dispatch::Priority::Sheddable)),
+    );
+    for _ in 0..1000 {
+        if d.stats().await.services[0].queue.queued == 1 {
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(10)).await;
+    }
+    let high = actix_rt::spawn(
+        d.submit(Task::get("svc", "/high").priority(actix_dispatch::Priority::Critical)),
+    );
+    let r = low.await.unwrap();
+    assert!(
+        matches!(
+            r.outcome,
+            actix_dispatch::Outcome::Rejected(actix_dispatch::Rejection::Overloaded { .. })
+        ),
+        "{r:?}"
+    );
+    let s = scrape(&d);
+    let shed = |reason, class| {
+        value(
+            &s,
+            "dispatch_shed_total",
+            &[("service", "svc"), ("reason", reason), ("class", class)],
+        )
+    };
+    assert_eq!(shed("displaced", "sheddable"), 1.0);
+    for reason in ["intake", "queue_delay", "displaced"] {
+        for class in ["critical", "default"] {
+            assert_eq!(shed(reason, class), 0.0, "{reason} {class}");
+        }
+    }
+    assert_eq!(shed("intake", "sheddable"), 0.0);
+    d.shutdown(Duration::ZERO).await;
+    let _ = (held.await, high.await);
 }
 
 #[actix_rt::test]
