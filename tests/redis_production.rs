@@ -534,24 +534,75 @@ fn a_cluster_shares_the_limits_and_follows_a_moved_slot() {
     );
 }
 
-/// The durable stream refuses a Cluster with a clear error (not `MOVED`
-/// at every call).
+/// The durable stream runs on a Cluster: every key of a service's stream
+/// shares its hash tag, so entries enqueued through one master's slot are
+/// read, sent and recorded exactly once, with nothing left pending.
 #[test]
-fn the_stream_says_it_does_not_run_on_a_cluster() {
+fn the_durable_stream_runs_on_a_cluster() {
     let Some(cluster) = RedisCluster::start() else {
         return;
     };
     let backend = Backend::start();
-    let cfg = config(&cluster.url(), r#","cluster":true"#, &backend, "");
-    let e = with_instance(cfg, |d| {
+    let cfg = config(
+        &cluster.url(),
+        r#","cluster":true,"prefix":"cs","timeout":"1s""#,
+        &backend,
+        "",
+    );
+    const N: usize = 40;
+    let stats = with_instance(cfg, |d| {
         Box::pin(async move {
-            d.consume(Default::default())
-                .await
-                .expect_err("refused")
-                .to_string()
+            for i in 0..N {
+                let line = format!(r#"{{"id":"c{i}","service":"svc","path":"/c/{i}"}}"#);
+                let line = actix_dispatch::codec::TaskLine::parse(&line).expect("line");
+                d.enqueue_durable(&line)
+                    .await
+                    .expect("enqueue on a Cluster");
+            }
+            let sc = actix_dispatch::redis::stream::StreamConfig {
+                consumer: "cluster-worker".into(),
+                claim_every: Some(Duration::from_millis(100)),
+                ..Default::default()
+            };
+            d.consume(sc).await.expect("consume on a Cluster");
+            let start = tokio::time::Instant::now();
+            let mut last = None;
+            while start.elapsed() < Duration::from_secs(15) {
+                let st = d
+                    .stats()
+                    .await
+                    .service("svc")
+                    .and_then(|s| s.stream.clone());
+                last = st.clone();
+                if st.is_some_and(|st| st.recorded == N as u64 && st.pending == 0 && st.lag == 0) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            last
         })
     })
     .join()
-    .expect("instance");
-    assert!(e.contains("Redis Cluster"), "{e}");
+    .expect("instance")
+    .expect("stream stats");
+    assert_eq!(stats.recorded, N as u64, "{stats:?}");
+    assert_eq!((stats.pending, stats.lag), (0, 0), "{stats:?}");
+    assert_eq!((stats.dead_lettered, stats.duplicates), (0, 0), "{stats:?}");
+    assert_eq!(backend.hits(), N as u64);
+    // Every key of the stream sits in the slot of its hash tag.
+    let slot = cluster.nodes[0].cli(&["CLUSTER", "KEYSLOT", "{svc}"]);
+    let keys: usize = cluster
+        .nodes
+        .iter()
+        .map(|n| {
+            n.cli(&["CLUSTER", "COUNTKEYSINSLOT", slot.trim()])
+                .trim()
+                .parse::<usize>()
+                .unwrap_or(0)
+        })
+        .sum();
+    assert!(
+        keys >= 2,
+        "the stream and its results share {{svc}}'s slot: {keys}"
+    );
 }

@@ -10,9 +10,12 @@
 //! so a start never waits on Redis. Every script's keys share one hash tag,
 //! so in a Cluster each call goes to the one node owning that slot.
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
 use redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
+use redis::AsyncConnectionConfig;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use std::time::Duration;
@@ -20,11 +23,15 @@ use std::time::Duration;
 use super::members_key;
 use crate::config::RedisConfig;
 
-/// A single Redis or a Cluster. Cheap to clone (both are handles).
+/// A single Redis or a Cluster. Cheap to clone (all are handles).
 #[derive(Clone)]
 pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    /// One multiplexed connection with its own response timeout: the
+    /// durable stream's (its blocking reads need a connection of their own,
+    /// whose timeout outlasts the block).
+    Multiplexed(MultiplexedConnection),
 }
 
 impl Conn {
@@ -59,6 +66,41 @@ impl Conn {
             ConnectionManager::new_lazy_with_config(client, mc).map_err(|e| redacted(cfg, e))?;
         Ok(Conn::Single(conn))
     }
+
+    /// A connection of its own to `cfg`'s Redis (or Cluster) whose calls
+    /// may take up to `response` (a blocking read's block, plus margin).
+    pub async fn dedicated(cfg: &RedisConfig, response: Duration) -> redis::RedisResult<Conn> {
+        let connect = cfg.timeout.max(Duration::from_secs(1));
+        if cfg.cluster {
+            let mut b = ClusterClientBuilder::new([cfg.url.as_str()])
+                .connection_timeout(connect)
+                .response_timeout(response)
+                .retries(2);
+            if let Some(ca) = &cfg.ca {
+                b = b.certs(redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem(&ca.certs)),
+                });
+            }
+            let client = b.build().map_err(|e| redacted(cfg, e))?;
+            let cc = ClusterConfig::new()
+                .set_connection_timeout(connect)
+                .set_response_timeout(response);
+            return client
+                .get_async_connection_with_config(cc)
+                .await
+                .map(Conn::Cluster)
+                .map_err(|e| redacted(cfg, e));
+        }
+        let ac = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connect))
+            .set_response_timeout(Some(response));
+        client(cfg)?
+            .get_multiplexed_async_connection_with_config(&ac)
+            .await
+            .map(Conn::Multiplexed)
+            .map_err(|e| redacted(cfg, e))
+    }
 }
 
 impl ConnectionLike for Conn {
@@ -66,6 +108,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Multiplexed(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -78,6 +121,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Multiplexed(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -85,6 +129,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
+            Conn::Multiplexed(c) => c.get_db(),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
+use crate::redis::conn::Conn;
 use redis::{Script, Value};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -34,7 +34,7 @@ struct Consumer {
     block: Duration,
     done_ttl: Duration,
     capacity: u64,
-    ops: MultiplexedConnection,
+    ops: Conn,
     record: Script,
     counters: Arc<Counters>,
     prom: PromStream,
@@ -129,7 +129,7 @@ impl Consumer {
     /// this consumer's own pending entries, then new ones, with a claim
     /// every `claim_every`. One loop does both, one call at a time, so the
     /// entries held never exceed the credit.
-    async fn read_loop(self: Rc<Self>, mut con: MultiplexedConnection) {
+    async fn read_loop(self: Rc<Self>, mut con: Conn) {
         let mut own: Option<String> = Some("0".into());
         let mut failing = false;
         let mut cursor = "0-0".to_string();
@@ -206,12 +206,7 @@ impl Consumer {
 
     /// Claims up to `free` entries idle longer than `claim_after`
     /// (`XAUTOCLAIM`, resuming at `cursor`) and delivers them.
-    async fn claim(
-        self: &Rc<Self>,
-        con: &mut MultiplexedConnection,
-        free: u64,
-        cursor: &mut String,
-    ) {
+    async fn claim(self: &Rc<Self>, con: &mut Conn, free: u64, cursor: &mut String) {
         let r: redis::RedisResult<Value> = redis::cmd("XAUTOCLAIM")
             .arg(&self.tasks)
             .arg(&self.group)
@@ -251,11 +246,7 @@ impl Consumer {
     /// Delivers entries read before, by their delivery count (`XPENDING`):
     /// those delivered more than `max_deliveries` times go to the dead
     /// letters with their last error.
-    async fn deliver_counted(
-        self: &Rc<Self>,
-        con: &mut MultiplexedConnection,
-        batch: Vec<(String, Fields)>,
-    ) {
+    async fn deliver_counted(self: &Rc<Self>, con: &mut Conn, batch: Vec<(String, Fields)>) {
         if batch.is_empty() {
             return;
         }
@@ -287,7 +278,7 @@ impl Consumer {
     }
 
     /// Reads `XINFO GROUPS` into the lag and pending counters.
-    async fn refresh(&self, con: &mut MultiplexedConnection) {
+    async fn refresh(&self, con: &mut Conn) {
         let r: redis::RedisResult<Value> = redis::cmd("XINFO")
             .arg("GROUPS")
             .arg(&self.tasks)

@@ -77,8 +77,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-use redis::AsyncConnectionConfig;
+use super::conn::Conn;
 use serde::Serialize;
 
 use crate::codec::TaskLine;
@@ -174,7 +173,7 @@ impl Counters {
 #[derive(Default)]
 pub(crate) struct Streams {
     counters: Mutex<HashMap<String, Arc<Counters>>>,
-    producer: tokio::sync::OnceCell<MultiplexedConnection>,
+    producer: tokio::sync::OnceCell<Conn>,
     /// How long [`Streams::settle`] waits at most (the longest of the
     /// consumers' bounds).
     settle_within: Mutex<Duration>,
@@ -287,29 +286,12 @@ fn redacted(redis: &RedisConfig, e: redis::RedisError) -> redis::RedisError {
     (e.kind(), "redis", redis.scrub(&e.to_string())).into()
 }
 
-/// A connection to `redis` (TLS for `rediss://`); errors redacted.
-async fn connect(
-    redis: &RedisConfig,
-    timeout: Duration,
-) -> redis::RedisResult<MultiplexedConnection> {
-    if redis.cluster {
-        return Err((
-            redis::ErrorKind::InvalidClientConfig,
-            "redis",
-            "the durable stream does not run on a Redis Cluster yet (`redis.cluster`); \
-             give it a single Redis"
-                .to_string(),
-        )
-            .into());
-    }
-    let client = super::client(redis)?;
-    let cfg = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(redis.timeout.max(Duration::from_secs(1))))
-        .set_response_timeout(Some(timeout));
-    client
-        .get_multiplexed_async_connection_with_config(&cfg)
-        .await
-        .map_err(|e| redacted(redis, e))
+/// A connection of its own to `redis` (TLS for `rediss://`; a Cluster
+/// when `redis.cluster`: every key of a stream shares its service's hash
+/// tag, so each call and script goes to the one master owning that slot,
+/// `MOVED` and `ASK` followed); errors redacted.
+async fn connect(redis: &RedisConfig, timeout: Duration) -> redis::RedisResult<Conn> {
+    Conn::dedicated(redis, timeout).await
 }
 
 #[cfg(test)]
