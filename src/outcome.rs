@@ -580,6 +580,11 @@ pub enum ErrorKind {
     /// node's fault: under overload tasks wait long in the queue, and
     /// blaming the node for that would open the breakers of healthy nodes.
     Deadline,
+    /// Dropped by the client before it was sent: the node's backend has
+    /// refused most of what it was sent lately (client-side throttling,
+    /// `throttle`). Retried elsewhere like a request not sent, and never
+    /// the node's fault.
+    Throttled,
 }
 
 impl fmt::Display for ErrorKind {
@@ -596,6 +601,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::Tls => "TLS error",
             ErrorKind::Deadline => "cut by the task's deadline",
+            ErrorKind::Throttled => "throttled by the client (the backend refuses most requests)",
         })
     }
 }
@@ -623,7 +629,8 @@ impl AttemptOutcome {
                 | ErrorKind::Body
                 | ErrorKind::Invalid
                 | ErrorKind::Cancelled
-                | ErrorKind::Deadline,
+                | ErrorKind::Deadline
+                | ErrorKind::Throttled,
             ) => false,
         }
     }
@@ -638,7 +645,9 @@ impl AttemptOutcome {
     pub fn is_retryable(&self, idempotent: bool) -> bool {
         match self {
             AttemptOutcome::Status(s) => *s == 429 || *s >= 500,
-            AttemptOutcome::Error(ErrorKind::Connect | ErrorKind::NotSent | ErrorKind::Tls) => true,
+            AttemptOutcome::Error(
+                ErrorKind::Connect | ErrorKind::NotSent | ErrorKind::Tls | ErrorKind::Throttled,
+            ) => true,
             AttemptOutcome::Error(
                 ErrorKind::Timeout | ErrorKind::Reset | ErrorKind::Panicked | ErrorKind::Lost,
             ) => idempotent,

@@ -190,3 +190,54 @@ async fn a_learned_limit_grows_to_what_the_backend_takes() {
     );
     d.shutdown(Duration::from_secs(1)).await;
 }
+
+/// Client-side throttling: against a backend that refuses everything
+/// cheaply (503), the node soon drops most attempts itself (`throttled`,
+/// never sent, never the node's fault), so the backend sees a few of the
+/// tasks; against one that accepts, nothing is throttled.
+#[actix_rt::test]
+async fn a_backend_that_refuses_everything_is_throttled_by_the_client() {
+    init_logs();
+    let refusing = support::Backend::start();
+    refusing.set_status(Some(503));
+    let d = Dispatcher::start(support::cfg::config(
+        "round_robin",
+        &[(&refusing, 1, 10)],
+        r#""throttle":{"k":2,"window":"30s"},"breaker":{"enabled":false},
+           "retry":{"max_retries":0},"balancer":{"seed":7}"#,
+    ))
+    .unwrap();
+    let mut throttled = 0;
+    for i in 0..300 {
+        let r = d.submit(Task::get("svc", format!("/r/{i}"))).await;
+        assert!(!r.is_success());
+        if r.attempts
+            .iter()
+            .any(|a| a.outcome == AttemptOutcome::Error(ErrorKind::Throttled))
+        {
+            throttled += 1;
+        }
+    }
+    let hits = refusing.hits();
+    assert!(hits <= 60, "the backend saw {hits} of 300");
+    assert_eq!(throttled + hits, 300, "every task sent or throttled");
+    let stats = d.stats().await;
+    let node = &stats.service("svc").unwrap().nodes[0];
+    assert_eq!(
+        node.errors, hits,
+        "only the real 503s count against the node"
+    );
+    d.shutdown(Duration::ZERO).await;
+
+    let ok = support::Backend::start();
+    let d = Dispatcher::start(support::cfg::config(
+        "round_robin",
+        &[(&ok, 1, 10)],
+        r#""throttle":{"k":2,"window":"30s"}"#,
+    ))
+    .unwrap();
+    let rs = support::cfg::burst(&d, 100, "ok").await;
+    assert_eq!(rs.iter().filter(|r| r.is_success()).count(), 100);
+    assert_eq!(ok.hits(), 100);
+    d.shutdown(Duration::ZERO).await;
+}

@@ -44,7 +44,7 @@ use crate::algo::ewma::{Ewma, PeakEwma};
 use crate::algo::limiter::TokenBucket;
 use crate::algo::time;
 use crate::config::ServiceConfig;
-use crate::outcome::ErrorKind;
+use crate::outcome::{AttemptOutcome, ErrorKind};
 use crate::transport::{
     ConnectionSettings, HttpRequest, Transport, TransportError, TransportFactory,
 };
@@ -113,6 +113,16 @@ impl NodeActor {
             cancels: HashMap::new(),
             headers,
             last_error: None,
+            throttle: cfg.throttle.clone().map(|c| {
+                use rand::SeedableRng;
+                let rng = match cfg.balancer.seed {
+                    Some(seed) => rand::rngs::SmallRng::seed_from_u64(
+                        seed ^ 0x7468_726f ^ u64::from(spec.id.0),
+                    ),
+                    None => rand::rngs::SmallRng::from_os_rng(),
+                };
+                (crate::algo::throttle::Throttle::new(c, now), rng)
+            }),
             metrics: spec.metrics,
             cfg,
         };
@@ -190,16 +200,41 @@ impl Handler<Dispatches> for NodeActor {
         // One clock read for the batch: they are all sent in this turn.
         let sent = Instant::now();
         let mut refused = Vec::new();
+        let mut throttled = Vec::new();
         let mut at = sent;
         for d in msg.0 {
             at = d.at;
+            if self.core.borrow_mut().throttles(d.at) {
+                throttled.push(throttled_attempt(d.seq, d.hedge));
+                continue;
+            }
             if let Some(r) = self.dispatch(d, sent, ctx) {
                 refused.push(r);
             }
         }
-        if !refused.is_empty() {
-            self.core.borrow().send_report(Vec::new(), refused, 0, at);
+        if !refused.is_empty() || !throttled.is_empty() {
+            self.core.borrow().send_report(throttled, refused, 0, at);
         }
+    }
+}
+
+/// The end of an attempt dropped by client-side throttling: not sent, so
+/// no slot was taken and the task may go to another node.
+fn throttled_attempt(seq: Seq, hedge: bool) -> AttemptEnded {
+    AttemptEnded {
+        seq,
+        hedge,
+        report: AttemptReport {
+            outcome: AttemptOutcome::Error(ErrorKind::Throttled),
+            latency: Duration::ZERO,
+            reply: None,
+            retry_after: None,
+            detail: Some(
+                "dropped by client-side throttling: the backend refused most recent requests"
+                    .into(),
+            ),
+            stream: None,
+        },
     }
 }
 

@@ -378,6 +378,13 @@ pub struct ServiceConfig {
     /// TLS settings of its `https://` endpoints (none by default: the
     /// webpki roots, full verification).
     pub tls: Option<TlsConfig>,
+    /// Client-side throttling of each node (`throttle`, off by default):
+    /// once a node's backend accepts less than `1 / k` of what it is sent
+    /// (429 and 503 are not accepts) over `window`, attempts to it are
+    /// dropped locally with probability `(requests - k·accepts) /
+    /// (requests + 1)`, ending `throttled` (retried elsewhere, never the
+    /// node's fault).
+    pub throttle: Option<crate::algo::throttle::ThrottleConfig>,
     /// Bounds of the learned limits of endpoints with `max_concurrent:
     /// "auto"` (defaults min 1, max 1000, initial 20).
     pub concurrency: crate::algo::concurrency::LearnedLimitConfig,

@@ -60,6 +60,28 @@ pub(crate) struct RawService {
     /// `max_concurrent: "auto"`.
     #[serde(default)]
     pub concurrency: RawConcurrency,
+    /// Client-side throttling of each node (off unless set).
+    #[serde(default)]
+    pub throttle: Option<RawThrottle>,
+}
+
+/// `throttle`: adaptive client-side throttling per node (`algo::throttle`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawThrottle {
+    pub k: f64,
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+}
+
+impl Default for RawThrottle {
+    fn default() -> Self {
+        let c = crate::algo::throttle::ThrottleConfig::default();
+        Self {
+            k: c.k,
+            window: c.window,
+        }
+    }
 }
 
 /// `concurrency`: bounds of a learned limit (`algo::concurrency`).

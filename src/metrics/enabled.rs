@@ -438,7 +438,10 @@ impl PromNode {
             if !matches!(
                 outcome,
                 AttemptOutcome::Error(
-                    ErrorKind::Cancelled | ErrorKind::NotSent | ErrorKind::Deadline
+                    ErrorKind::Cancelled
+                        | ErrorKind::NotSent
+                        | ErrorKind::Deadline
+                        | ErrorKind::Throttled
                 )
             ) {
                 m.duration.observe(latency.as_secs_f64());

@@ -77,7 +77,7 @@ const TASK_KINDS: [(&str, &str); 17] = [
 const OUTCOMES: [&str; 4] = ["success", "failure", "rejected", "fallback"];
 
 /// `class` labels of `dispatch_upstream_requests_total`, in [`class_index`] order.
-const CLASSES: [&str; 16] = [
+const CLASSES: [&str; 17] = [
     "1xx",
     "2xx",
     "3xx",
@@ -94,6 +94,7 @@ const CLASSES: [&str; 16] = [
     "cancelled",
     "tls",
     "deadline",
+    "throttled",
 ];
 
 /// `event` labels of `dispatch_stream_events_total`, in [`StreamEvent`] order.
@@ -206,6 +207,7 @@ fn class_index(outcome: &AttemptOutcome) -> usize {
             ErrorKind::Cancelled => 13,
             ErrorKind::Tls => 14,
             ErrorKind::Deadline => 15,
+            ErrorKind::Throttled => 16,
         },
     }
 }
@@ -278,7 +280,12 @@ impl NodeMetrics {
         self.prom.attempt(outcome, latency);
         if !matches!(
             outcome,
-            AttemptOutcome::Error(ErrorKind::Cancelled | ErrorKind::NotSent | ErrorKind::Deadline)
+            AttemptOutcome::Error(
+                ErrorKind::Cancelled
+                    | ErrorKind::NotSent
+                    | ErrorKind::Deadline
+                    | ErrorKind::Throttled
+            )
         ) {
             self.latency.record(latency);
         }

@@ -17,9 +17,11 @@ use crate::algo::breaker::{Breaker, CallOutcome, Permit};
 use crate::algo::concurrency::{LearnedLimit, SampleKind};
 use crate::algo::ewma::{Ewma, PeakEwma};
 use crate::algo::limiter::TokenBucket;
+use crate::algo::throttle::Throttle;
 use crate::config::{HeaderSet, ServiceConfig};
 use crate::outcome::{AttemptOutcome, ErrorKind};
 use crate::transport::{HttpReply, TransportError};
+use rand::rngs::SmallRng;
 
 /// The node's state, shared by the actor and its attempts in flight.
 pub(super) struct NodeCore {
@@ -56,6 +58,8 @@ pub(super) struct NodeCore {
     pub(super) metrics: crate::metrics::NodeMetrics,
     /// The last attempt that counted against the node, in words.
     pub(super) last_error: Option<Arc<str>>,
+    /// Client-side throttling (`throttle`), and its draws.
+    pub(super) throttle: Option<(Throttle, SmallRng)>,
 }
 
 impl NodeCore {
@@ -153,6 +157,20 @@ impl NodeCore {
                 l.limit()
             );
         }
+    }
+
+    /// Whether client-side throttling drops an attempt about to be sent at
+    /// `now` (it then ends `throttled` without being sent).
+    pub(super) fn throttles(&mut self, now: Instant) -> bool {
+        let Some((t, rng)) = &mut self.throttle else {
+            return false;
+        };
+        let drop = t.should_throttle(rng, now);
+        if drop {
+            self.metrics
+                .attempt(&AttemptOutcome::Error(ErrorKind::Throttled), Duration::ZERO);
+        }
+        drop
     }
 
     /// Checks slots, bucket (before the breaker) and breaker; takes a slot.
@@ -268,6 +286,17 @@ impl NodeCore {
             Err(e) => AttemptOutcome::Error(e.kind),
         };
         self.learn(&outcome, latency, in_flight, now);
+        if let Some((t, _)) = &mut self.throttle {
+            // What the backend took: any answer but pushback. What never
+            // reached it, or says nothing of it, is no request here.
+            match outcome {
+                AttemptOutcome::Status(s) => t.record(s != 429 && s != 503, now),
+                AttemptOutcome::Error(
+                    ErrorKind::Cancelled | ErrorKind::NotSent | ErrorKind::Deadline,
+                ) => {}
+                o => t.record(!o.is_node_failure(), now),
+            }
+        }
         self.metrics.attempt(&outcome, latency);
         // A cancelled hedge says nothing about the node. A request not sent
         // (a keep-alive connection closed under it) and an attempt cut by

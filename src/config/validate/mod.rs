@@ -246,6 +246,7 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
     let fallback = fallback::validate(&cx, raw.fallback)?;
     let health_check = health_check::validate(&cx, raw.health_check)?;
     let hedge = hedge::validate(&cx, raw.hedge)?;
+    let throttle = throttle(&cx, raw.throttle)?;
     Ok(ServiceConfig {
         name: name.clone(),
         mode,
@@ -265,7 +266,31 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
         headers,
         tls,
         concurrency,
+        throttle,
     })
+}
+
+/// `throttle`: client-side throttling per node; the error names the field.
+fn throttle(
+    cx: &Ctx<'_>,
+    raw: Option<crate::config::raw::RawThrottle>,
+) -> Result<Option<crate::algo::throttle::ThrottleConfig>, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    let c = crate::algo::throttle::ThrottleConfig {
+        k: raw.k,
+        window: raw.window,
+    };
+    c.validate().map_err(|m| {
+        let field = if m.starts_with("window") {
+            "throttle.window"
+        } else {
+            "throttle.k"
+        };
+        cx.err(field, m.clone())
+    })?;
+    Ok(Some(c))
 }
 
 /// `concurrency`: the bounds of learned limits (`max_concurrent: "auto"`).

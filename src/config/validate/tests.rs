@@ -198,6 +198,30 @@ fn priority_shares_default_and_are_checked_by_field() {
 }
 
 #[test]
+fn throttle_is_off_by_default_and_checked_by_field() {
+    let cfg =
+        Config::from_json(r#"{"services":[{"name":"a","endpoints":[{"address":"http://h/"}]}]}"#)
+            .unwrap();
+    assert_eq!(cfg.services[0].throttle, None);
+    let on = Config::from_json(
+        r#"{"services":[{"name":"a","throttle":{},"endpoints":[{"address":"http://h/"}]}]}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        on.services[0].throttle,
+        Some(crate::algo::throttle::ThrottleConfig::default())
+    );
+    let e = err(
+        r#"{"services":[{"name":"a","throttle":{"k":0.5},"endpoints":[{"address":"http://h/"}]}]}"#,
+    );
+    assert!(e.contains("field `throttle.k`"), "{e}");
+    let e = err(
+        r#"{"services":[{"name":"a","throttle":{"window":"0s"},"endpoints":[{"address":"http://h/"}]}]}"#,
+    );
+    assert!(e.contains("throttle.window") || e.contains("window"), "{e}");
+}
+
+#[test]
 fn queue_delay_control_is_on_by_default_and_checked_by_field() {
     let cfg =
         Config::from_json(r#"{"services":[{"name":"a","endpoints":[{"address":"http://h/"}]}]}"#)
