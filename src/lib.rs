@@ -47,6 +47,7 @@
 //!
 //! What a user needs is at the crate root: [`Dispatcher`] and its
 //! [`DispatcherBuilder`], [`Config`] and its parts, [`Task`], [`TaskResult`],
+//! a [`Lease`] of an endpoint for the caller's own client ([`lease`]),
 //! [`Outcome`], [`Rejection`], the errors ([`ConfigError`], [`StartError`],
 //! [`PoolError`]), the stats types, the JSONL wire form ([`codec`]), and,
 //! behind their cargo features, the `web` gateway and `metrics` modules.
@@ -79,6 +80,7 @@ mod algo;
 pub mod codec;
 pub mod config;
 mod dispatcher;
+pub mod lease;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 #[cfg(not(feature = "metrics"))]
@@ -108,6 +110,7 @@ pub use dispatcher::DrillTarget;
 pub use dispatcher::{
     Dispatcher, DispatcherBuilder, ReloadReport, ShutdownReport, StartError, Submission, Unfinished,
 };
+pub use lease::{Lease, LeaseOptions, LeaseOut, LeaseOutcome, LeaseStats};
 pub use outcome::{
     Attempt, AttemptOutcome, BodyStream, ErrorKind, FailReason, Failure, Outcome, Protocol,
     Rejection, Response, StreamError, TaskResult,

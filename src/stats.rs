@@ -52,6 +52,10 @@ pub struct ServiceStats {
     pub queue: QueueStats,
     /// The nodes, in pool order.
     pub nodes: Vec<NodeStats>,
+    /// The service's leases ([`crate::Dispatcher::lease`]). A lease is
+    /// also a task in the queue's counters: submitted, and succeeded once
+    /// it is handed out.
+    pub leases: crate::lease::LeaseStats,
     /// The durable task stream, when this instance consumes it
     /// ([`crate::Dispatcher::consume`]).
     #[cfg(feature = "redis")]

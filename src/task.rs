@@ -86,6 +86,8 @@ struct Extra {
     affinity: Option<String>,
     priority: Option<Priority>,
     build_error: Option<String>,
+    /// A lease's task: where its node puts the lease.
+    lease: Option<std::sync::Arc<crate::lease::LeaseHand>>,
 }
 
 impl Message for Task {
@@ -212,6 +214,26 @@ impl Task {
     /// Whether the answer is streamed ([`Task::stream`]).
     pub fn is_stream(&self) -> bool {
         self.req.is_stream()
+    }
+
+    /// The task of a lease ([`crate::Dispatcher::lease`]): no request, its
+    /// node puts the lease in `hand`. Not idempotent, so never hedged.
+    pub(crate) fn lease(
+        service: &str,
+        hand: std::sync::Arc<crate::lease::LeaseHand>,
+        opts: crate::lease::LeaseOptions,
+    ) -> Task {
+        let mut t = Task::get(service, "/");
+        let x = t.extra_mut();
+        x.lease = Some(hand);
+        x.idempotent = Some(false);
+        x.affinity = opts.affinity;
+        x.deadline = match (opts.deadline, opts.deadline_in) {
+            (Some(at), _) => Some(Deadline::At(at)),
+            (None, Some(d)) => Some(Deadline::After(d)),
+            (None, None) => None,
+        };
+        t.priority(opts.priority)
     }
 
     /// The service it is for.
@@ -356,6 +378,11 @@ impl Request {
     /// The task's class ([`Task::priority`]).
     pub(crate) fn priority(&self) -> Priority {
         self.extra().and_then(|x| x.priority).unwrap_or_default()
+    }
+
+    /// A lease's hand, when this is a lease's task.
+    pub(crate) fn lease(&self) -> Option<&crate::lease::LeaseHand> {
+        self.extra().and_then(|x| x.lease.as_deref())
     }
 
     /// The per-attempt timeout set on the task, if any.

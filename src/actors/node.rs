@@ -16,6 +16,10 @@
 //! through the balancer's inbox ([`super::inbox`]): the nodes that finish in
 //! the same turn wake the balancer with one message between them.
 //!
+//! A lease's task ([`crate::Dispatcher::lease`], module `lease`) makes no
+//! attempt: the node lends the endpoint to the caller, and the slot stays
+//! taken until the lease is returned.
+//!
 //! A streamed attempt ([`crate::Task::stream`], module `stream`) runs as a
 //! task of its own (it lives as long as its body) and reports
 //! twice: its head (carrying the body's stream; the slot stays taken) and
@@ -58,6 +62,8 @@ pub struct NodeActor {
     attempts: attempts::Attempts,
     /// The driver's list of attempts finished in a turn (kept for its room).
     finished: Vec<attempts::Finished>,
+    /// What every lease of this node lends (made at the first lease).
+    lending: Option<Arc<crate::lease::Endpoint>>,
 }
 
 /// What a node is built from.
@@ -132,6 +138,7 @@ impl NodeActor {
             transport: None,
             attempts: Default::default(),
             finished: Vec::new(),
+            lending: None,
         }
     }
 
@@ -255,6 +262,11 @@ impl NodeActor {
         let Ok(permit) = core.admit(msg.bypass_breaker, now) else {
             return Some((msg.seq, msg.hedge));
         };
+        if let Some(hand) = msg.job.task.lease() {
+            drop(core);
+            self.lend(&msg, hand, permit, sent, ctx);
+            return None;
+        }
         let job = msg.job;
         let timeout = job.task.attempt_timeout().unwrap_or(core.cfg.timeout);
         let task_deadline = job.deadline;
@@ -358,6 +370,7 @@ impl ActorFuture<NodeActor> for Drive {
 
 mod attempts;
 mod core;
+pub(crate) mod lease;
 mod retry_after;
 mod stream;
 

@@ -219,8 +219,13 @@ pub(crate) struct NodeReport {
     /// Dispatches the node refused (the balancer's view was stale): no
     /// attempt was made, the tasks go back to the queue's front.
     pub refused: Vec<(Seq, bool)>,
+    /// Of `done`, the leases handed out ([`crate::Dispatcher::lease`]):
+    /// their tasks are answered, their slots stay taken until the leases
+    /// are returned (counted in `streams_ended` then).
+    pub leased: u32,
     /// Streamed bodies that ended (read whole, broken, over the limit, or
-    /// dropped by their reader): the slots their attempts held are free.
+    /// dropped by their reader) and leases returned: the slots they held
+    /// are free.
     pub streams_ended: u32,
     pub load: LoadReport,
     /// When it ended (the node reads the clock once per turn).

@@ -7,7 +7,8 @@
 //! The handle's work is split by concern: [`DispatcherBuilder`] and the start
 //! (`builder.rs`), submitting and feeding tasks and the [`Submission`] future
 //! (`submit.rs`), runtime pool changes and [`Dispatcher::reload`]
-//! (`pool.rs`), [`Dispatcher::shutdown`] (`shutdown.rs`) and the durable task
+//! (`pool.rs`), [`Dispatcher::lease`] (`lease.rs`), [`Dispatcher::shutdown`]
+//! (`shutdown.rs`) and the durable task
 //! streams (`stream.rs`, feature `redis`). This file holds the handle's
 //! state, the start and rebuild of one pipeline, and the observers.
 
@@ -24,6 +25,7 @@ use crate::task::Task;
 use crate::transport::TransportFactory;
 
 mod builder;
+mod lease;
 mod pool;
 mod shutdown;
 #[cfg(feature = "redis")]
@@ -47,6 +49,8 @@ pub(crate) struct ServiceHandle {
     pub balancer: Addr<BalancerActor>,
     /// Set once a rebuild of this (dead) pipeline is under way.
     pub rebuilding: AtomicBool,
+    /// The service's leases ([`Dispatcher::lease`]).
+    pub leases: Arc<crate::lease::LeaseBook>,
 }
 
 impl ServiceHandle {
@@ -142,6 +146,10 @@ impl Dispatcher {
                 inbox,
                 balancer,
                 rebuilding: AtomicBool::new(false),
+                leases: Arc::new(crate::lease::LeaseBook::new(
+                    name.as_str().into(),
+                    self.inner.metrics.leases(&name),
+                )),
             }),
         );
         let mut order = self.inner.order.write().expect("lock");
@@ -226,6 +234,7 @@ impl Dispatcher {
                 mode: h.cfg.mode,
                 queue,
                 nodes,
+                leases: h.leases.stats(),
                 #[cfg(feature = "redis")]
                 stream: self.inner.streams.stats(&h.cfg.name),
             });

@@ -19,6 +19,23 @@ impl Families {
     pub(crate) fn stream(&self, _service: &str) -> PromStream {
         PromStream
     }
+    pub(crate) fn leases(&self, _service: &str) -> PromLeases {
+        PromLeases
+    }
+}
+
+#[derive(Clone, Default)]
+pub(crate) struct PromLeases;
+
+impl PromLeases {
+    #[inline(always)]
+    pub(crate) fn granted(&self, _out: usize) {}
+    #[inline(always)]
+    pub(crate) fn out(&self, _out: usize) {}
+    #[inline(always)]
+    pub(crate) fn outcome(&self, _outcome: Option<&AttemptOutcome>) {}
+    #[inline(always)]
+    pub(crate) fn cancelled(&self) {}
 }
 
 #[derive(Clone, Default)]

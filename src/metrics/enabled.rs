@@ -42,6 +42,8 @@ pub(crate) struct Families {
     shed: Family<Labels, Counter>,
     stream_entries: Family<Labels, Gauge>,
     stream_events: Family<Labels, Counter>,
+    leases: Family<Labels, Counter>,
+    leases_out: Family<Labels, Gauge>,
     /// Off: every handle is a no-op (benchmarks compare both in one run).
     enabled: bool,
 }
@@ -67,6 +69,8 @@ impl Default for Families {
             shed: Family::default(),
             stream_entries: Family::default(),
             stream_events: Family::default(),
+            leases: Family::default(),
+            leases_out: Family::default(),
         }
     }
 }
@@ -164,6 +168,40 @@ impl Families {
             "Durable stream entries of this instance by event (read, claimed, recorded, duplicate, failed, dead_lettered)",
             self.stream_events.clone(),
         );
+        self.register_leases(r);
+    }
+
+    /// Registered with the others, kept apart for their length.
+    fn register_leases(&self, r: &mut Registry) {
+        r.register(
+            "leases",
+            "Leases of a service's endpoints by event: granted, the outcomes reported (success, failure, ignored), and cancelled (dropped without an outcome)",
+            self.leases.clone(),
+        );
+        r.register(
+            "leases_out",
+            "Leases of a service's endpoints held now",
+            self.leases_out.clone(),
+        );
+    }
+
+    /// The lease series of `service`, created at zero.
+    pub(crate) fn leases(&self, service: &str) -> PromLeases {
+        if !self.enabled {
+            return PromLeases(None);
+        }
+        let s = svc(service);
+        PromLeases(Some(Arc::new(LeasesInner {
+            events: LEASE_EVENTS
+                .iter()
+                .map(|e| {
+                    self.leases
+                        .get_or_create(&with(s.clone(), "event", e))
+                        .clone()
+                })
+                .collect(),
+            out: self.leases_out.get_or_create(&s).clone(),
+        })))
     }
 
     /// The durable stream series of `service` (feature `redis`).
@@ -411,6 +449,47 @@ impl PromService {
                 .get_or_create(&with(svc(&m.service), "scope", "node"))
                 .clone(),
         })))
+    }
+}
+
+struct LeasesInner {
+    /// In [`LEASE_EVENTS`] order.
+    events: Vec<Counter>,
+    out: Gauge,
+}
+
+/// One service's lease series.
+#[derive(Clone, Default)]
+pub(crate) struct PromLeases(Option<Arc<LeasesInner>>);
+
+impl PromLeases {
+    /// A lease handed out; `out` are held now.
+    pub(crate) fn granted(&self, out: usize) {
+        if let Some(m) = &self.0 {
+            m.events[0].inc();
+            m.out.set(i64::try_from(out).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// A lease returned; `out` are held now.
+    pub(crate) fn out(&self, out: usize) {
+        if let Some(m) = &self.0 {
+            m.out.set(i64::try_from(out).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// An outcome reported (`None`: ignored).
+    pub(crate) fn outcome(&self, outcome: Option<&AttemptOutcome>) {
+        if let Some(m) = &self.0 {
+            m.events[lease_outcome_index(outcome)].inc();
+        }
+    }
+
+    /// A lease dropped without an outcome.
+    pub(crate) fn cancelled(&self) {
+        if let Some(m) = &self.0 {
+            m.events[4].inc();
+        }
     }
 }
 

@@ -20,7 +20,8 @@
 //! retry, a hedge and a retry refused by the budget, and after each message
 //! (queue depth); the node per attempt (class and duration, in flight), on a
 //! bucket refusal, and on each breaker transition; the balancer on each
-//! refresh of its view (endpoints by state). A scrape only reads atomics, so
+//! refresh of its view (endpoints by state); a lease when it is handed out,
+//! reports an outcome and is returned (leases by event, leases out). A scrape only reads atomics, so
 //! prometheus-client's synchronous encoder never waits on an actor. The
 //! handles are `Arc`-shared atomics, so nodes on other threads
 //! (`node_threads`) update them safely.
@@ -135,6 +136,18 @@ pub(crate) enum Shed {
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 const SHED_REASONS: [&str; 3] = ["intake", "queue_delay", "displaced"];
 
+/// `event` labels of `dispatch_leases_total`.
+const LEASE_EVENTS: [&str; 5] = ["granted", "success", "failure", "ignored", "cancelled"];
+
+/// Index in [`LEASE_EVENTS`] of an outcome a lease reported (`None`: ignored).
+fn lease_outcome_index(outcome: Option<&AttemptOutcome>) -> usize {
+    match outcome {
+        Some(o) if o.is_success() => 1,
+        Some(_) => 2,
+        None => 3,
+    }
+}
+
 /// Breaker states, in [`state_index`] order.
 const STATES: [&str; 3] = ["closed", "open", "half_open"];
 
@@ -221,10 +234,10 @@ fn state_index(s: &BreakerState) -> usize {
     }
 }
 
-#[cfg(not(feature = "metrics"))]
-pub(crate) use disabled::Families;
 #[cfg(all(not(feature = "metrics"), feature = "redis"))]
 pub(crate) use disabled::PromStream;
+#[cfg(not(feature = "metrics"))]
+pub(crate) use disabled::{Families, PromLeases};
 #[cfg(not(feature = "metrics"))]
 use disabled::{PromNode, PromService};
 
@@ -300,12 +313,12 @@ impl std::ops::Deref for NodeMetrics {
 }
 #[cfg(all(feature = "metrics", feature = "web"))]
 pub use enabled::serve;
-#[cfg(feature = "metrics")]
-pub(crate) use enabled::Families;
 #[cfg(all(feature = "metrics", feature = "redis"))]
 pub(crate) use enabled::PromStream;
 #[cfg(feature = "metrics")]
 pub use enabled::{encode, encode_as, CONTENT_TYPE};
+#[cfg(feature = "metrics")]
+pub(crate) use enabled::{Families, PromLeases};
 #[cfg(feature = "metrics")]
 use enabled::{PromNode, PromService};
 #[cfg(feature = "metrics")]
@@ -349,5 +362,8 @@ mod tests {
             "not_sent"
         );
         assert_eq!(STATES[state_index(&BreakerState::HalfOpen)], "half_open");
+        let ok = AttemptOutcome::Status(204);
+        assert_eq!(LEASE_EVENTS[lease_outcome_index(Some(&ok))], "success");
+        assert_eq!(LEASE_EVENTS[lease_outcome_index(None)], "ignored");
     }
 }

@@ -47,7 +47,12 @@ impl AwcTransport {
     /// default [`ConnectionSettings`].
     pub fn new(connect_timeout: Duration) -> Self {
         let counts = Rc::<Counts>::default();
-        let client = client(connect_timeout, &ConnectionSettings::default(), &counts);
+        let client = client(
+            connect_timeout,
+            &ConnectionSettings::default(),
+            &counts,
+            None,
+        );
         Self {
             client: RefCell::new(client),
             connect_timeout,
@@ -56,10 +61,24 @@ impl AwcTransport {
     }
 }
 
+/// A client for a lease's caller ([`crate::Lease::client`]): connected as
+/// the engine's (TLS, keep-alive, connection age, no redirects), with the
+/// endpoint's configured headers on every request and `timeout` per request.
+pub(crate) fn caller_client(
+    settings: &ConnectionSettings,
+    timeout: Duration,
+    headers: &crate::config::HeaderSet,
+) -> awc::Client {
+    client(timeout, settings, &Rc::default(), Some((headers, timeout)))
+}
+
+/// The engine's client (`caller`: `None`), or a lease caller's (its
+/// default headers and request timeout).
 fn client(
     connect_timeout: Duration,
     settings: &ConnectionSettings,
     counts: &Rc<Counts>,
+    caller: Option<(&crate::config::HeaderSet, Duration)>,
 ) -> awc::Client {
     let tcp = WatchedConnector::new(
         actix_tls::connect::Connector::new(Resolver::default()).service(),
@@ -78,18 +97,25 @@ fn client(
     };
     // No awc timeout: the node bounds every attempt (head and body) with
     // one timer of its own, so each request costs one timer, not two.
-    awc::Client::builder()
+    let builder = awc::Client::builder()
         .disable_redirects()
-        .disable_timeout()
-        .connector(connector)
-        .finish()
+        .connector(connector);
+    match caller {
+        None => builder.disable_timeout().finish(),
+        Some((headers, timeout)) => headers
+            .iter()
+            .fold(builder.timeout(timeout), |b, h| {
+                b.add_default_header((h.name.clone(), h.value.expose().clone()))
+            })
+            .finish(),
+    }
 }
 
 // Each method boxes one future: the exchange up to the head is inlined in
 // it, not boxed on its own.
 impl Transport for AwcTransport {
     fn configure(&self, settings: &ConnectionSettings) {
-        *self.client.borrow_mut() = client(self.connect_timeout, settings, &self.counts);
+        *self.client.borrow_mut() = client(self.connect_timeout, settings, &self.counts, None);
     }
 
     fn send(&self, req: HttpRequest) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {

@@ -113,6 +113,7 @@ mod awc;
 mod tls;
 mod watch;
 
+pub(crate) use self::awc::caller_client;
 pub use self::awc::AwcTransport;
 
 /// One HTTP request of one attempt.

@@ -28,6 +28,7 @@ impl BalancerActor {
             node,
             done,
             refused,
+            leased,
             streams_ended,
             load,
             at,
@@ -46,8 +47,9 @@ impl BalancerActor {
                 self.done_working(*seq, node);
             }
         }
+        // (A lease handed out is no call: nothing for the shared breaker.)
         #[cfg(feature = "redis")]
-        if self.shared.is_some() {
+        if self.shared.is_some() && leased == 0 {
             for d in &done {
                 self.shared_completed(i, Some(&d.report.outcome), &load, now);
             }
@@ -56,9 +58,10 @@ impl BalancerActor {
             }
         }
         let address = self.nodes.node(i).address.clone();
-        // A streamed answer's head keeps its slot until its body ends.
-        let heads = done.iter().filter(|d| d.report.stream.is_some()).count();
-        let freed = (done.len() - heads + refused.len()) as u32 + streams_ended;
+        // A streamed answer's head keeps its slot until its body ends, a
+        // lease handed out until it is returned.
+        let heads = done.iter().filter(|d| d.report.stream.is_some()).count() + leased as usize;
+        let freed = (done.len().saturating_sub(heads) + refused.len()) as u32 + streams_ended;
         // Every attempt that ended frees its slot; one report for them all.
         self.free_slots(i, freed, Some(load), now);
         self.pass_on(node, address, at, done, refused, ctx);

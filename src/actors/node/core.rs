@@ -109,6 +109,7 @@ impl NodeCore {
             node: self.id,
             done,
             refused,
+            leased: 0,
             streams_ended,
             load: self.report(now),
             at: now,
@@ -237,6 +238,53 @@ impl NodeCore {
         }
     }
 
+    /// Accounts what one call that ended says about the node (an attempt,
+    /// or an outcome a lease reported): the learned limit, the metrics,
+    /// totals, EWMAs and breaker, and the last error. `in_flight` counts
+    /// the call; `detail` is its error in words.
+    pub(super) fn account(
+        &mut self,
+        outcome: &AttemptOutcome,
+        permit: Option<Permit>,
+        latency: Duration,
+        in_flight: u32,
+        detail: Option<&Arc<str>>,
+        now: Instant,
+    ) {
+        self.learn(outcome, latency, in_flight, now);
+        if let Some((t, _)) = &mut self.throttle {
+            // What the backend took: any answer but pushback. What never
+            // reached it, or says nothing of it, is no request here.
+            match *outcome {
+                AttemptOutcome::Status(s) => t.record(s != 429 && s != 503, now),
+                AttemptOutcome::Error(
+                    ErrorKind::Cancelled | ErrorKind::NotSent | ErrorKind::Deadline,
+                ) => {}
+                o => t.record(!o.is_node_failure(), now),
+            }
+        }
+        self.metrics.attempt(outcome, latency);
+        // A cancelled hedge says nothing about the node. A request not sent
+        // (a keep-alive connection closed under it) and an attempt cut by
+        // its task's deadline count as attempts but say nothing about the
+        // node's health either: no latency, no error rate, no breaker record
+        // (a probe's permit left unrecorded ends at the probe deadline, the
+        // breaker's safe side). A deadline is the task's, never the node's:
+        // under overload tasks wait in the queue, and counting their cut
+        // attempts as timeouts would open the breakers of healthy nodes.
+        match outcome {
+            AttemptOutcome::Error(ErrorKind::NotSent | ErrorKind::Deadline) => self.total += 1,
+            AttemptOutcome::Error(ErrorKind::Cancelled) => {}
+            _ => self.record_health(outcome, permit, latency, now),
+        }
+        if outcome.is_node_failure() {
+            self.last_error = Some(match detail {
+                Some(d) => format!("{outcome}: {d}").into(),
+                None => outcome.to_string().into(),
+            });
+        }
+    }
+
     /// Accounts the attempts that finished in one turn (at `now`) and
     /// reports them in one message.
     pub(super) fn finish_all(&mut self, finished: &mut Vec<attempts::Finished>, now: Instant) {
@@ -285,32 +333,6 @@ impl NodeCore {
             Ok(r) => AttemptOutcome::Status(r.status),
             Err(e) => AttemptOutcome::Error(e.kind),
         };
-        self.learn(&outcome, latency, in_flight, now);
-        if let Some((t, _)) = &mut self.throttle {
-            // What the backend took: any answer but pushback. What never
-            // reached it, or says nothing of it, is no request here.
-            match outcome {
-                AttemptOutcome::Status(s) => t.record(s != 429 && s != 503, now),
-                AttemptOutcome::Error(
-                    ErrorKind::Cancelled | ErrorKind::NotSent | ErrorKind::Deadline,
-                ) => {}
-                o => t.record(!o.is_node_failure(), now),
-            }
-        }
-        self.metrics.attempt(&outcome, latency);
-        // A cancelled hedge says nothing about the node. A request not sent
-        // (a keep-alive connection closed under it) and an attempt cut by
-        // its task's deadline count as attempts but say nothing about the
-        // node's health either: no latency, no error rate, no breaker record
-        // (a probe's permit left unrecorded ends at the probe deadline, the
-        // breaker's safe side). A deadline is the task's, never the node's:
-        // under overload tasks wait in the queue, and counting their cut
-        // attempts as timeouts would open the breakers of healthy nodes.
-        match outcome {
-            AttemptOutcome::Error(ErrorKind::NotSent | ErrorKind::Deadline) => self.total += 1,
-            AttemptOutcome::Error(ErrorKind::Cancelled) => {}
-            _ => self.record_health(&outcome, permit, latency, now),
-        }
         let detail: Option<Arc<str>> = result.as_ref().err().map(|e| e.detail.as_str().into());
         if let Err(e) = &result {
             log::debug!(
@@ -319,12 +341,7 @@ impl NodeCore {
                 self.address
             );
         }
-        if outcome.is_node_failure() {
-            self.last_error = Some(match &detail {
-                Some(d) => format!("{outcome}: {d}").into(),
-                None => outcome.to_string().into(),
-            });
-        }
+        self.account(&outcome, permit, latency, in_flight, detail.as_ref(), now);
         let (reply, retry_after) = match result {
             Ok(r) => {
                 let ra = retry_after(&r);

@@ -57,11 +57,13 @@ impl QueueActor {
         if r.outcome.is_success() {
             // Recent latencies serve a hedge's percentile and the check
             // that a task's time left is worth an attempt.
-            if p.job().deadline.is_some()
-                || matches!(
-                    self.cfg.hedge,
-                    Some(crate::config::HedgeAfter::Percentile(_))
-                )
+            // (A lease's hand-out is no request: it would pull them to zero.)
+            if p.job().task.lease().is_none()
+                && (p.job().deadline.is_some()
+                    || matches!(
+                        self.cfg.hedge,
+                        Some(crate::config::HedgeAfter::Percentile(_))
+                    ))
             {
                 self.latencies.record(r.latency);
             }

@@ -1,0 +1,160 @@
+//! Lending the endpoint ([`crate::Dispatcher::lease`]): where an attempt
+//! would start, the node hands the caller a [`Lease`] instead, and what the
+//! lease says comes back here.
+//!
+//! ```text
+//!  Dispatch (a lease's task) ─► admit (slot, bucket, breaker) ─► Lease into the task's hand
+//!                                                              └► NodeReport: the task answered, `leased` (slot kept)
+//!  Lease::report ──LeaseNews::Report──► account (as an attempt) ──► NodeReport: a fresh load
+//!  Lease::complete / drop ──LeaseNews::End──► account (if an outcome) + free the slot ──► NodeReport: `streams_ended`
+//! ```
+//!
+//! An outcome is accounted by [`NodeCore::account`], the code an attempt
+//! that ended goes through (counters, EWMAs, breaker, learned limit,
+//! metrics), so a failure reported through a lease opens the breaker for
+//! HTTP tasks too. The lease captured this node's address: its news never
+//! reaches another node, whatever happens to the pool meanwhile (a removed
+//! node drains while leases are out, as while attempts are). The slot's end
+//! is reported to the balancer as a streamed body's end is: it frees the
+//! slot in the balancer's view.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tokio::time::Instant;
+
+use super::{NodeActor, NodeCore};
+use crate::actors::protocol::{AttemptEnded, AttemptReport, Dispatch, NodeReport};
+use crate::algo::breaker::Permit;
+use crate::lease::{Endpoint, Lease, LeaseHand};
+use crate::outcome::AttemptOutcome;
+use crate::transport::{ConnectionSettings, HttpReply};
+
+/// One outcome a lease reported.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sample {
+    /// `None`: `Ignore` (nothing to account).
+    pub outcome: Option<AttemptOutcome>,
+    /// The breaker's permit the lease was admitted with.
+    pub permit: Option<Permit>,
+    pub latency: Duration,
+}
+
+/// A lease to the node that lent it.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) enum LeaseNews {
+    /// An outcome; the lease is still held.
+    Report(Sample),
+    /// The lease was returned (with its last outcome, or none): its slot is free.
+    End(Option<Sample>),
+}
+
+impl NodeActor {
+    /// Lends the endpoint to the lease task of `msg` (admitted with
+    /// `permit` at `now`): the lease goes into the task's hand, and the
+    /// task is reported answered with the slot kept.
+    pub(super) fn lend(
+        &mut self,
+        msg: &Dispatch,
+        hand: &LeaseHand,
+        permit: Option<Permit>,
+        now: Instant,
+        ctx: &mut Context<Self>,
+    ) {
+        let endpoint = match &self.lending {
+            Some(e) => e.clone(),
+            None => {
+                let core = self.core.borrow();
+                let e = Arc::new(Endpoint {
+                    node: ctx.address(),
+                    address: core.address.clone(),
+                    authority: Endpoint::authority_of(&core.address),
+                    settings: ConnectionSettings::for_endpoint(&core.cfg, &core.address),
+                    headers: core.headers.clone(),
+                    timeout: core.cfg.timeout,
+                });
+                drop(core);
+                self.lending = Some(e.clone());
+                e
+            }
+        };
+        hand.put(Lease::new(endpoint, hand.book.clone(), permit, now));
+        let core = self.core.borrow();
+        log::debug!(
+            "service {}: node {}: task {} leased",
+            core.service,
+            core.address,
+            msg.job.id
+        );
+        // A success to the queue (the task is done once the lease is out);
+        // not an attempt of the node's: nothing is accounted until the
+        // lease reports.
+        let done = AttemptEnded {
+            seq: msg.seq,
+            hedge: msg.hedge,
+            report: AttemptReport {
+                outcome: AttemptOutcome::Status(200),
+                latency: Duration::ZERO,
+                reply: Some(HttpReply {
+                    status: 200,
+                    headers: Default::default(),
+                    body: Default::default(),
+                    protocol: None,
+                }),
+                retry_after: None,
+                detail: None,
+                stream: None,
+            },
+        };
+        core.send_report_leased(done, now);
+    }
+}
+
+// === impl NodeCore ===
+
+impl NodeCore {
+    /// Reports a lease handed out: its task answered, its slot kept.
+    fn send_report_leased(&self, done: AttemptEnded, now: Instant) {
+        self.to_balancer.send(NodeReport {
+            node: self.id,
+            done: vec![done],
+            refused: Vec::new(),
+            leased: 1,
+            streams_ended: 0,
+            load: self.report(now),
+            at: now,
+        });
+    }
+}
+
+/// Accounts what a lease says, as an attempt's end is; frees its slot when
+/// it is returned.
+impl Handler<LeaseNews> for NodeActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: LeaseNews, _ctx: &mut Self::Context) {
+        let mut core = self.core.borrow_mut();
+        let (sample, end) = match msg {
+            LeaseNews::Report(s) => (Some(s), false),
+            LeaseNews::End(s) => (s, true),
+        };
+        let now = Instant::now();
+        if let Some(Sample {
+            outcome: Some(outcome),
+            permit,
+            latency,
+        }) = sample
+        {
+            // The lease still holds its slot: it counts in flight.
+            let in_flight = core.in_flight;
+            core.account(&outcome, permit, latency, in_flight, None, now);
+        }
+        if end {
+            core.in_flight = core.in_flight.saturating_sub(1);
+            core.metrics.in_flight(core.in_flight);
+        }
+        core.send_report(Vec::new(), Vec::new(), u32::from(end), now);
+    }
+}
