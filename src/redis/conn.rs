@@ -38,20 +38,7 @@ impl Conn {
     /// The (lazy) connection of `cfg`: a Cluster when `cfg.cluster`.
     pub fn open(cfg: &RedisConfig) -> redis::RedisResult<Conn> {
         if cfg.cluster {
-            let mut b = ClusterClientBuilder::new([cfg.url.as_str()])
-                .connection_timeout(cfg.timeout)
-                .response_timeout(cfg.timeout)
-                .retries(2);
-            if let Some(ca) = &cfg.ca {
-                b = b.certs(redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem(&ca.certs)),
-                });
-            }
-            let client = b.build().map_err(|e| redacted(cfg, e))?;
-            let cc = ClusterConfig::new()
-                .set_connection_timeout(cfg.timeout)
-                .set_response_timeout(cfg.timeout);
+            let (client, cc) = cluster_client(cfg, cfg.timeout, cfg.timeout)?;
             return Ok(Conn::Cluster(
                 client.get_pending_async_connection_with_config(cc),
             ));
@@ -72,20 +59,7 @@ impl Conn {
     pub async fn dedicated(cfg: &RedisConfig, response: Duration) -> redis::RedisResult<Conn> {
         let connect = cfg.timeout.max(Duration::from_secs(1));
         if cfg.cluster {
-            let mut b = ClusterClientBuilder::new([cfg.url.as_str()])
-                .connection_timeout(connect)
-                .response_timeout(response)
-                .retries(2);
-            if let Some(ca) = &cfg.ca {
-                b = b.certs(redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem(&ca.certs)),
-                });
-            }
-            let client = b.build().map_err(|e| redacted(cfg, e))?;
-            let cc = ClusterConfig::new()
-                .set_connection_timeout(connect)
-                .set_response_timeout(response);
+            let (client, cc) = cluster_client(cfg, connect, response)?;
             return client
                 .get_async_connection_with_config(cc)
                 .await
@@ -101,6 +75,30 @@ impl Conn {
             .map(Conn::Multiplexed)
             .map_err(|e| redacted(cfg, e))
     }
+}
+
+/// The Cluster client of `cfg` (TLS with the `ca_file`) and its
+/// connection settings.
+fn cluster_client(
+    cfg: &RedisConfig,
+    connect: Duration,
+    response: Duration,
+) -> redis::RedisResult<(redis::cluster::ClusterClient, ClusterConfig)> {
+    let mut b = ClusterClientBuilder::new([cfg.url.as_str()])
+        .connection_timeout(connect)
+        .response_timeout(response)
+        .retries(2);
+    if let Some(ca) = &cfg.ca {
+        b = b.certs(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem(&ca.certs)),
+        });
+    }
+    let client = b.build().map_err(|e| redacted(cfg, e))?;
+    let cc = ClusterConfig::new()
+        .set_connection_timeout(connect)
+        .set_response_timeout(response);
+    Ok((client, cc))
 }
 
 impl ConnectionLike for Conn {
