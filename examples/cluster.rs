@@ -108,7 +108,7 @@ fn main() {
     for (i, t) in instances.into_iter().enumerate() {
         let (n, shared) = t.join().expect("instance");
         total += n;
-        failures += shared.map_or(0, |s| s.failures);
+        failures += shared.as_ref().map_or(0, |s| s.failures);
         println!("instance {i}: {n} admitted; redis: {shared:?}");
     }
     if failures > 0 {

@@ -512,7 +512,7 @@ fn a_cluster_shares_the_limits_and_follows_a_moved_slot() {
         .collect();
     eprintln!("cluster: slot {slot} moved at {moved_at:?}; {hits} hits in {elapsed:?}; {marks:?}");
     for m in &marks {
-        let (mid, end) = (m[0], m[m.len() - 1]);
+        let (mid, end) = (m[0].clone(), m[m.len() - 1].clone());
         assert_eq!(
             mid.failures, end.failures,
             "no failure from 2 s after the move on: {m:?}"

@@ -66,6 +66,20 @@ impl Health {
         !self.down.is_empty()
     }
 
+    /// The scopes down, in words, sorted.
+    pub fn scopes(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .down
+            .iter()
+            .map(|(kind, service)| match service.is_empty() {
+                true => kind.to_string(),
+                false => format!("{kind} of {service}"),
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
     /// Whether `kind` for `service` is down.
     #[cfg(test)]
     pub fn is_down(&self, kind: Kind, service: &str) -> bool {
@@ -88,9 +102,16 @@ mod tests {
         assert_eq!(h.record(Kind::Tokens, "jobs", true), Change::Same);
         assert!(h.is_down(Kind::Tokens, "api"));
         assert!(!h.is_down(Kind::Tokens, "jobs"));
+        assert_eq!(h.record(Kind::Members, "", false), Change::WentDown);
+        assert_eq!(
+            h.scopes(),
+            vec!["heartbeats".to_string(), "token calls of api".to_string()]
+        );
+        assert_eq!(h.record(Kind::Members, "", true), Change::CameBack);
         assert_eq!(h.record(Kind::Breakers, "api", false), Change::WentDown);
         assert_eq!(h.record(Kind::Tokens, "api", true), Change::CameBack);
         assert!(h.any_down(), "breaker calls of api are still down");
+        assert_eq!(h.scopes(), vec!["breaker calls of api".to_string()]);
         assert_eq!(h.record(Kind::Breakers, "api", true), Change::CameBack);
         assert_eq!(h.record(Kind::Breakers, "api", true), Change::Same);
         assert!(!h.any_down());

@@ -138,7 +138,8 @@ pub(crate) struct ProbeClaimed {
 pub(crate) struct UseShared(pub SharedLimits);
 
 /// What `stats()` shows of the shared state.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[non_exhaustive]
 pub struct SharedStats {
     /// Instances that heartbeated within three periods (this one included);
     /// the last count read while Redis answered.
@@ -146,6 +147,10 @@ pub struct SharedStats {
     /// Some kind of call (tokens, breakers or heartbeats, of some service)
     /// did not answer within `timeout`, or failed, the last time.
     pub down: bool,
+    /// Which scopes are down, each a kind of call and the service it is
+    /// for (`"token calls of api"`, `"heartbeats"`), sorted: one service's
+    /// failing calls say nothing of the others'.
+    pub down_scopes: Vec<String>,
     /// Script calls made (round trips), and calls that timed out or failed.
     pub round_trips: u64,
     /// Calls that timed out or failed.
@@ -211,9 +216,11 @@ impl SharedLimits {
     /// The stats snapshot.
     pub fn stats(&self) -> SharedStats {
         let i = &self.inner;
+        let health = i.health.lock().expect("lock");
         SharedStats {
             live_instances: self.live(),
-            down: i.health.lock().expect("lock").any_down(),
+            down: health.any_down(),
+            down_scopes: health.scopes(),
             round_trips: i.round_trips.load(Ordering::Relaxed),
             failures: i.failures.load(Ordering::Relaxed),
         }
