@@ -9,12 +9,13 @@ use serde_json::Value;
 use crate::Cli;
 
 /// The order of the sections of `latest.md`.
-const ORDER: [&str; 10] = [
+const ORDER: [&str; 11] = [
     "micro",
     "overhead",
     "throughput",
     "nginx",
     "peers",
+    "gateway",
     "slow-node",
     "memory",
     "soak",
