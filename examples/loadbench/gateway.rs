@@ -102,7 +102,14 @@ fn wrk(bin: &Path, script: &Path, url: &str, secs: f64) -> Result<WrkRun, String
     let out = Command::new("timeout")
         .arg(format!("{}", secs.ceil() as u64 + 30))
         .arg(bin)
-        .args(["-t1", &format!("-c{CONNECTIONS}"), "-d", &d, "--timeout", "5s"])
+        .args([
+            "-t1",
+            &format!("-c{CONNECTIONS}"),
+            "-d",
+            &d,
+            "--timeout",
+            "5s",
+        ])
         .arg("-s")
         .arg(script)
         .arg(url)
@@ -235,8 +242,7 @@ pub fn serve(cli: &Cli) -> Result<(), String> {
         json!({"timeout": "5s", "balancer": {"seed": 7}}),
     )?;
     cfg.services[0].queue.capacity = cfg.services[0].queue.capacity.max(CONNECTIONS * 4);
-    let listener =
-        std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
     // End of input (the client went away) or the hard limit ends the process.
     std::thread::spawn(|| {
@@ -286,9 +292,11 @@ struct Contender {
 
 pub async fn run(cli: &Cli) -> Result<Report, String> {
     if !cfg!(feature = "web") {
-        return Err("`gateway` needs the `web` feature: cargo run --release --features web \
+        return Err(
+            "`gateway` needs the `web` feature: cargo run --release --features web \
                     --example loadbench -- gateway"
-            .into());
+                .into(),
+        );
     }
     let rounds = pick(cli.rounds, cli.smoke, 1, 3);
     let secs = pick(cli.duration, cli.smoke, 1.0, 5.0);
@@ -371,7 +379,12 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
     rep.target(
         "gateway p99 vs nginx p99",
         "no worse",
-        format!("{} ms vs {} ms ({:.2} x)", ms(g99), ms(n99), g99 / n99.max(1e-9)),
+        format!(
+            "{} ms vs {} ms ({:.2} x)",
+            ms(g99),
+            ms(n99),
+            g99 / n99.max(1e-9)
+        ),
         Some(g99 <= n99),
     );
 
@@ -416,7 +429,14 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
         })
         .collect();
     rep.body = table(
-        &["proxy", "req/s (median)", "p50 ms", "p99 ms", "errors", "runs req/s"],
+        &[
+            "proxy",
+            "req/s (median)",
+            "p50 ms",
+            "p99 ms",
+            "errors",
+            "runs req/s",
+        ],
         rows,
     );
     rep.results = json!({

@@ -155,8 +155,7 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
     let engines: Vec<(&str, Dispatcher)> = modes
         .iter()
         .map(|(label, mode, metrics)| {
-            start_engine_with(mode, nodes, 1024, *metrics, cli.node_threads)
-                .map(|d| (*label, d))
+            start_engine_with(mode, nodes, 1024, *metrics, cli.node_threads).map(|d| (*label, d))
         })
         .collect::<Result<_, _>>()?;
     let mut metrics_cost: Option<(f64, f64)> = None;

@@ -394,3 +394,29 @@ pub(crate) enum PoolChange {
     /// Stops one node's actor as a fault drill (its supervisor restarts it).
     CrashNode(String),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_keeps_its_order_and_a_batch_of_one_leaves_the_list_its_room() {
+        let mut list = Vec::with_capacity(8);
+        list.push(1);
+        let one = Batch::take(&mut list);
+        assert!(matches!(one, Batch::One(1)));
+        assert_eq!(one.into_iter().collect::<Vec<_>>(), vec![1]);
+        assert!(list.is_empty());
+        assert_eq!(list.capacity(), 8);
+
+        list.extend([1, 2, 3]);
+        let many = Batch::take(&mut list);
+        assert_eq!(many.into_iter().collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert!(list.is_empty());
+
+        let none: Batch<u8> = Batch::take(&mut Vec::new());
+        assert_eq!(none.into_iter().count(), 0);
+        let from: Batch<u8> = vec![4, 5].into();
+        assert_eq!(from.into_iter().collect::<Vec<_>>(), vec![4, 5]);
+    }
+}
