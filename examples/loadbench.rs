@@ -6,7 +6,8 @@
 //!
 //! Scenarios: `overhead`, `throughput`, `nginx`, `peers`, `slow-node`, `memory`, `soak`, `all`
 //! (every one of those), `overload` (open loop past the capacity of
-//! fixed-capacity backends: goodput, against tower and HAProxy), and `micro`
+//! fixed-capacity backends: goodput, against tower and HAProxy), `gateway`
+//! (the `web` gateway against nginx under wrk; needs `--features web`), and `micro`
 //! (turns the criterion estimates of
 //! `cargo bench --features internals --bench algo` into a table). `--smoke`
 //! shrinks everything to a few hundred tasks and a second or two. Results go
@@ -25,6 +26,8 @@ mod charts;
 mod cluster;
 #[path = "loadbench/common.rs"]
 mod common;
+#[path = "loadbench/gateway.rs"]
+mod gateway;
 #[path = "loadbench/haproxy.rs"]
 mod haproxy;
 #[path = "loadbench/memory.rs"]
@@ -71,6 +74,8 @@ pub enum Scenario {
     Soak,
     /// Every scenario above, in order.
     All,
+    /// The `web` gateway against nginx as reverse proxies, loaded by wrk (needs `--features web`).
+    Gateway,
     /// Open loop at 0.5x to 4x the capacity of fixed-capacity backends: goodput, vs tower and HAProxy.
     Overload,
     /// A service limit shared through Redis (lease, exact) against a local one (feature `redis`).
@@ -80,6 +85,9 @@ pub enum Scenario {
     /// (internal) The HTTP backend process.
     #[value(hide = true)]
     Backend,
+    /// (internal) The gateway process of `gateway`.
+    #[value(hide = true)]
+    GatewayServe,
     /// (internal) The memory measurements, in a fresh process.
     #[value(hide = true)]
     MemoryProbe,
@@ -101,6 +109,8 @@ impl Scenario {
             Scenario::Soak => "soak",
             Scenario::All => "all",
             Scenario::Overload => "overload",
+            Scenario::Gateway => "gateway",
+            Scenario::GatewayServe => "gateway-serve",
             Scenario::Cluster => "cluster",
             Scenario::Micro => "micro",
             Scenario::Backend => "backend",
@@ -150,6 +160,11 @@ pub struct Cli {
     #[arg(long, default_value_t = 3)]
     pub nodes: usize,
 
+    /// (overhead) arbiters of their own for the engines' node actors (0: all
+    /// on the caller's thread), to measure what a second core gives.
+    #[arg(long, default_value_t = 0)]
+    pub node_threads: usize,
+
     /// Balancing mode of the engine in `throughput` and `nginx`.
     #[arg(long, default_value = "p2c")]
     pub mode: String,
@@ -174,6 +189,14 @@ pub struct Cli {
     #[arg(long)]
     pub no_install_haproxy: bool,
 
+    /// Never run bench/install-wrk.sh; `gateway` fails when wrk is missing.
+    #[arg(long)]
+    pub no_install_wrk: bool,
+
+    /// (gateway) worker threads of the gateway, and worker processes of nginx.
+    #[arg(long, default_value_t = 1)]
+    pub gateway_workers: usize,
+
     /// (overload) load levels in order, multiples of capacity or `mixed`
     /// (0.4x critical + 1.6x sheddable); default 0.5,1,2,4,mixed,0.5.
     #[arg(long)]
@@ -187,6 +210,11 @@ pub struct Cli {
     /// (`each_endpoint` merges into every endpoint); repeatable.
     #[arg(long)]
     pub engine_config: Vec<String>,
+
+    /// (peers, gateway) run only the contenders whose name contains this
+    /// (for profiling one of them: `valgrind --tool=callgrind ... peers --only engine`).
+    #[arg(long)]
+    pub only: Option<String>,
 
     /// Where to write results (default: bench/results, or next to the binary for --smoke).
     #[arg(long)]
@@ -205,6 +233,9 @@ pub struct Cli {
     /// (backend) requests each server serves at once, the rest wait inside it (0: no limit).
     #[arg(long, hide = true, default_value_t = 0)]
     pub capacity: usize,
+    /// (gateway-serve) the backends' URLs, comma separated.
+    #[arg(long, hide = true, default_value = "")]
+    pub upstreams: String,
     /// (backend) hard time limit in seconds.
     #[arg(long, hide = true, default_value_t = 900)]
     pub max_secs: u64,
@@ -218,6 +249,13 @@ fn main() {
     if cli.scenario == Scenario::Backend {
         if let Err(e) = backend::serve(&cli) {
             eprintln!("backend: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    if cli.scenario == Scenario::GatewayServe {
+        if let Err(e) = gateway::serve(&cli) {
+            eprintln!("gateway-serve: {e}");
             std::process::exit(1);
         }
         return;
@@ -261,8 +299,13 @@ async fn run(cli: Cli) -> i32 {
             Scenario::Soak => soak::run(&cli).await,
             Scenario::Micro => micro::run(&cli),
             Scenario::Overload => overload::run(&cli).await,
+            Scenario::Gateway => gateway::run(&cli).await,
             Scenario::Cluster => cluster::run(&cli).await,
-            Scenario::All | Scenario::Backend | Scenario::MemoryProbe | Scenario::SoakProbe => {
+            Scenario::All
+            | Scenario::Backend
+            | Scenario::GatewayServe
+            | Scenario::MemoryProbe
+            | Scenario::SoakProbe => {
                 unreachable!("handled in main")
             }
         };

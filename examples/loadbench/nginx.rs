@@ -80,7 +80,19 @@ impl Nginx {
         keepalive: usize,
         timeout: Duration,
     ) -> Result<Nginx, String> {
+        Self::start_with_workers(bin, ports, keepalive, timeout, 1)
+    }
+
+    /// As [`Nginx::start`], with `workers` worker processes.
+    pub fn start_with_workers(
+        bin: &Path,
+        ports: &[u16],
+        keepalive: usize,
+        timeout: Duration,
+        workers: usize,
+    ) -> Result<Nginx, String> {
         let port = free_port()?;
+        let workers = workers.max(1);
         let dir = std::env::temp_dir().join(format!(
             "actix-dispatch-bench-nginx-{}-{port}",
             std::process::id()
@@ -94,7 +106,7 @@ impl Nginx {
         }
         let user = if is_root() { "user root;\n" } else { "" };
         let conf = format!(
-            "{user}worker_processes 1;
+            "{user}worker_processes {workers};
 error_log {d}/error.log warn;
 pid {d}/nginx.pid;
 events {{ worker_connections 8192; }}

@@ -75,15 +75,18 @@ pub async fn engine_tasks(d: &Dispatcher, n: usize, window: usize, max: Duration
 
 /// Starts an engine over `nodes` fake endpoints with the in-process transport.
 pub fn start_engine(mode: &str, nodes: usize, max_concurrent: u32) -> Result<Dispatcher, String> {
-    start_engine_with(mode, nodes, max_concurrent, true)
+    start_engine_with(mode, nodes, max_concurrent, true, 0)
 }
 
-/// [`start_engine`], with the Prometheus series on or off (feature `metrics`).
+/// [`start_engine`], with the Prometheus series on or off (feature `metrics`),
+/// and the node actors on `node_threads` arbiters of their own (0: on the
+/// caller's).
 pub fn start_engine_with(
     mode: &str,
     nodes: usize,
     max_concurrent: u32,
     metrics: bool,
+    node_threads: usize,
 ) -> Result<Dispatcher, String> {
     let urls = common::fake_urls(nodes);
     let cfg = common::engine_config(
@@ -95,7 +98,9 @@ pub fn start_engine_with(
         // only add noise to whichever run it lands in.
         json!({"queue": {"capacity": 200_000}, "balancer": {"refresh_interval": "60s"}}),
     )?;
-    let builder = Dispatcher::builder(cfg).transport(common::immediate_factory());
+    let builder = Dispatcher::builder(cfg)
+        .transport(common::immediate_factory())
+        .node_threads(node_threads);
     let builder = if metrics {
         builder
     } else {
@@ -136,6 +141,7 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
         cli,
         "overhead",
         json!({"tasks_per_run": n, "rounds": rounds, "windows": windows, "nodes": nodes,
+               "node_threads": cli.node_threads,
                "max_concurrent": 1024, "transport": "in-process, answers at once",
                "max_secs_per_run": max.as_secs_f64()}),
     );
@@ -149,7 +155,7 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
     let engines: Vec<(&str, Dispatcher)> = modes
         .iter()
         .map(|(label, mode, metrics)| {
-            start_engine_with(mode, nodes, 1024, *metrics).map(|d| (*label, d))
+            start_engine_with(mode, nodes, 1024, *metrics, cli.node_threads).map(|d| (*label, d))
         })
         .collect::<Result<_, _>>()?;
     let mut metrics_cost: Option<(f64, f64)> = None;

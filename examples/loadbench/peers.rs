@@ -108,6 +108,15 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
         entries.len() - 1
     });
 
+    if let Some(only) = &cli.only {
+        // Profiling one contender: no ratios, no charts.
+        entries.retain(|e| e.name.contains(only.as_str()));
+        compare(&mut entries, n, conc, max, rounds).await;
+        d.shutdown(Duration::from_secs(2)).await;
+        rep.body = table(&HEADERS, rows(&entries));
+        rep.note(format!("Only the contenders named like `{only}`."));
+        return Ok(rep.finish());
+    }
     compare(&mut entries, n, conc, max, rounds).await;
     charts(cli, &mut rep, &entries, 0);
     d.shutdown(Duration::from_secs(2)).await;

@@ -9,12 +9,13 @@ use serde_json::Value;
 use crate::Cli;
 
 /// The order of the sections of `latest.md`.
-const ORDER: [&str; 10] = [
+const ORDER: [&str; 11] = [
     "micro",
     "overhead",
     "throughput",
     "nginx",
     "peers",
+    "gateway",
     "slow-node",
     "memory",
     "soak",
@@ -223,8 +224,13 @@ pub fn write_latest(out: &Path) -> std::io::Result<PathBuf> {
 /// The command as typed, reconstructed.
 fn command_line() -> String {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let features = if cfg!(feature = "web") {
+        " --features web"
+    } else {
+        ""
+    };
     format!(
-        "cargo run --release --example loadbench -- {}",
+        "cargo run --release{features} --example loadbench -- {}",
         args.join(" ")
     )
 }

@@ -170,7 +170,62 @@ pub(crate) struct Dispatch {
 /// balancer, in order (one message however many).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct Dispatches(pub Vec<Dispatch>);
+pub(crate) struct Dispatches(pub Batch<Dispatch>);
+
+/// The items of one message, in order: one held inline, or several in a
+/// list. In a large pool most turns place one task per node, and a batch of
+/// one then costs no allocation (the sender's list keeps its room).
+pub(crate) enum Batch<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<T> Batch<T> {
+    /// Takes every item of `list` (which keeps its room when it held one).
+    pub(crate) fn take(list: &mut Vec<T>) -> Batch<T> {
+        if list.len() == 1 {
+            if let Some(one) = list.pop() {
+                return Batch::One(one);
+            }
+        }
+        Batch::Many(std::mem::take(list))
+    }
+}
+
+impl<T> From<Vec<T>> for Batch<T> {
+    fn from(list: Vec<T>) -> Self {
+        Batch::Many(list)
+    }
+}
+
+impl<T> IntoIterator for Batch<T> {
+    type Item = T;
+    type IntoIter = BatchIter<T>;
+
+    fn into_iter(self) -> BatchIter<T> {
+        match self {
+            Batch::One(one) => BatchIter::One(Some(one)),
+            Batch::Many(list) => BatchIter::Many(list.into_iter()),
+        }
+    }
+}
+
+/// The items of a [`Batch`], in order.
+pub(crate) enum BatchIter<T> {
+    One(Option<T>),
+    Many(std::vec::IntoIter<T>),
+}
+
+impl<T> Iterator for BatchIter<T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        match self {
+            BatchIter::One(one) => one.take(),
+            BatchIter::Many(list) => list.next(),
+        }
+    }
+}
 
 /// Balancer to node: everything but attempts and load questions.
 #[derive(Message)]
@@ -338,4 +393,30 @@ pub(crate) enum PoolChange {
     Reload(Vec<crate::config::EndpointConfig>),
     /// Stops one node's actor as a fault drill (its supervisor restarts it).
     CrashNode(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_keeps_its_order_and_a_batch_of_one_leaves_the_list_its_room() {
+        let mut list = Vec::with_capacity(8);
+        list.push(1);
+        let one = Batch::take(&mut list);
+        assert!(matches!(one, Batch::One(1)));
+        assert_eq!(one.into_iter().collect::<Vec<_>>(), vec![1]);
+        assert!(list.is_empty());
+        assert_eq!(list.capacity(), 8);
+
+        list.extend([1, 2, 3]);
+        let many = Batch::take(&mut list);
+        assert_eq!(many.into_iter().collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert!(list.is_empty());
+
+        let none: Batch<u8> = Batch::take(&mut Vec::new());
+        assert_eq!(none.into_iter().count(), 0);
+        let from: Batch<u8> = vec![4, 5].into();
+        assert_eq!(from.into_iter().collect::<Vec<_>>(), vec![4, 5]);
+    }
 }

@@ -74,7 +74,7 @@ impl BalancerActor {
     pub(super) fn finish_removal(&mut self, i: usize) {
         let n = self.nodes.remove(i);
         if !n.outbox.is_empty() {
-            n.addr.do_send(protocol::Dispatches(n.outbox));
+            n.addr.do_send(protocol::Dispatches(n.outbox.into()));
         }
         log::info!(
             "service {}: endpoint {} left the pool",

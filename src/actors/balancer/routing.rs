@@ -143,14 +143,17 @@ impl BalancerActor {
     pub(super) fn flush(&mut self) {
         self.flushing = false;
         self.send_answers();
-        for id in std::mem::take(&mut self.posted) {
+        // The list of nodes posted to keeps its room for the next turn.
+        let mut posted = std::mem::take(&mut self.posted);
+        for id in posted.drain(..) {
             if let Some(i) = self.nodes.position(id) {
                 let n = self.nodes.node_mut(i);
                 if !n.outbox.is_empty() {
-                    n.addr.do_send(Dispatches(std::mem::take(&mut n.outbox)));
+                    n.addr.do_send(Dispatches(Batch::take(&mut n.outbox)));
                 }
             }
         }
+        self.posted = posted;
     }
     /// Tells the queue where both attempts of a hedged round went (node `i`
     /// took the hedge), so the one that loses the race is still listed in
