@@ -129,3 +129,52 @@ fn a_trip_is_shared_only_once_the_quorum_reports_it() {
     send(2, 20);
     assert_eq!(bad.hits(), after_b, "the quorum's trip holds for C");
 }
+
+/// Failures reported only through leases trip the breaker for the whole
+/// cluster: instance A's leases of the bad endpoint fail, and B, which
+/// never called it, sends it nothing from its next refresh.
+#[test]
+fn failures_reported_through_leases_trip_the_shared_breaker() {
+    use actix_dispatch::{ErrorKind, LeaseOptions, LeaseOutcome};
+    let Some(srv) = redis_server() else {
+        return;
+    };
+    let good = Backend::start();
+    let bad = Backend::start();
+    let cfg = config(
+        &srv,
+        r#""prefix":"bl","timeout":"200ms""#,
+        &[&good, &bad],
+        r#""balancer":{"refresh_interval":"100ms"},
+           "retry":{"max_retries":0},
+           "breaker":{"consecutive_failures":3,"open_for":"5s","shared":true}"#,
+    );
+    let inst = start_instances(&cfg, 2);
+    let rt = actix::System::new();
+    let mut failed = 0;
+    for _ in 0..20 {
+        let lease = rt
+            .block_on(inst[0].d.lease("svc", LeaseOptions::new()))
+            .expect("a lease");
+        if lease.address() == bad.url() {
+            lease.complete(LeaseOutcome::Failure(ErrorKind::Connect));
+            failed += 1;
+            if failed == 3 {
+                break;
+            }
+        } else {
+            lease.complete(LeaseOutcome::Success);
+        }
+    }
+    assert_eq!(failed, 3, "round robin lent the bad endpoint");
+    // One refresh interval (100 ms) and a margin for a busy machine.
+    thread::sleep(Duration::from_millis(400));
+    let rs = rt.block_on(futures::future::join_all(submit_many(&inst[1].d, 20)));
+    assert!(rs.iter().all(|r| r.is_success()), "B uses the good node");
+    assert_eq!(
+        bad.hits(),
+        0,
+        "B sent nothing to the endpoint A's leases tripped"
+    );
+    assert_eq!(good.hits(), 20);
+}

@@ -51,10 +51,15 @@ impl BalancerActor {
         #[cfg(feature = "redis")]
         if self.shared.is_some() && leased == 0 {
             for d in &done {
-                self.shared_completed(i, Some(&d.report.outcome), &load, now);
+                self.shared_completed(i, Some(&d.report.outcome), true, &load, now);
             }
             for _ in &refused {
-                self.shared_completed(i, None, &load, now);
+                self.shared_completed(i, None, true, &load, now);
+            }
+            if done.is_empty() && refused.is_empty() {
+                // A fresh load alone (a lease's outcomes, a body's end):
+                // a trip it shows is the cluster's too.
+                self.shared_completed(i, None, false, &load, now);
             }
         }
         let address = self.nodes.node(i).address.clone();

@@ -98,11 +98,15 @@ impl BalancerActor {
     }
 
     /// A trip, a recovery or a probe's end on node `i`, seen in its
-    /// completion (before the view takes the report).
+    /// completion (before the view takes the report). `ends_probe`: this
+    /// is the end of a dispatch (an attempt, or a refusal), which ends a
+    /// half-open probe out on the node; a report of a fresh load alone (a
+    /// lease's outcome, a body's end) shares only the trips it shows.
     pub(super) fn shared_completed(
         &mut self,
         i: usize,
         outcome: Option<&crate::AttemptOutcome>,
+        ends_probe: bool,
         load: &LoadReport,
         now: Instant,
     ) {
@@ -116,7 +120,7 @@ impl BalancerActor {
         let addr = n.address.clone();
         let br = &self.cfg.breaker.breaker;
         let mut shared = None;
-        if s.probing.remove(&addr) {
+        if ends_probe && s.probing.remove(&addr) {
             match outcome.map(|o| !o.is_node_failure()) {
                 Some(true) => {
                     h.close(&self.service, &addr);
