@@ -109,6 +109,7 @@ use crate::config::TlsConfig;
 use crate::outcome::{ErrorKind, Protocol};
 
 mod awc;
+mod h2;
 #[cfg(feature = "tls")]
 mod tls;
 mod watch;
@@ -237,6 +238,9 @@ pub struct ConnectionSettings {
     /// Trusted authorities or skip-verify for `https://` (`None`: the
     /// webpki roots, full verification).
     pub tls: Option<TlsConfig>,
+    /// How HTTP/2 connections are kept (`http2`): how many per node, and
+    /// h2c for `http://`.
+    pub http2: crate::config::Http2Config,
 }
 
 impl ConnectionSettings {
@@ -263,6 +267,7 @@ impl Default for ConnectionSettings {
             keep_alive: Duration::from_secs(1),
             max_connection_age: Duration::from_secs(60),
             tls: None,
+            http2: Default::default(),
         }
     }
 }
@@ -274,6 +279,7 @@ impl From<&crate::config::ServiceConfig> for ConnectionSettings {
             keep_alive: cfg.keep_alive,
             max_connection_age: cfg.max_connection_age,
             tls: cfg.tls.clone(),
+            http2: cfg.http2,
         }
     }
 }
