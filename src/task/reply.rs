@@ -26,14 +26,17 @@
 //! ```
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 use super::Job;
 use crate::outcome::TaskResult;
 
-/// A task's result, on its way from the queue to the caller.
-pub(crate) struct ReplySlot(Mutex<SlotState>);
+/// A task's result, on its way from the queue to the caller; `left` says
+/// without the lock that the caller is gone (the node's check on each
+/// attempt).
+pub(crate) struct ReplySlot(Mutex<SlotState>, AtomicBool);
 
 enum SlotState {
     /// Not answered yet: the waker of the caller's last poll, and that of
@@ -55,10 +58,13 @@ enum SlotState {
 
 impl Default for ReplySlot {
     fn default() -> Self {
-        ReplySlot(Mutex::new(SlotState::Waiting {
-            caller: None,
-            watch: None,
-        }))
+        ReplySlot(
+            Mutex::new(SlotState::Waiting {
+                caller: None,
+                watch: None,
+            }),
+            AtomicBool::new(false),
+        )
     }
 }
 
@@ -110,6 +116,7 @@ impl ReplySlot {
             match std::mem::replace(&mut *s, SlotState::Taken) {
                 SlotState::Waiting { watch, .. } => {
                     *s = SlotState::Abandoned;
+                    self.1.store(true, Ordering::Release);
                     (watch, None)
                 }
                 SlotState::Answered(r) => (None, Some(r)),
@@ -124,16 +131,21 @@ impl ReplySlot {
         }
     }
 
-    /// Whether the caller left before the answer.
+    /// Whether the caller left before the answer (no lock).
     pub(crate) fn is_abandoned(&self) -> bool {
-        matches!(*self.lock(), SlotState::Abandoned)
+        self.1.load(Ordering::Acquire)
     }
 
     /// Whether the caller left before the answer; if not (and the task is
     /// not answered yet), `cx`'s waker is woken when it does. One watcher
-    /// at a time: the last to poll (of a hedged pair, the other attempt is
-    /// cancelled by the queue once the first reports).
+    /// at a time: the last to register (of a hedged pair, the other
+    /// attempt is cancelled by the queue once the first reports). A
+    /// watcher whose waker does not change needs `watch` only once; then
+    /// [`ReplySlot::is_abandoned`] is its check.
     pub(crate) fn poll_abandoned(&self, cx: &mut Context<'_>) -> bool {
+        if self.is_abandoned() {
+            return true;
+        }
         let mut s = self.lock();
         match &mut *s {
             SlotState::Abandoned => true,

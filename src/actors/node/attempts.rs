@@ -64,6 +64,9 @@ pub(super) struct Attempt {
     cancel: Option<oneshot::Receiver<()>>,
     /// The node's timer found its deadline passed.
     expired: bool,
+    /// Its waker is in the task's reply slot (its slot's waker never
+    /// changes, so once is enough).
+    watching: bool,
 }
 
 /// What an attempt gave, for the node to account and report.
@@ -109,6 +112,7 @@ impl Attempt {
             early,
             cancel,
             expired: false,
+            watching: false,
         }
     }
 
@@ -159,7 +163,13 @@ impl Future for Attempt {
                 Poll::Pending => {}
             }
         }
-        if this.job.reply.poll_abandoned(cx) {
+        let left = if this.watching {
+            this.job.reply.is_abandoned()
+        } else {
+            this.watching = true;
+            this.job.reply.poll_abandoned(cx)
+        };
+        if left {
             return this.done(Err(caller_left()));
         }
         if this.expired {
