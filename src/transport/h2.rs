@@ -186,43 +186,100 @@ impl H2Pool {
                 }
             }
         }
-        let ready = || {
-            slots.iter().filter_map(|s| match s {
-                Slot::Ready(c) => Some(c),
-                _ => None,
-            })
-        };
-        let least = ready().min_by_key(|c| c.state.streams.get()).cloned();
-        if let Some(c) = least.as_ref().filter(|c| c.state.streams.get() == 0) {
-            return Checkout::Ready(c.clone());
-        }
-        let connecting = slots.iter().find_map(|s| match s {
-            Slot::Connecting(f) => Some(f.clone()),
+        let views: Vec<View> = slots.iter().map(Slot::view).collect();
+        let at = |i: usize| match &slots[i] {
+            Slot::Ready(c) => Some(c.clone()),
             _ => None,
-        });
-        let empty = slots.iter().position(|s| matches!(s, Slot::Empty));
-        // One connection at a time is made, and none while the protocol
-        // is unknown and one is on its way.
-        if let (None, Some(i)) = (&connecting, empty) {
-            let f = connect(Rc::downgrade(inner), i, uri.clone())
-                .boxed_local()
-                .shared();
-            slots[i] = Slot::Connecting(f.clone());
-            // Driven on its own: the request that started it may go on an
-            // older connection, or be dropped.
-            actix_rt::spawn(f.clone().map(drop));
-            return match least {
-                // The new one is for later streams; this one goes now.
-                Some(c) => Checkout::Ready(c),
-                None => Checkout::Wait(f),
-            };
+        };
+        match choose(&views) {
+            Choice::Use(i) => at(i).map_or(Checkout::Http1, Checkout::Ready),
+            Choice::Connect { at: i, meanwhile } => {
+                let f = connect(Rc::downgrade(inner), i, uri.clone())
+                    .boxed_local()
+                    .shared();
+                // Driven on its own: the request that started it may go on
+                // an older connection, or be dropped.
+                actix_rt::spawn(f.clone().map(drop));
+                let now = meanwhile.and_then(at);
+                slots[i] = Slot::Connecting(f.clone());
+                match now {
+                    // The new one is for later streams; this one goes now.
+                    Some(c) => Checkout::Ready(c),
+                    None => Checkout::Wait(f),
+                }
+            }
+            Choice::Wait(i) => match &slots[i] {
+                Slot::Connecting(f) => Checkout::Wait(f.clone()),
+                _ => Checkout::Http1,
+            },
+            // No slot at all (`connections` is at least 1): answered
+            // rather than asserted.
+            Choice::Nothing => Checkout::Http1,
         }
-        match (least, connecting) {
-            (Some(c), _) => Checkout::Ready(c),
-            (None, Some(f)) => Checkout::Wait(f),
-            // Unreachable (no slot ready, none connecting, none empty);
-            // answered rather than asserted.
-            (None, None) => Checkout::Http1,
+    }
+}
+
+/// A slot as [`choose`] sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum View {
+    Empty,
+    Connecting,
+    /// Open, with this many streams in flight.
+    Ready(u32),
+}
+
+/// Where a request goes, by slot number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Choice {
+    /// On this open connection.
+    Use(usize),
+    /// Make a connection in slot `at`; the request goes on `meanwhile`
+    /// (an open one) if any, else waits for it.
+    Connect {
+        at: usize,
+        meanwhile: Option<usize>,
+    },
+    /// Wait for the connection being made there.
+    Wait(usize),
+    Nothing,
+}
+
+/// The rule: an idle open connection first; else, when none is being
+/// made, a new one in an empty slot (one at a time, so a burst while the
+/// protocol is unknown waits for the first); else the open connection with
+/// the fewest streams; else the one being made.
+fn choose(slots: &[View]) -> Choice {
+    let least = slots
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| match v {
+            View::Ready(n) => Some((*n, i)),
+            _ => None,
+        })
+        .min()
+        .map(|(n, i)| (i, n));
+    if let Some((i, 0)) = least {
+        return Choice::Use(i);
+    }
+    let connecting = slots.iter().position(|v| *v == View::Connecting);
+    let empty = slots.iter().position(|v| *v == View::Empty);
+    match (least, connecting, empty) {
+        (least, None, Some(at)) => Choice::Connect {
+            at,
+            meanwhile: least.map(|(i, _)| i),
+        },
+        (Some((i, _)), _, _) => Choice::Use(i),
+        (None, Some(i), _) => Choice::Wait(i),
+        (None, None, None) => Choice::Nothing,
+    }
+}
+
+impl Slot {
+    fn view(&self) -> View {
+        match self {
+            Slot::Empty => View::Empty,
+            Slot::Connecting(_) => View::Connecting,
+            Slot::Ready(c) => View::Ready(c.state.streams.get()),
         }
     }
 }
@@ -548,6 +605,38 @@ mod tests {
             #[cfg(feature = "tls")]
             None,
         )
+    }
+
+    #[test]
+    fn a_connection_is_made_only_when_every_open_one_is_busy() {
+        use View::*;
+        // The first request makes the first connection; a burst waits for
+        // it rather than opening more.
+        assert_eq!(
+            choose(&[Empty, Empty]),
+            Choice::Connect {
+                at: 0,
+                meanwhile: None
+            }
+        );
+        assert_eq!(choose(&[Connecting, Empty]), Choice::Wait(0));
+        // An idle connection is used; a busy one alone starts a second
+        // (while the request goes on the first) ...
+        assert_eq!(choose(&[Ready(0), Empty]), Choice::Use(0));
+        assert_eq!(
+            choose(&[Ready(3), Empty]),
+            Choice::Connect {
+                at: 1,
+                meanwhile: Some(0)
+            }
+        );
+        // ... but only one at a time, and with one allowed never.
+        assert_eq!(choose(&[Ready(3), Connecting, Empty]), Choice::Use(0));
+        assert_eq!(choose(&[Ready(9)]), Choice::Use(0));
+        // The fewest streams win; the first on a tie.
+        assert_eq!(choose(&[Ready(4), Ready(2), Ready(2)]), Choice::Use(1));
+        assert_eq!(choose(&[Ready(4), Ready(0)]), Choice::Use(1));
+        assert_eq!(choose(&[]), Choice::Nothing);
     }
 
     #[test]
