@@ -155,6 +155,26 @@ async fn a_dropped_submission_cancels_its_attempt_and_frees_the_slot() {
     d.shutdown(Duration::ZERO).await;
 }
 
+/// A streamed task waits for its answer's head in a task of its own: a
+/// caller that leaves before the head cancels it the same way.
+#[actix_rt::test]
+async fn a_dropped_streamed_submission_is_cancelled_before_its_head() {
+    let b = Hold::start();
+    let d = Dispatcher::start(config(&b, 4)).expect("inside a System");
+    let subs: Vec<_> = (0..4)
+        .map(|i| d.submit(Task::get("svc", format!("/s{i}")).stream(true)))
+        .collect();
+    assert!(until(|| b.got() == 4).await, "the backend got {}", b.got());
+    drop(subs);
+    assert!(until(|| b.closed() == 4).await, "closed: {}", b.closed());
+    let s = stats_until(&d, |s| s.services[0].queue.cancelled == 4).await;
+    let n = &s.services[0].nodes[0];
+    assert_eq!(s.services[0].queue.cancelled, 4);
+    assert_eq!((n.in_flight, n.errors, n.total), (0, 0, 0));
+    assert_eq!(n.breaker, BreakerStatus::Closed);
+    d.shutdown(Duration::ZERO).await;
+}
+
 #[cfg(feature = "web")]
 mod gateway {
     use super::*;
