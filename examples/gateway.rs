@@ -130,6 +130,9 @@ fn main() -> std::io::Result<()> {
             }
             app
         })
+        // A client's EOF ends its request, so a client that leaves
+        // cancels its task (actix-web's default waits for the answer).
+        .h1_allow_half_closed(false)
         .bind(listen.as_str())
         .unwrap_or_else(|e| fail(&format!("cannot listen on {listen}: {e}")));
         for name in &services {

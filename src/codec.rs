@@ -385,6 +385,7 @@ pub fn rejection_code(r: &Rejection) -> &'static str {
         Rejection::CircuitOpen { .. } => "circuit_open",
         Rejection::RateLimited { .. } => "rate_limited",
         Rejection::Overloaded { .. } => "overloaded",
+        Rejection::Cancelled => "cancelled",
         Rejection::Internal(_) => "internal",
     }
 }

@@ -435,6 +435,11 @@ pub enum Rejection {
         /// A hint of when the overload may have passed.
         retry_after: Duration,
     },
+    /// The caller dropped its [`crate::Submission`] before the answer (a
+    /// gateway client that disconnected): the attempt in flight was
+    /// cancelled. Nobody receives this result; the stats count it.
+    #[error("cancelled: the caller left before the answer")]
+    Cancelled,
 }
 
 /// `"; last error: {e}"`, or nothing.
@@ -566,7 +571,9 @@ pub enum ErrorKind {
     Panicked,
     /// The node never reported back (retryable if idempotent).
     Lost,
-    /// The attempt was cancelled because a hedged twin answered first.
+    /// The attempt was cancelled: a hedged twin answered first, or the
+    /// caller dropped its [`crate::Submission`]. Never counted against the
+    /// node.
     Cancelled,
     /// The TLS handshake failed: a certificate from an unknown authority,
     /// expired, or for another host name, or no common protocol. Nothing

@@ -109,6 +109,9 @@ pub struct QueueStats {
     /// Of `shed`, those refused at intake (answered at once, without
     /// waiting in the queue).
     pub shed_at_intake: u64,
+    /// Tasks whose caller dropped its `Submission` before the answer
+    /// (counted in `rejected` too): their attempt was cancelled.
+    pub cancelled: u64,
     /// Whether the delay control finds the service overloaded now.
     pub overloaded: bool,
     /// Most tasks ever queued at once.

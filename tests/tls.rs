@@ -12,6 +12,9 @@ mod support;
 #[path = "tls/clients.rs"]
 mod clients;
 
+#[path = "tls/h2.rs"]
+mod h2;
+
 use std::time::Duration;
 
 use actix_dispatch::{

@@ -308,6 +308,7 @@ impl NodeActor {
             actix::spawn(stream::attempt(
                 self.core.clone(),
                 transport.clone(),
+                job,
                 req,
                 seq,
                 hedge,
@@ -320,6 +321,7 @@ impl NodeActor {
         }
         let attempt = attempts::Attempt::new(
             &**transport,
+            job,
             req,
             seq,
             hedge,
@@ -427,24 +429,44 @@ fn attempt_deadline(
     }
 }
 
-/// Runs an attempt (or its head) unless a hedged twin answers first: a
-/// cancel ends it as `Cancelled`; a cancel switch dropped unused lets it run.
+/// Runs an attempt (or its head) unless a hedged twin answers first or
+/// the caller leaves (`job`'s `Submission` dropped): either ends it as
+/// `Cancelled`; a cancel switch dropped unused lets it run.
 pub(super) async fn cancellable<T>(
     attempt: impl std::future::Future<Output = Result<T, TransportError>>,
-    cancel: Option<oneshot::Receiver<()>>,
+    mut cancel: Option<oneshot::Receiver<()>>,
+    job: &crate::task::Job,
 ) -> Result<T, TransportError> {
-    let Some(rx) = cancel else {
-        return attempt.await;
-    };
+    use std::future::Future;
+    use std::task::Poll;
     futures::pin_mut!(attempt);
-    match futures::future::select(attempt, rx).await {
-        futures::future::Either::Left((r, _)) => r,
-        futures::future::Either::Right((Ok(()), _)) => Err(TransportError::new(
-            ErrorKind::Cancelled,
-            "a hedged twin answered first",
-        )),
-        futures::future::Either::Right((Err(_), a)) => a.await,
-    }
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(r) = attempt.as_mut().poll(cx) {
+            return Poll::Ready(r);
+        }
+        if let Some(rx) = cancel.as_mut() {
+            match std::pin::Pin::new(rx).poll(cx) {
+                Poll::Ready(Ok(())) => return Poll::Ready(Err(twin_answered())),
+                Poll::Ready(Err(_)) => cancel = None,
+                Poll::Pending => {}
+            }
+        }
+        if job.reply.poll_abandoned(cx) {
+            return Poll::Ready(Err(caller_left()));
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// A hedged attempt's end when its twin answered first.
+pub(super) fn twin_answered() -> TransportError {
+    TransportError::new(ErrorKind::Cancelled, "a hedged twin answered first")
+}
+
+/// An attempt's end when its caller dropped the `Submission`.
+pub(super) fn caller_left() -> TransportError {
+    TransportError::new(ErrorKind::Cancelled, "the caller left before the answer")
 }
 
 fn panicked(p: Box<dyn std::any::Any + Send>) -> TransportError {

@@ -56,6 +56,9 @@ pub use headers::{ConfigHeader, HeaderSet, Secret};
 pub use mode::Mode;
 pub use redis::{OnDown, RedisConfig, SharedMode, StreamConfig};
 pub use tls::{CaFile, TlsConfig};
+
+/// The largest `http2.connections`.
+pub(crate) const MAX_H2_CONNECTIONS: u32 = 64;
 pub use validate::ConfigError;
 pub(crate) use validate::{clamp_weight, normalize_address};
 
@@ -264,6 +267,31 @@ pub struct BreakerSettings {
     pub quorum: u32,
 }
 
+/// `http2`: how a node's HTTP/2 connections are kept (see
+/// [`crate::transport`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Http2Config {
+    /// Connections per node its HTTP/2 streams are spread over (1 to 64,
+    /// default 1: every request of the node is a stream on one
+    /// connection). A second is opened only while every open one is busy.
+    pub connections: u32,
+    /// Speak HTTP/2 to `http://` endpoints without TLS (h2c with prior
+    /// knowledge; default false: HTTP/1.1). `https://` endpoints get
+    /// HTTP/2 whenever their server offers it over ALPN.
+    pub prior_knowledge: bool,
+}
+
+impl Default for Http2Config {
+    /// One connection per node; HTTP/1.1 to `http://` endpoints.
+    fn default() -> Self {
+        Self {
+            connections: 1,
+            prior_knowledge: false,
+        }
+    }
+}
+
 /// Token-bucket parameters.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
@@ -385,6 +413,8 @@ pub struct ServiceConfig {
     /// (requests + 1)`, ending `throttled` (retried elsewhere, never the
     /// node's fault).
     pub throttle: Option<crate::algo::throttle::ThrottleConfig>,
+    /// How its endpoints' HTTP/2 connections are kept (`http2`).
+    pub http2: Http2Config,
     /// Bounds of the learned limits of endpoints with `max_concurrent:
     /// "auto"` (defaults min 1, max 1000, initial 20).
     pub concurrency: crate::algo::concurrency::LearnedLimitConfig,

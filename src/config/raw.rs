@@ -56,6 +56,8 @@ pub(crate) struct RawService {
     pub headers: BTreeMap<String, RawHeader>,
     #[serde(default)]
     pub tls: Option<RawTls>,
+    #[serde(default)]
+    pub http2: RawHttp2,
     /// The learned concurrency limit of endpoints with
     /// `max_concurrent: "auto"`.
     #[serde(default)]
@@ -80,6 +82,24 @@ impl Default for RawThrottle {
         Self {
             k: c.k,
             window: c.window,
+        }
+    }
+}
+
+/// `http2`: a node's HTTP/2 connections.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawHttp2 {
+    pub connections: u32,
+    pub prior_knowledge: bool,
+}
+
+impl Default for RawHttp2 {
+    fn default() -> Self {
+        let d = crate::config::Http2Config::default();
+        Self {
+            connections: d.connections,
+            prior_knowledge: d.prior_knowledge,
         }
     }
 }

@@ -98,7 +98,12 @@ impl Dispatcher {
 /// [`TaskResult`]. It waits on the result slot inside the task's own
 /// allocation (no channel per task; see `task/reply.rs`). A queue that
 /// let go of the task unanswered (its pipeline died) answers `Internal`.
-#[must_use = "the task is already submitted; await this to get its result"]
+///
+/// Dropping it before it resolves cancels the task: an attempt in flight
+/// is cut at once and its node's slot freed, a task still queued is never
+/// sent, and the task ends as [`Rejection::Cancelled`] (counted in the
+/// queue's `cancelled` and `rejected` stats; never against the node).
+#[must_use = "the task is already submitted; dropping this cancels it"]
 pub struct Submission(SubmissionState);
 
 enum SubmissionState {
@@ -115,6 +120,14 @@ impl Submission {
     /// Waits for `job`'s answer (the queue holds its [`ReplyTx`]).
     pub(crate) fn waiting(job: Arc<Job>, service: Arc<str>) -> Self {
         Submission(SubmissionState::Waiting { job, service })
+    }
+}
+
+impl Drop for Submission {
+    fn drop(&mut self) {
+        if let SubmissionState::Waiting { job, .. } = &self.0 {
+            job.reply.abandon();
+        }
     }
 }
 

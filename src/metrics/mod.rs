@@ -54,7 +54,7 @@ use crate::outcome::{AttemptOutcome, ErrorKind, FailReason, Outcome, Rejection};
 use crate::stats::LatencyHistogram;
 
 /// `(outcome, reason)` pairs of `dispatch_tasks_total`, in [`task_index`] order.
-const TASK_KINDS: [(&str, &str); 17] = [
+const TASK_KINDS: [(&str, &str); 18] = [
     ("success", "ok"),
     ("failure", "not_retryable"),
     ("failure", "retries_exhausted"),
@@ -72,6 +72,7 @@ const TASK_KINDS: [(&str, &str); 17] = [
     ("fallback", "rate_limited"),
     ("fallback", "other"),
     ("rejected", "overloaded"),
+    ("rejected", "cancelled"),
 ];
 
 /// Outcome labels of `dispatch_task_duration_seconds`, in [`outcome_index`] order.
@@ -165,6 +166,7 @@ fn rejection_index(r: &Rejection) -> usize {
         Rejection::Internal(_) => 11,
         Rejection::RateLimited { .. } => 12,
         Rejection::Overloaded { .. } => 16,
+        Rejection::Cancelled => 17,
     }
 }
 

@@ -12,24 +12,39 @@
 //! `Submission` turns into an `Internal` rejection, as it did for a dropped
 //! channel. So every task still gets exactly one result.
 //!
+//! A caller that drops its `Submission` unanswered abandons the slot: the
+//! node working on the task watches for that (it registers its attempt's
+//! waker beside the caller's, [`ReplySlot::poll_abandoned`]) and cancels
+//! the attempt at once, so a client that left frees the node's slot. The
+//! watch costs no allocation: the waker is the attempt slot's own, cloned
+//! (a reference count) once per attempt.
+//!
 //! ```text
-//!  Waiting(waker) ──put──► Answered(result) ──taken by the caller──► Taken
-//!        └──────ReplyTx dropped unanswered──► Closed
+//!  Waiting(waker, watch) ──put──► Answered(result) ──taken by the caller──► Taken
+//!        ├──────ReplyTx dropped unanswered──► Closed
+//!        └──────Submission dropped──► Abandoned (the watch is woken; a later answer is dropped)
 //! ```
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 use super::Job;
 use crate::outcome::TaskResult;
 
-/// A task's result, on its way from the queue to the caller.
-pub(crate) struct ReplySlot(Mutex<SlotState>);
+/// A task's result, on its way from the queue to the caller; `left` says
+/// without the lock that the caller is gone (the node's check on each
+/// attempt).
+pub(crate) struct ReplySlot(Mutex<SlotState>, AtomicBool);
 
 enum SlotState {
-    /// Not answered yet; the waker of the caller's last poll, if any.
-    Waiting(Option<Waker>),
+    /// Not answered yet: the waker of the caller's last poll, and that of
+    /// the attempt watching for the caller to leave, if any.
+    Waiting {
+        caller: Option<Waker>,
+        watch: Option<Waker>,
+    },
     /// Answered, not yet taken. Boxed: the slot stays a few words while
     /// the task is queued.
     Answered(Box<TaskResult>),
@@ -37,21 +52,30 @@ enum SlotState {
     Taken,
     /// The queue let go of the task without answering it.
     Closed,
+    /// The caller dropped its `Submission` before the answer.
+    Abandoned,
 }
 
 impl Default for ReplySlot {
     fn default() -> Self {
-        ReplySlot(Mutex::new(SlotState::Waiting(None)))
+        ReplySlot(
+            Mutex::new(SlotState::Waiting {
+                caller: None,
+                watch: None,
+            }),
+            AtomicBool::new(false),
+        )
     }
 }
 
 impl fmt::Debug for ReplySlot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &*self.lock() {
-            SlotState::Waiting(_) => "waiting",
+            SlotState::Waiting { .. } => "waiting",
             SlotState::Answered(_) => "answered",
             SlotState::Taken => "taken",
             SlotState::Closed => "closed",
+            SlotState::Abandoned => "abandoned",
         };
         f.debug_tuple("ReplySlot").field(&state).finish()
     }
@@ -64,13 +88,14 @@ impl ReplySlot {
     }
 
     /// Ends a waiting slot as `to` and wakes the caller; a slot already
-    /// answered or closed is left as it is (each task is answered once).
+    /// answered, closed or abandoned is left as it is (each task is
+    /// answered once; nobody hears an abandoned task's answer).
     fn end(&self, to: SlotState) {
         let waker = {
             let mut s = self.lock();
             match &mut *s {
-                SlotState::Waiting(w) => {
-                    let w = w.take();
+                SlotState::Waiting { caller, .. } => {
+                    let w = caller.take();
                     *s = to;
                     w
                 }
@@ -82,15 +107,68 @@ impl ReplySlot {
         }
     }
 
+    /// The caller is gone (its `Submission` dropped unanswered): a waiting
+    /// slot becomes `Abandoned` and wakes the attempt watching it; an
+    /// answer not taken is dropped now.
+    pub(crate) fn abandon(&self) {
+        let (watch, _answer) = {
+            let mut s = self.lock();
+            match std::mem::replace(&mut *s, SlotState::Taken) {
+                SlotState::Waiting { watch, .. } => {
+                    *s = SlotState::Abandoned;
+                    self.1.store(true, Ordering::Release);
+                    (watch, None)
+                }
+                SlotState::Answered(r) => (None, Some(r)),
+                other => {
+                    *s = other;
+                    (None, None)
+                }
+            }
+        };
+        if let Some(w) = watch {
+            w.wake();
+        }
+    }
+
+    /// Whether the caller left before the answer (no lock).
+    pub(crate) fn is_abandoned(&self) -> bool {
+        self.1.load(Ordering::Acquire)
+    }
+
+    /// Whether the caller left before the answer; if not (and the task is
+    /// not answered yet), `cx`'s waker is woken when it does. One watcher
+    /// at a time: the last to register (of a hedged pair, the other
+    /// attempt is cancelled by the queue once the first reports). A
+    /// watcher whose waker does not change needs `watch` only once; then
+    /// [`ReplySlot::is_abandoned`] is its check.
+    pub(crate) fn poll_abandoned(&self, cx: &mut Context<'_>) -> bool {
+        if self.is_abandoned() {
+            return true;
+        }
+        let mut s = self.lock();
+        match &mut *s {
+            SlotState::Abandoned => true,
+            SlotState::Waiting { watch, .. } => {
+                match watch {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    _ => *watch = Some(cx.waker().clone()),
+                }
+                false
+            }
+            _ => false,
+        }
+    }
+
     /// The result, once there is one: `Some` the first time, `None` when
     /// the slot was closed unanswered. Registers the caller's waker otherwise.
     pub(crate) fn poll_take(&self, cx: &mut Context<'_>) -> Poll<Option<Box<TaskResult>>> {
         let mut s = self.lock();
         match &mut *s {
-            SlotState::Waiting(w) => {
-                match w {
+            SlotState::Waiting { caller, .. } => {
+                match caller {
                     Some(w) if w.will_wake(cx.waker()) => {}
-                    _ => *w = Some(cx.waker().clone()),
+                    _ => *caller = Some(cx.waker().clone()),
                 }
                 Poll::Pending
             }
@@ -98,7 +176,7 @@ impl ReplySlot {
                 SlotState::Answered(r) => Poll::Ready(Some(r)),
                 _ => unreachable!("matched above"),
             },
-            SlotState::Taken | SlotState::Closed => Poll::Ready(None),
+            SlotState::Taken | SlotState::Closed | SlotState::Abandoned => Poll::Ready(None),
         }
     }
 }
@@ -177,6 +255,40 @@ mod tests {
         let waker = noop_waker();
         let mut cx = Context::from_waker(&waker);
         assert!(matches!(job.reply.poll_take(&mut cx), Poll::Ready(None)));
+    }
+
+    /// A dropped caller wakes the attempt watching the slot, once; the
+    /// answer that comes later is dropped, and a slot already answered
+    /// stays answered for nobody.
+    #[test]
+    fn an_abandoned_slot_wakes_its_watch_and_drops_the_answer() {
+        struct Flag(std::sync::atomic::AtomicUsize);
+        impl futures::task::ArcWake for Flag {
+            fn wake_by_ref(me: &Arc<Self>) {
+                me.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let flag = Arc::new(Flag(Default::default()));
+        let waker = futures::task::waker(flag.clone());
+        let mut cx = Context::from_waker(&waker);
+        let job = job();
+        assert!(!job.reply.poll_abandoned(&mut cx));
+        assert!(!job.reply.is_abandoned());
+        job.reply.abandon();
+        assert_eq!(flag.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(job.reply.poll_abandoned(&mut cx));
+        assert!(job.reply.is_abandoned());
+        ReplyTx::new(job.clone()).send(result());
+        assert!(job.reply.is_abandoned());
+        // Abandoning again wakes nobody.
+        job.reply.abandon();
+        assert_eq!(flag.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+        let answered = self::job();
+        ReplyTx::new(answered.clone()).send(result());
+        answered.reply.abandon();
+        assert!(!answered.reply.is_abandoned());
+        assert!(!answered.reply.poll_abandoned(&mut cx));
     }
 
     /// A caller waiting on the slot is woken by the answer (and by a close).

@@ -23,6 +23,7 @@ use bytes::Bytes;
 use futures::future::LocalBoxFuture;
 use futures::stream::StreamExt;
 
+use super::h2::{self, H2Pool, Route};
 #[cfg(feature = "tls")]
 use super::tls;
 use super::watch::{Counts, Sending, WatchEof, WatchedConnector};
@@ -40,6 +41,9 @@ pub struct AwcTransport {
     client: RefCell<awc::Client>,
     connect_timeout: Duration,
     counts: Rc<Counts>,
+    /// The node's HTTP/2 connections (module `h2`): awc lends a
+    /// connection to one request at a time, so HTTP/2 is kept here.
+    h2: RefCell<H2Pool>,
 }
 
 impl AwcTransport {
@@ -47,16 +51,28 @@ impl AwcTransport {
     /// default [`ConnectionSettings`].
     pub fn new(connect_timeout: Duration) -> Self {
         let counts = Rc::<Counts>::default();
+        let settings = ConnectionSettings::default();
+        #[cfg(feature = "tls")]
+        let tls = tls::client_config(None);
         let client = client(
             connect_timeout,
-            &ConnectionSettings::default(),
+            &settings,
             &counts,
             None,
+            #[cfg(feature = "tls")]
+            tls.clone(),
+        );
+        let h2 = H2Pool::new(
+            &settings,
+            connect_timeout,
+            #[cfg(feature = "tls")]
+            tls,
         );
         Self {
             client: RefCell::new(client),
             connect_timeout,
             counts,
+            h2: RefCell::new(h2),
         }
     }
 }
@@ -69,7 +85,14 @@ pub(crate) fn caller_client(
     timeout: Duration,
     headers: &crate::config::HeaderSet,
 ) -> awc::Client {
-    client(timeout, settings, &Rc::default(), Some((headers, timeout)))
+    client(
+        timeout,
+        settings,
+        &Rc::default(),
+        Some((headers, timeout)),
+        #[cfg(feature = "tls")]
+        tls::client_config(settings.tls.as_ref()),
+    )
 }
 
 /// The engine's client (`caller`: `None`), or a lease caller's (its
@@ -79,6 +102,7 @@ fn client(
     settings: &ConnectionSettings,
     counts: &Rc<Counts>,
     caller: Option<(&crate::config::HeaderSet, Duration)>,
+    #[cfg(feature = "tls")] tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 ) -> awc::Client {
     let tcp = WatchedConnector::new(
         actix_tls::connect::Connector::new(Resolver::default()).service(),
@@ -91,7 +115,7 @@ fn client(
         .conn_keep_alive(settings.keep_alive)
         .conn_lifetime(settings.max_connection_age);
     #[cfg(feature = "tls")]
-    let connector = match tls::client_config(settings.tls.as_ref()) {
+    let connector = match tls {
         Some(config) => connector.rustls_0_23(config),
         None => connector,
     };
@@ -115,70 +139,147 @@ fn client(
 // it, not boxed on its own.
 impl Transport for AwcTransport {
     fn configure(&self, settings: &ConnectionSettings) {
-        *self.client.borrow_mut() = client(self.connect_timeout, settings, &self.counts, None);
+        #[cfg(feature = "tls")]
+        let tls = tls::client_config(settings.tls.as_ref());
+        *self.client.borrow_mut() = client(
+            self.connect_timeout,
+            settings,
+            &self.counts,
+            None,
+            #[cfg(feature = "tls")]
+            tls.clone(),
+        );
+        *self.h2.borrow_mut() = H2Pool::new(
+            settings,
+            self.connect_timeout,
+            #[cfg(feature = "tls")]
+            tls,
+        );
     }
 
     fn send(&self, req: HttpRequest) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
+        if self.h2.borrow().takes(&req.url) {
+            let (route, client, counts) = match self.h2_route(&req) {
+                Ok(r) => r,
+                Err(e) => return Box::pin(std::future::ready(Err(e))),
+            };
+            return Box::pin(async move {
+                match route.await? {
+                    Route::H2(conn) => h2::send(conn, req).await,
+                    Route::Http1 => {
+                        let max_body = req.max_body;
+                        whole(exchange(&client, &counts, req), max_body).await
+                    }
+                }
+            });
+        }
         let max_body = req.max_body;
-        let head = self.exchange(req);
-        Box::pin(async move {
-            let Head {
-                status,
-                protocol,
-                mut res,
-            } = head.await?;
-            // The body's reader first: it refuses a declared length over
-            // the limit before reading a byte, which needs the headers.
-            let body = res.body().limit(max_body);
-            let (headers, _) = take_headers(res);
-            let body = body.await.map_err(classify_payload)?;
-            Ok(HttpReply {
-                status,
-                headers,
-                body,
-                protocol,
-            })
-        })
+        Box::pin(whole(
+            exchange(&self.client.borrow(), &self.counts, req),
+            max_body,
+        ))
     }
 
     fn send_streaming(
         &self,
         req: HttpRequest,
     ) -> LocalBoxFuture<'static, Result<StreamedReply, TransportError>> {
-        let head = self.exchange(req);
-        let counts = self.counts.clone();
-        Box::pin(async move {
-            let Head {
-                status,
-                protocol,
-                res,
-            } = head.await?;
-            let (headers, res) = take_headers(res);
-            // A body framed by its length or chunks that meets the
-            // connection's end is cut; awc's HTTP/1 payload reports that
-            // as a clean end, so the reads of its poll are watched.
-            let framed = protocol == Some(Protocol::Http1)
-                && (headers.contains_key(awc::http::header::CONTENT_LENGTH)
-                    || headers.contains_key(awc::http::header::TRANSFER_ENCODING));
-            // The payload is read only as the node polls it: a dropped
-            // stream drops the unread body, which closes the connection.
-            let body = WatchEof::new(
-                res.map(|chunk| chunk.map_err(classify_payload)),
-                counts,
-                framed,
-            )
-            .boxed_local();
-            Ok(StreamedReply {
-                head: HttpReply {
-                    status,
-                    headers,
-                    body: Bytes::new(),
-                    protocol,
-                },
-                body,
-            })
-        })
+        if self.h2.borrow().takes(&req.url) {
+            let (route, client, counts) = match self.h2_route(&req) {
+                Ok(r) => r,
+                Err(e) => return Box::pin(std::future::ready(Err(e))),
+            };
+            return Box::pin(async move {
+                match route.await? {
+                    Route::H2(conn) => h2::send_streaming(conn, req).await,
+                    Route::Http1 => streamed(exchange(&client, &counts, req), counts).await,
+                }
+            });
+        }
+        let head = exchange(&self.client.borrow(), &self.counts, req);
+        Box::pin(streamed(head, self.counts.clone()))
     }
+}
+
+impl AwcTransport {
+    /// The HTTP/2 route of `req` (a connection, made if need be, or awc
+    /// when the server chose HTTP/1.1), and what awc's path needs then.
+    #[allow(clippy::type_complexity)]
+    fn h2_route(
+        &self,
+        req: &HttpRequest,
+    ) -> Result<
+        (
+            impl Future<Output = Result<Route, TransportError>>,
+            awc::Client,
+            Rc<Counts>,
+        ),
+        TransportError,
+    > {
+        let uri = awc::http::Uri::try_from(req.url.as_str())
+            .map_err(|e| TransportError::new(ErrorKind::Invalid, e.to_string()))?;
+        let route = self.h2.borrow().route(&uri);
+        Ok((route, self.client.borrow().clone(), self.counts.clone()))
+    }
+}
+
+/// The whole answer of an exchange over awc, its body read under `max_body`.
+async fn whole(
+    head: impl Future<Output = Result<Head, TransportError>>,
+    max_body: usize,
+) -> Result<HttpReply, TransportError> {
+    let Head {
+        status,
+        protocol,
+        mut res,
+    } = head.await?;
+    // The body's reader first: it refuses a declared length over the
+    // limit before reading a byte, which needs the headers.
+    let body = res.body().limit(max_body);
+    let (headers, _) = take_headers(res);
+    let body = body.await.map_err(classify_payload)?;
+    Ok(HttpReply {
+        status,
+        headers,
+        body,
+        protocol,
+    })
+}
+
+/// The head of an exchange over awc, its body a stream.
+async fn streamed(
+    head: impl Future<Output = Result<Head, TransportError>>,
+    counts: Rc<Counts>,
+) -> Result<StreamedReply, TransportError> {
+    let Head {
+        status,
+        protocol,
+        res,
+    } = head.await?;
+    let (headers, res) = take_headers(res);
+    // A body framed by its length or chunks that meets the connection's
+    // end is cut; awc's HTTP/1 payload reports that as a clean end, so the
+    // reads of its poll are watched.
+    let framed = protocol == Some(Protocol::Http1)
+        && (headers.contains_key(awc::http::header::CONTENT_LENGTH)
+            || headers.contains_key(awc::http::header::TRANSFER_ENCODING));
+    // The payload is read only as the node polls it: a dropped stream
+    // drops the unread body, which closes the connection.
+    let body = WatchEof::new(
+        res.map(|chunk| chunk.map_err(classify_payload)),
+        counts,
+        framed,
+    )
+    .boxed_local();
+    Ok(StreamedReply {
+        head: HttpReply {
+            status,
+            headers,
+            body: Bytes::new(),
+            protocol,
+        },
+        body,
+    })
 }
 
 /// The head of an answer: status, protocol, and the response with its
@@ -200,50 +301,52 @@ fn take_headers(res: awc::ClientResponse) -> (HeaderMap, awc::ClientResponse) {
     (headers, res)
 }
 
-impl AwcTransport {
-    /// Sends `req` and waits for the answer's head, classifying a failure
-    /// before it (see the module docs).
-    fn exchange(&self, req: HttpRequest) -> impl Future<Output = Result<Head, TransportError>> {
-        let one_write = req.body.len()
-            + req.url.len()
-            + req
-                .headers
-                .iter()
-                .map(|(k, v)| k.as_str().len() + v.len() + 4)
-                .sum::<usize>()
-            + 256
-            <= ONE_WRITE;
-        // The URL moves into awc's `Uri` without a copy; the endpoint is
-        // kept (a shared count) for the message of a failed handshake.
-        let mut r = self.client.borrow().request(req.method, req.url);
-        let endpoint = r.get_uri().authority().cloned();
-        if !req.headers.is_empty() {
-            // Append, not insert: a task's repeated headers (two `accept`)
-            // are kept.
-            let headers = r.headers_mut();
-            for (k, v) in req.headers {
-                headers.append(k, v);
+/// Sends `req` with `client` and waits for the answer's head, classifying
+/// a failure before it (see the module docs).
+fn exchange(
+    client: &awc::Client,
+    counts: &Rc<Counts>,
+    req: HttpRequest,
+) -> impl Future<Output = Result<Head, TransportError>> {
+    let one_write = req.body.len()
+        + req.url.len()
+        + req
+            .headers
+            .iter()
+            .map(|(k, v)| k.as_str().len() + v.len() + 4)
+            .sum::<usize>()
+        + 256
+        <= ONE_WRITE;
+    // The URL moves into awc's `Uri` without a copy; the endpoint is
+    // kept (a shared count) for the message of a failed handshake.
+    let mut r = client.request(req.method, req.url);
+    let endpoint = r.get_uri().authority().cloned();
+    if !req.headers.is_empty() {
+        // Append, not insert: a task's repeated headers (two `accept`)
+        // are kept.
+        let headers = r.headers_mut();
+        for (k, v) in req.headers {
+            headers.append(k, v);
+        }
+    }
+    let sending = Sending::new(r.send_body(req.body), counts.clone());
+    async move {
+        let (res, reused) = sending.await;
+        let res = res.map_err(|e| {
+            let mut err = classify_send(e, reused, one_write);
+            if err.kind == ErrorKind::Tls {
+                let endpoint = endpoint.as_ref().map_or("", Authority::as_str);
+                err.detail = format!("TLS with {endpoint}: {}", err.detail);
             }
-        }
-        let sending = Sending::new(r.send_body(req.body), self.counts.clone());
-        async move {
-            let (res, reused) = sending.await;
-            let res = res.map_err(|e| {
-                let mut err = classify_send(e, reused, one_write);
-                if err.kind == ErrorKind::Tls {
-                    let endpoint = endpoint.as_ref().map_or("", Authority::as_str);
-                    err.detail = format!("TLS with {endpoint}: {}", err.detail);
-                }
-                err
-            })?;
-            let status = res.status().as_u16();
-            let protocol = Protocol::of(res.version());
-            Ok(Head {
-                status,
-                protocol,
-                res,
-            })
-        }
+            err
+        })?;
+        let status = res.status().as_u16();
+        let protocol = Protocol::of(res.version());
+        Ok(Head {
+            status,
+            protocol,
+            res,
+        })
     }
 }
 

@@ -52,8 +52,9 @@
 //! request, then dies before writing one byte of the answer, looks exactly
 //! like the race; such a request is retried, as browsers do), and, for a
 //! request over 8 KiB whose write failed on a new connection, how much of it
-//! left (then [`ErrorKind::Reset`]). HTTP/2 (with the `tls` feature) runs its
-//! connections on tasks of their own; its errors stay [`ErrorKind::Reset`].
+//! left (then [`ErrorKind::Reset`]). HTTP/2 is not awc's (below): a stream
+//! the server refused was not processed ([`ErrorKind::NotSent`]), other
+//! errors after sending are [`ErrorKind::Reset`].
 //!
 //! The race itself is avoided where it can be: `keep_alive` defaults to
 //! 1 s, below the idle timeouts of common servers (gunicorn 2 s; uvicorn,
@@ -71,6 +72,17 @@
 //! A failed handshake (a certificate from an unknown authority, expired, or
 //! for another name; no common protocol) is [`ErrorKind::Tls`]; its detail
 //! names the endpoint and the reason.
+//!
+//! # HTTP/2
+//!
+//! awc's pool lends a connection to one request at a time, HTTP/2 or not,
+//! which would open a connection per concurrent request. So the node keeps
+//! its HTTP/2 connections itself (module `h2`, the `h2` crate): its
+//! requests are streams over one connection, or the few of
+//! `http2.connections`. An `https://` node's first connection learns the
+//! server's ALPN choice, the requests that arrive meanwhile waiting for it;
+//! a server that chose `http/1.1` is served by awc from then on. `http://`
+//! nodes speak h2c with `http2.prior_knowledge`.
 //!
 //! # Streamed bodies
 //!
@@ -92,7 +104,8 @@
 //! `awc`: [`AwcTransport`], its client's setup, the exchange and the
 //! classification of awc's errors by the rules above; `watch`: the wrappers
 //! that tell a reused connection from a new one and a cut streamed body from
-//! a complete one; `tls`: the rustls config.
+//! a complete one; `h2`: the node's HTTP/2 connections and their streams;
+//! `tls`: the rustls config.
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -109,6 +122,7 @@ use crate::config::TlsConfig;
 use crate::outcome::{ErrorKind, Protocol};
 
 mod awc;
+mod h2;
 #[cfg(feature = "tls")]
 mod tls;
 mod watch;
@@ -237,6 +251,9 @@ pub struct ConnectionSettings {
     /// Trusted authorities or skip-verify for `https://` (`None`: the
     /// webpki roots, full verification).
     pub tls: Option<TlsConfig>,
+    /// How HTTP/2 connections are kept (`http2`): how many per node, and
+    /// h2c for `http://`.
+    pub http2: crate::config::Http2Config,
 }
 
 impl ConnectionSettings {
@@ -263,6 +280,7 @@ impl Default for ConnectionSettings {
             keep_alive: Duration::from_secs(1),
             max_connection_age: Duration::from_secs(60),
             tls: None,
+            http2: Default::default(),
         }
     }
 }
@@ -274,6 +292,7 @@ impl From<&crate::config::ServiceConfig> for ConnectionSettings {
             keep_alive: cfg.keep_alive,
             max_connection_age: cfg.max_connection_age,
             tls: cfg.tls.clone(),
+            http2: cfg.http2,
         }
     }
 }

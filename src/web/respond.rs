@@ -46,6 +46,12 @@ pub(super) fn respond(r: TaskResult, cfg: &ForwardConfig) -> HttpResponse {
                 }
                 Rejection::DeadlinePassed => (StatusCode::GATEWAY_TIMEOUT, None),
                 Rejection::InvalidTask(_) => (StatusCode::BAD_REQUEST, None),
+                // Nobody reads it (the client left); nginx's "client closed
+                // request".
+                Rejection::Cancelled => (
+                    StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+                    None,
+                ),
             };
             debug_assert_eq!(code, rejection_code(&why));
             (status, words, after)

@@ -31,12 +31,17 @@ pub enum Mode {
     /// HTTPS offering http/1.1 only.
     #[cfg(feature = "tls")]
     TlsH1(Arc<rustls::ServerConfig>),
+    /// Plain HTTP/1.1, and HTTP/2 to a client that starts with its
+    /// preface (h2c with prior knowledge).
+    #[allow(dead_code)]
+    PlainH2c,
 }
 
 /// A running echo backend.
 pub struct Echo {
     port: u16,
     hits: Arc<AtomicU64>,
+    conns: Arc<AtomicU64>,
     handle: ServerHandle,
     thread: Option<JoinHandle<()>>,
 }
@@ -48,6 +53,8 @@ impl Echo {
         let port = listener.local_addr().expect("local addr").port();
         let hits = Arc::new(AtomicU64::new(0));
         let counter = Arc::clone(&hits);
+        let conns = Arc::new(AtomicU64::new(0));
+        let accepted = Arc::clone(&conns);
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::spawn(move || {
             actix_rt::System::new().block_on(async move {
@@ -64,11 +71,21 @@ impl Echo {
                     .shutdown_timeout(1);
                 let server = match mode {
                     Mode::Plain => builder.listen("echo", listener, move || {
-                        HttpService::build().h1(handler()).tcp()
+                        HttpService::build()
+                            .on_connect_ext(counting(Arc::clone(&accepted)))
+                            .h1(handler())
+                            .tcp()
+                    }),
+                    Mode::PlainH2c => builder.listen("echo", listener, move || {
+                        HttpService::build()
+                            .on_connect_ext(counting(Arc::clone(&accepted)))
+                            .finish(handler())
+                            .tcp_auto_h2c()
                     }),
                     #[cfg(feature = "tls")]
                     Mode::TlsH2(cfg) => builder.listen("echo", listener, move || {
                         HttpService::build()
+                            .on_connect_ext(counting(Arc::clone(&accepted)))
                             .finish(handler())
                             .rustls_0_23((*cfg).clone())
                             .map_err(|_| ())
@@ -78,6 +95,7 @@ impl Echo {
                         let mut cfg = (*cfg).clone();
                         cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
                         HttpService::build()
+                            .on_connect_ext(counting(Arc::clone(&accepted)))
                             .h1(handler())
                             .rustls_0_23(cfg)
                             .map_err(|_| ())
@@ -93,6 +111,7 @@ impl Echo {
         Echo {
             port,
             hits,
+            conns,
             handle,
             thread: Some(thread),
         }
@@ -107,6 +126,19 @@ impl Echo {
     /// Requests answered.
     pub fn hits(&self) -> u64 {
         self.hits.load(Ordering::SeqCst)
+    }
+
+    /// Connections accepted.
+    #[allow(dead_code)]
+    pub fn connections(&self) -> u64 {
+        self.conns.load(Ordering::SeqCst)
+    }
+}
+
+/// Counts the connections a server accepted, whatever their stream type.
+fn counting<T>(accepted: Arc<AtomicU64>) -> impl Fn(&T, &mut actix_http::Extensions) {
+    move |_, _| {
+        accepted.fetch_add(1, Ordering::SeqCst);
     }
 }
 

@@ -40,14 +40,18 @@ use futures::task::AtomicWaker;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, Sleep};
 
-use super::{panicked, AttemptDeadline};
+use super::{caller_left, panicked, twin_answered, AttemptDeadline};
 use crate::actors::protocol::Seq;
 use crate::algo::breaker::Permit;
-use crate::outcome::ErrorKind;
+use crate::task::Job;
 use crate::transport::{HttpReply, HttpRequest, Transport, TransportError};
 
-/// One attempt: the transport's future, its deadline and its cancel switch.
+/// One attempt: the transport's future, its deadline and its cancel
+/// switches (a hedged twin's answer; the caller leaving, seen in its
+/// task's reply slot).
 pub(super) struct Attempt {
+    /// The task: its reply slot says whether the caller left.
+    job: Arc<Job>,
     seq: Seq,
     hedge: bool,
     permit: Option<Permit>,
@@ -60,6 +64,9 @@ pub(super) struct Attempt {
     cancel: Option<oneshot::Receiver<()>>,
     /// The node's timer found its deadline passed.
     expired: bool,
+    /// Its waker is in the task's reply slot (its slot's waker never
+    /// changes, so once is enough).
+    watching: bool,
 }
 
 /// What an attempt gave, for the node to account and report.
@@ -72,10 +79,12 @@ pub(super) struct Finished {
 }
 
 impl Attempt {
-    /// Sends `req` on `transport` (a panic there is a failed attempt).
+    /// Sends `req` on `transport` (a panic there is a failed attempt); a
+    /// task whose caller already left is not sent at all.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         transport: &dyn Transport,
+        job: Arc<Job>,
         req: HttpRequest,
         seq: Seq,
         hedge: bool,
@@ -84,12 +93,16 @@ impl Attempt {
         deadline: AttemptDeadline,
         cancel: Option<oneshot::Receiver<()>>,
     ) -> Self {
-        let (send, early) = match std::panic::catch_unwind(AssertUnwindSafe(|| transport.send(req)))
-        {
-            Ok(f) => (Some(f), None),
-            Err(p) => (None, Some(panicked(p))),
+        let (send, early) = if job.reply.is_abandoned() {
+            (None, Some(caller_left()))
+        } else {
+            match std::panic::catch_unwind(AssertUnwindSafe(|| transport.send(req))) {
+                Ok(f) => (Some(f), None),
+                Err(p) => (None, Some(panicked(p))),
+            }
         };
         Attempt {
+            job,
             seq,
             hedge,
             permit,
@@ -99,6 +112,7 @@ impl Attempt {
             early,
             cancel,
             expired: false,
+            watching: false,
         }
     }
 
@@ -128,7 +142,7 @@ impl Future for Attempt {
 
     /// The transport first (an answer that is ready wins over a cancel or
     /// the deadline, as with `tokio::time::timeout`), then the cancel
-    /// switch, then the deadline.
+    /// switch, then the caller's presence, then the deadline.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Finished> {
         let this = self.get_mut();
         if let Some(e) = this.early.take() {
@@ -143,16 +157,20 @@ impl Future for Attempt {
         }
         if let Some(rx) = this.cancel.as_mut() {
             match Pin::new(rx).poll(cx) {
-                Poll::Ready(Ok(())) => {
-                    return this.done(Err(TransportError::new(
-                        ErrorKind::Cancelled,
-                        "a hedged twin answered first",
-                    )))
-                }
+                Poll::Ready(Ok(())) => return this.done(Err(twin_answered())),
                 // The switch was dropped unused: the attempt runs on.
                 Poll::Ready(Err(_)) => this.cancel = None,
                 Poll::Pending => {}
             }
+        }
+        let left = if this.watching {
+            this.job.reply.is_abandoned()
+        } else {
+            this.watching = true;
+            this.job.reply.poll_abandoned(cx)
+        };
+        if left {
+            return this.done(Err(caller_left()));
         }
         if this.expired {
             let e = this.deadline.error(this.sent);
@@ -354,6 +372,7 @@ impl Attempts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outcome::ErrorKind;
     use std::time::Duration;
 
     /// Answers after the request's `timeout` field (as a delay), or panics
@@ -391,6 +410,11 @@ mod tests {
 
     fn seq(task: u64) -> Seq {
         Seq { task, round: 1 }
+    }
+
+    fn job(task: u64) -> Arc<Job> {
+        let job = crate::task::Task::get("s", "/x").prepare(task, Instant::now());
+        Arc::new(job.expect("a valid task"))
     }
 
     /// Polls the set until it is empty; each finished attempt with the
@@ -432,6 +456,7 @@ mod tests {
             };
             let a = Attempt::new(
                 &Delayed,
+                job(task),
                 request(path, answer_ms),
                 seq(task),
                 false,
@@ -477,6 +502,7 @@ mod tests {
         drop(tx);
         let a = Attempt::new(
             &Delayed,
+            job(1),
             request("/a", 100),
             seq(1),
             true,
@@ -491,5 +517,50 @@ mod tests {
         set.push(a);
         let seen = run_all(set, t0).await;
         assert_eq!(seen, vec![(1, Ok(200), 100)]);
+    }
+
+    /// A caller that leaves cancels its attempt at once (without a hedge's
+    /// switch), and one that left before the dispatch is never sent.
+    #[tokio::test(start_paused = true)]
+    async fn a_caller_that_leaves_cancels_its_attempt_at_once() {
+        let t0 = Instant::now();
+        let mut set = Attempts::default();
+        let deadline = AttemptDeadline {
+            at: t0 + Duration::from_secs(10),
+            by_task: false,
+        };
+        let (stays, leaves, left) = (job(1), job(2), job(3));
+        left.reply.abandon();
+        for (j, path) in [(&stays, "/a"), (&leaves, "/b"), (&left, "/panic")] {
+            let no = j.id;
+            let req = request(path, 500);
+            set.push(Attempt::new(
+                &Delayed,
+                j.clone(),
+                req,
+                seq(no),
+                false,
+                None,
+                t0,
+                deadline,
+                None,
+            ));
+        }
+        let leave = async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            leaves.reply.abandon();
+        };
+        let (mut seen, ()) = futures::join!(run_all(set, t0), leave);
+        seen.sort_by_key(|s| s.0);
+        assert_eq!(
+            seen,
+            vec![
+                (1, Ok(200), 500),
+                (2, Err(ErrorKind::Cancelled), 100),
+                // Not sent: the transport (which panics on this path) was
+                // never called.
+                (3, Err(ErrorKind::Cancelled), 0),
+            ]
+        );
     }
 }

@@ -65,6 +65,7 @@ enum End {
 pub(super) async fn attempt(
     core: Rc<std::cell::RefCell<NodeCore>>,
     transport: Rc<dyn Transport>,
+    job: std::sync::Arc<crate::task::Job>,
     req: HttpRequest,
     seq: Seq,
     hedge: bool,
@@ -75,7 +76,9 @@ pub(super) async fn attempt(
 ) {
     let started = Instant::now();
     let max_body = req.max_body;
-    let head = super::cancellable(run_head(&*transport, req, deadline), cancel).await;
+    let head = super::cancellable(run_head(&*transport, req, deadline), cancel, &job).await;
+    // The head ends the caller's wait: the body's reader decides from here.
+    drop(job);
     let at_head = Instant::now();
     let latency = at_head.saturating_duration_since(started);
     let reply = match head {

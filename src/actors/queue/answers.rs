@@ -54,6 +54,12 @@ impl QueueActor {
             node: address.clone(),
             stream: stream.take(),
         });
+        if !r.outcome.is_success() && p.job().reply.is_abandoned() {
+            // The caller left: no retry and no wait for a twin (its node
+            // is told to cancel it); nobody hears this answer.
+            self.counters.cancelled += 1;
+            return self.finish(no, Outcome::Rejected(Rejection::Cancelled), ctx);
+        }
         if r.outcome.is_success() {
             // Recent latencies serve a hedge's percentile and the check
             // that a task's time left is worth an attempt.

@@ -277,6 +277,7 @@ impl QueueActor {
             shed: self.counters.shed,
             shed_by_class: crate::stats::ByPriority::from_array(self.counters.shed_by_class),
             shed_at_intake: self.counters.shed_at_intake,
+            cancelled: self.counters.cancelled,
             overloaded: self.delay.as_ref().is_some_and(|d| d.congested().is_some()),
             peak_queued: self.counters.peak_queued as u64,
             capacity: self.cfg.queue.capacity as u64,

@@ -27,6 +27,22 @@ pub(super) fn validate(cx: &Ctx<'_>, raw: &RawService) -> Result<(), ConfigError
     Ok(())
 }
 
+/// `http2`: `connections` from 1 to [`crate::config::MAX_H2_CONNECTIONS`].
+pub(super) fn http2(
+    cx: &Ctx<'_>,
+    raw: &crate::config::raw::RawHttp2,
+) -> Result<crate::config::Http2Config, ConfigError> {
+    let max = crate::config::MAX_H2_CONNECTIONS;
+    if raw.connections == 0 || raw.connections > max {
+        let msg = format!("must be 1 to {max}, got {}", raw.connections);
+        return Err(cx.err("http2.connections", msg));
+    }
+    Ok(crate::config::Http2Config {
+        connections: raw.connections,
+        prior_knowledge: raw.prior_knowledge,
+    })
+}
+
 /// The service's `headers` and `tls`, which its endpoints' replace.
 pub(super) fn headers_and_tls(
     cx: &Ctx<'_>,

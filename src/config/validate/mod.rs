@@ -238,6 +238,7 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
         cx.bounded(field, d)?;
     }
     attempt::validate(&cx, &raw)?;
+    let http2 = attempt::http2(&cx, &raw.http2)?;
     let retry = retry::validate(&cx, raw.retry)?;
     let queue = queue::validate(&cx, raw.queue)?;
     let balancer = balancer::validate(&cx, raw.balancer)?;
@@ -265,6 +266,7 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
         hedge,
         headers,
         tls,
+        http2,
         concurrency,
         throttle,
     })

@@ -162,6 +162,8 @@ pub(in crate::actors) struct Counters {
     pub shed: u64,
     pub shed_by_class: [u64; 3],
     pub shed_at_intake: u64,
+    /// Tasks whose caller left (a dropped `Submission`).
+    pub cancelled: u64,
     pub peak_queued: usize,
 }
 
