@@ -39,6 +39,13 @@ impl QueueActor {
             let Some(p) = self.tasks.get(&no) else {
                 continue;
             };
+            if p.job().reply.is_abandoned() {
+                // The caller left while it waited: never sent, no token
+                // or slot spent on it.
+                self.counters.cancelled += 1;
+                self.finish(no, Outcome::Rejected(Rejection::Cancelled), ctx);
+                continue;
+            }
             if p.job().deadline.is_some_and(|d| d <= now) {
                 self.finish_deadline(no, ctx);
                 continue;

@@ -447,3 +447,25 @@ async fn a_critical_task_is_shed_only_past_the_interval_while_sheddable_ones_go(
         (1, 1)
     );
 }
+
+/// A task whose caller left while it waited is never routed: it is
+/// answered `Cancelled` when its turn comes, and the credit goes to the
+/// next task.
+#[actix_rt::test]
+async fn a_task_abandoned_while_queued_is_never_routed() {
+    tokio::time::pause();
+    let (queue, seen) = start(
+        r#"{"services":[{"name":"svc","timeout":"60s",
+            "endpoints":[{"address":"http://127.0.0.1:9/"}]}]}"#,
+    );
+    let gone = submit(&queue, Task::get("svc", "/gone"), 1);
+    let _kept = submit(&queue, Task::get("svc", "/kept"), 2);
+    settle().await;
+    gone.0.reply.abandon();
+    queue.news(vec![ToQueue::Credit(1)]);
+    settle().await;
+    let routes = seen.lock().unwrap().routes.clone();
+    assert_eq!(routes.len(), 1, "only the kept task goes");
+    let stats = queue.addr.send(GetQueueStats).await.unwrap();
+    assert_eq!((stats.cancelled, stats.in_flight, stats.queued), (1, 1, 0));
+}
