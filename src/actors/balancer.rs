@@ -1,7 +1,7 @@
 //! `BalancerActor`: picks the node for each task, hands credit to the queue.
 //!
 //! The balancer pulls: it tells the queue how many tasks it can place
-//! ([`ToQueue::Credit`]), computed from its view of every node (slots, probes,
+//! ([`ToQueue::Room`]), computed from its view of every node (slots, probes,
 //! tokens; see [`super::view`]), and the queue sends that many [`Route`]s. Each route
 //! is placed at once: the strategy picks among eligible nodes, preferring
 //! ones that have not failed this task, the view is bumped (in flight,
@@ -292,16 +292,17 @@ impl BalancerActor {
         #[cfg(feature = "redis")]
         self.shared_turn(ctx, now);
         self.grant(ctx, now);
-        self.settle_gate(ctx, now);
     }
 
-    /// Grants the queue the credit the nodes' room allows now (after the
-    /// turn's news so far: a bounced task is back at the queue's front
-    /// before the credit is spent).
+    /// Tells the queue what it may send now, as one [`Room`]: the credit
+    /// the nodes' room allows (after the turn's news so far: a bounced task
+    /// is back at the queue's front before the credit is spent), and the
+    /// gate when it changed; arms the timer.
     pub(super) fn grant(&mut self, ctx: &mut Context<Self>, now: Instant) {
         let credit = self.take_credit(now);
-        if credit > 0 {
-            self.answer(ToQueue::Credit(credit), ctx);
+        let gate = self.settle_gate(ctx, now);
+        if credit > 0 || gate.is_some() {
+            self.answer(ToQueue::Room(Room { credit, gate }), ctx);
         }
     }
 
@@ -333,8 +334,9 @@ impl BalancerActor {
         }
     }
 
-    /// Opens or closes the queue's gate and arms the timer.
-    fn settle_gate(&mut self, ctx: &mut Context<Self>, now: Instant) {
+    /// Opens or closes the queue's gate and arms the timer; the gate, if
+    /// it changed.
+    fn settle_gate(&mut self, ctx: &mut Context<Self>, now: Instant) -> Option<Gate> {
         let (cap, service_out) = self.capacity_now(now);
         let c = self.nodes.counts();
         let maybe_all_open = c.open > 0 && c.open == c.in_service;
@@ -352,12 +354,15 @@ impl BalancerActor {
                 Gate::Open => log::info!("service {}: accepting tasks again", self.service),
                 Gate::Reject(r) => log::warn!("service {}: rejecting tasks: {r}", self.service),
             }
-            self.gate = gate.clone();
-            self.answer(ToQueue::Gate(gate), ctx);
         }
+        let changed = (gate != self.gate).then(|| {
+            self.gate = gate.clone();
+            gate
+        });
         if let Some(t) = self.pending_wake.take() {
             self.schedule_wake(t, ctx);
         }
+        changed
     }
 
     /// Why nothing can be placed, if the service must answer for it.

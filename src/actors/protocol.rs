@@ -309,10 +309,29 @@ pub(crate) enum ToQueue {
     /// hedges only, so that the attempt that loses the race can still be
     /// listed in the task's result).
     Placed(Placed),
-    /// The balancer can place this many more tasks.
-    Credit(usize),
-    /// The balancer's verdict on the service as a whole.
-    Gate(Gate),
+    /// What the queue may send now.
+    Room(Room),
+}
+
+/// Balancer to queue: what the queue may send now, in one type: `credit`
+/// more tasks (the nodes' room, capped by the service's tokens), then the
+/// service's gate when it changed (the balancer judges both at once; the
+/// queue takes the credit, then the gate, then pumps once for the turn).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Room {
+    pub credit: usize,
+    pub gate: Option<Gate>,
+}
+
+#[cfg(test)]
+impl Room {
+    /// Credit alone.
+    pub(crate) fn credit(n: usize) -> ToQueue {
+        ToQueue::Room(Room {
+            credit: n,
+            gate: None,
+        })
+    }
 }
 
 /// The attempts of one node that ended in one of its turns.

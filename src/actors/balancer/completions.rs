@@ -72,7 +72,6 @@ impl BalancerActor {
         self.pass_on(node, address, at, done, refused, ctx);
         // The slots they freed travel with the answers.
         self.grant(ctx, now);
-        self.settle_gate(ctx, now);
     }
 
     /// Tells the queue what ended at node `node` (`address`): the attempts

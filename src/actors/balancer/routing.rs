@@ -116,8 +116,12 @@ impl BalancerActor {
     /// in one message when it ends ([`Flush`]), in the order it happened.
     pub(super) fn answer(&mut self, a: ToQueue, ctx: &mut Context<Self>) {
         match (self.answered.last_mut(), a) {
-            // Credit granted twice in a row is one grant.
-            (Some(ToQueue::Credit(n)), ToQueue::Credit(m)) => *n = n.saturating_add(m),
+            // Credit alone, then more room: one grant (a gate set between
+            // them would be skipped by a merge, so only credit merges).
+            (Some(ToQueue::Room(last)), ToQueue::Room(next)) if last.gate.is_none() => {
+                last.credit = last.credit.saturating_add(next.credit);
+                last.gate = next.gate;
+            }
             (_, a) => self.answered.push(a),
         }
         self.flush_at_turn_end(ctx);

@@ -32,7 +32,7 @@ impl Handler<BalancerTurn> for FakeQueue {
         let mut seen = self.0.lock().unwrap();
         for news in msg.0 {
             match news {
-                ToQueue::Credit(n) => seen.credit += n,
+                ToQueue::Room(r) => seen.credit += r.credit,
                 ToQueue::Bounce { seq, .. } => seen.bounces.push(seq),
                 _ => {}
             }

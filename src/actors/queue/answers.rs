@@ -297,16 +297,15 @@ impl QueueActor {
                 self.tick(None);
                 self.on_placed(p);
             }
-            ToQueue::Credit(n) => {
+            ToQueue::Room(room) => {
                 // Routes spent on this credit are decided now, not at the
                 // time an answer before it ended (the balancer checks its
                 // buckets at the route's time).
                 self.tick(None);
-                self.credit = self.credit.saturating_add(n);
-            }
-            ToQueue::Gate(gate) => {
-                self.tick(None);
-                self.set_gate(gate, ctx);
+                self.credit = self.credit.saturating_add(room.credit);
+                if let Some(gate) = room.gate {
+                    self.set_gate(gate, ctx);
+                }
             }
         }
     }

@@ -115,7 +115,7 @@ fn done(seq: Seq, node: u32, hedge: bool, status: u16) -> Vec<ToQueue> {
         at: Instant::now(),
         done: vec![ended],
     };
-    vec![ToQueue::Ended(answers), ToQueue::Credit(1)]
+    vec![ToQueue::Ended(answers), Room::credit(1)]
 }
 
 /// The balancer could not place `seq`'s attempt (and gives its credit back).
@@ -126,7 +126,7 @@ fn bounce(seq: Seq, hedge: bool) -> Vec<ToQueue> {
             hedge,
             refused: false,
         },
-        ToQueue::Credit(1),
+        Room::credit(1),
     ]
 }
 
@@ -151,7 +151,7 @@ async fn a_failed_first_attempt_then_a_bounced_hedge_asks_the_policy() {
             "hedge":{"after":"20ms"},
             "retry":{"max_retries":1,"backoff_base":"1ms","backoff_max":"1ms"}}]}"#,
     );
-    queue.news(vec![ToQueue::Credit(2)]);
+    queue.news(vec![Room::credit(2)]);
     let mut rx = submit(&queue, Task::get("svc", "/x"), 1);
     settle().await;
     let first = {
@@ -213,7 +213,7 @@ async fn a_bounced_hedge_then_a_failed_first_attempt_fails_the_task() {
             "endpoints":[{"address":"http://127.0.0.1:9/"}],
             "hedge":{"after":"20ms"},"retry":{"max_retries":0}}]}"#,
     );
-    queue.news(vec![ToQueue::Credit(2)]);
+    queue.news(vec![Room::credit(2)]);
     let mut rx = submit(&queue, Task::get("svc", "/x"), 1);
     tokio::time::sleep(Duration::from_millis(25)).await;
     settle().await;
@@ -243,7 +243,7 @@ async fn a_standing_queue_is_shed_without_news_from_the_balancer() {
             "endpoints":[{"address":"http://127.0.0.1:9/"}]}]}"#,
     );
     // One credit: one task goes out and never answers; the rest stand.
-    queue.news(vec![ToQueue::Credit(1)]);
+    queue.news(vec![Room::credit(1)]);
     let mut slots: Vec<Slot> = (0..10)
         .map(|i| submit(&queue, Task::get("svc", format!("/{i}")), i))
         .collect();
@@ -286,7 +286,7 @@ async fn under_overload_new_tasks_are_refused_at_intake_and_critical_go_first() 
         r#"{"services":[{"name":"svc","timeout":"60s",
             "endpoints":[{"address":"http://127.0.0.1:9/"}]}]}"#,
     );
-    queue.news(vec![ToQueue::Credit(1)]);
+    queue.news(vec![Room::credit(1)]);
     let mut first: Vec<Slot> = (0..4)
         .map(|i| submit(&queue, Task::get("svc", format!("/{i}")), i))
         .collect();
@@ -407,7 +407,7 @@ async fn a_critical_task_is_shed_only_past_the_interval_while_sheddable_ones_go(
         r#"{"services":[{"name":"svc","timeout":"60s",
             "endpoints":[{"address":"http://127.0.0.1:9/"}]}]}"#,
     );
-    queue.news(vec![ToQueue::Credit(1)]);
+    queue.news(vec![Room::credit(1)]);
     let mut d: Vec<Slot> = (0..2)
         .map(|i| submit(&queue, Task::get("svc", "/d"), i))
         .collect();
@@ -462,7 +462,7 @@ async fn a_task_abandoned_while_queued_is_never_routed() {
     let _kept = submit(&queue, Task::get("svc", "/kept"), 2);
     settle().await;
     gone.0.reply.abandon();
-    queue.news(vec![ToQueue::Credit(1)]);
+    queue.news(vec![Room::credit(1)]);
     settle().await;
     let routes = seen.lock().unwrap().routes.clone();
     assert_eq!(routes.len(), 1, "only the kept task goes");
