@@ -14,6 +14,7 @@ use super::*;
 use crate::actors::view::SharedMirror;
 use crate::algo::breaker::BreakerState;
 use crate::algo::time;
+use crate::outcome::{AttemptOutcome, ErrorKind};
 use crate::redis::{
     Admit, Granted, NodeTokens, ProbeClaimed, SharedBreakers, SharedState, UseShared,
 };
@@ -120,6 +121,9 @@ impl BalancerActor {
         let addr = n.address.clone();
         let br = &self.cfg.breaker.breaker;
         let mut shared = None;
+        // A throttled attempt was dropped by this client, never sent: it
+        // says nothing of the node, so it neither closes nor reopens it.
+        let outcome = outcome.filter(|o| **o != AttemptOutcome::Error(ErrorKind::Throttled));
         if ends_probe && s.probing.remove(&addr) {
             match outcome.map(|o| !o.is_node_failure()) {
                 Some(true) => {
