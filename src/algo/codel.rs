@@ -55,10 +55,21 @@
 //! way. While overloaded, [`Codel::admits`] refuses a new task at once
 //! instead when more tasks are ahead of it than the queue sends in half a
 //! `target` at its recent rate ([`Codel::on_sent`] counts the sends, per
-//! `interval`; half, because sends come in bursts). What is admitted is then sent within about the target, so
-//! shedding after the wait becomes rare and the caller of a refused task
-//! learns it in microseconds, not milliseconds. A refusal counts as a shed
-//! (it keeps the queue overloaded).
+//! `interval`; half, because sends come in bursts). The caller of a refused
+//! task learns it in microseconds, not milliseconds. A refusal counts as a
+//! shed (it keeps the queue overloaded).
+//!
+//! What is admitted then waits in a short queue, for the next sends. Those
+//! come in bursts (a backend's workers end together), so at a few hundred
+//! sends a second a task with one or two ahead of it still waits past a
+//! 5 ms target now and then. Shedding it then would answer it late, after
+//! the wait, and refuse work the backends were about to take; so, as CoDel
+//! drops nothing while its queue holds less than a packet, a task in a
+//! queue that is not [standing](Codel::standing) is bounded by the
+//! `interval`, not the target (see [`Codel::on_dequeue_for`]). A queue
+//! past the intake bound (it built up before the overload was seen, the
+//! send rate fell, or its tasks may not be refused) is served newest first
+//! and its oldest are shed at the target.
 //!
 //! The module is pure: it reads no clock; every method takes `now`.
 //!
@@ -81,6 +92,8 @@
 
 use tokio::time::{Duration, Instant};
 
+pub use crate::algo::priority::Order;
+use crate::algo::priority::{Priority, CLASSES};
 use crate::algo::time;
 
 /// The `retry_after` hint is at most this many intervals.
@@ -153,15 +166,6 @@ pub enum Verdict {
     Shed,
 }
 
-/// Which end of the queue to serve, from [`Codel::order`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Order {
-    /// Oldest first.
-    Fifo,
-    /// Newest first.
-    Lifo,
-}
-
 /// A change of state, for the one log line per change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -187,9 +191,17 @@ pub struct Codel {
     overloaded: Option<Instant>,
     /// The latest shed.
     last_shed: Option<Instant>,
-    /// Sends counted for the intake bound: the current interval's start,
-    /// its count so far and the previous interval's count.
-    sent: (Option<Instant>, u64, u64),
+    /// Sends counted for the intake bound, per priority class.
+    sent: [Window; CLASSES],
+}
+
+/// Sends counted per `interval`: the current interval's start, its count
+/// so far and the previous interval's count.
+#[derive(Debug, Clone, Copy, Default)]
+struct Window {
+    start: Option<Instant>,
+    current: u64,
+    previous: u64,
 }
 
 impl Codel {
@@ -208,7 +220,7 @@ impl Codel {
             last_empty: None,
             overloaded: None,
             last_shed: None,
-            sent: (None, 0, 0),
+            sent: [Window::default(); CLASSES],
         }
     }
 
@@ -274,10 +286,20 @@ impl Codel {
     }
 
     /// Counts `n` tasks sent at `now`, for the intake bound of
-    /// [`admits`](Self::admits).
+    /// [`admits`](Self::admits): [`on_sent_in`](Self::on_sent_in) for a
+    /// queue of one class.
     pub fn on_sent(&mut self, n: u64, now: Instant) {
-        let (start, current, previous) = self.sent_at(now);
-        self.sent = (Some(start), current.saturating_add(n), previous);
+        self.on_sent_in(Priority::Default, n, now);
+    }
+
+    /// Counts `n` tasks of `class` sent at `now`, for the intake bounds of
+    /// [`admits_in`](Self::admits_in).
+    pub fn on_sent_in(&mut self, class: Priority, n: u64, now: Instant) {
+        let w = self.window_at(class, now);
+        self.sent[class.index()] = Window {
+            current: w.current.saturating_add(n),
+            ..w
+        };
     }
 
     /// How many ready tasks a new task may find ahead of it and still join
@@ -293,8 +315,25 @@ impl Codel {
     /// `interval` instead of a target.
     pub fn intake_bound_for(&self, now: Instant, shielded: bool) -> Option<usize> {
         self.state_at(now)?;
-        let (_, current, previous) = self.sent_at(now);
-        let per_interval = current.max(previous);
+        let total = Priority::ALL
+            .iter()
+            .map(|&c| self.per_interval(c, now))
+            .fold(0u64, u64::saturating_add);
+        Some(self.bound_of(total, shielded))
+    }
+
+    /// As [`intake_bound_for`](Self::intake_bound_for), for the tasks of
+    /// `class` alone, at the rate that class is sent: under strict
+    /// priority a less important class gets what the more important ones
+    /// leave, and its tasks wait for its own turns.
+    pub fn class_bound(&self, class: Priority, now: Instant, shielded: bool) -> Option<usize> {
+        self.state_at(now)?;
+        Some(self.bound_of(self.per_interval(class, now), shielded))
+    }
+
+    /// The most tasks sent in half a target (in an interval if
+    /// `shielded`) at `per_interval` sends per interval, at least one.
+    fn bound_of(&self, per_interval: u64, shielded: bool) -> usize {
         // Half the target: sends come in bursts (a backend's workers end
         // together), so a task admitted with a target's worth ahead would
         // often wait past it and be shed after all, later.
@@ -305,59 +344,117 @@ impl Codel {
         };
         let interval = self.config.interval.as_nanos().max(1);
         let bound = (u128::from(per_interval) * wait.as_nanos()).div_ceil(interval);
-        Some(usize::try_from(bound).unwrap_or(usize::MAX).max(1))
+        usize::try_from(bound).unwrap_or(usize::MAX).max(1)
     }
 
     /// Whether a new task with `ahead` ready tasks before it joins the
     /// queue at `now` (`shielded`: less important tasks wait too, see
     /// [`on_dequeue_for`](Self::on_dequeue_for)): always while calm; while
     /// overloaded, only within the [intake bound](Self::intake_bound_for).
-    /// A refusal is recorded as a shed.
+    /// A refusal is recorded as a shed. For a queue of one class; see
+    /// [`admits_in`](Self::admits_in).
     pub fn admits(&mut self, ahead: usize, now: Instant, shielded: bool) -> bool {
-        match self.intake_bound_for(now, shielded) {
-            Some(bound) if ahead >= bound => {
-                self.last_shed = Some(self.last_shed.map_or(now, |s| s.max(now)));
-                false
-            }
-            _ => true,
-        }
+        self.admits_in(Priority::Default, ahead, ahead, now, shielded)
     }
 
-    /// The send count's interval holding `now` (its start, its count so
-    /// far, the previous interval's count), moved on from the recorded one.
-    fn sent_at(&self, now: Instant) -> (Instant, u64, u64) {
+    /// Whether a new task of `class` joins the queue at `now`, with
+    /// `ahead` ready tasks before it (its class and the more important
+    /// ones), `of_class` of them of its own class: while overloaded, only
+    /// when `ahead` is within the [intake bound](Self::intake_bound_for)
+    /// and `of_class` within its [class's](Self::class_bound). The first
+    /// keeps a task from joining behind more than goes out in half a
+    /// target; the second from joining a class that gets fewer turns than
+    /// that, the more important ones taking the rest. A refusal is
+    /// recorded as a shed.
+    pub fn admits_in(
+        &mut self,
+        class: Priority,
+        ahead: usize,
+        of_class: usize,
+        now: Instant,
+        shielded: bool,
+    ) -> bool {
+        let (Some(all), Some(own)) = (
+            self.intake_bound_for(now, shielded),
+            self.class_bound(class, now, shielded),
+        ) else {
+            return true;
+        };
+        if ahead >= all || of_class >= own {
+            self.last_shed = Some(self.last_shed.map_or(now, |s| s.max(now)));
+            return false;
+        }
+        true
+    }
+
+    /// The sends of `class` per interval: the last whole interval's, or
+    /// this one's so far if higher.
+    fn per_interval(&self, class: Priority, now: Instant) -> u64 {
+        let w = self.window_at(class, now);
+        w.current.max(w.previous)
+    }
+
+    /// `class`'s send window holding `now`, moved on from the recorded
+    /// one.
+    fn window_at(&self, class: Priority, now: Instant) -> Window {
         let interval = self.config.interval;
-        let (start, current, previous) = match self.sent {
-            (None, ..) => return (now, 0, 0),
-            (Some(start), c, p) => (start, c, p),
+        let w = self.sent[class.index()];
+        let Some(start) = w.start else {
+            return Window {
+                start: Some(now),
+                current: 0,
+                previous: 0,
+            };
         };
         let next = time::add(start, interval);
         if now < next {
-            return (start, current, previous);
+            return w;
         }
         // The previous interval is the one just before `now`'s: empty if a
         // whole interval passed without a count.
         let previous = if now < time::add(next, interval) {
-            current
+            w.current
         } else {
             0
         };
         let whole = now.saturating_duration_since(start).as_nanos() / interval.as_nanos().max(1);
         let whole = u32::try_from(whole).unwrap_or(u32::MAX);
-        (time::add(start, time::mul(interval, whole)), 0, previous)
+        Window {
+            start: Some(time::add(start, time::mul(interval, whole))),
+            current: 0,
+            previous,
+        }
+    }
+
+    /// Whether `queued` ready tasks are a standing queue at `now`: the
+    /// queue is overloaded and they are more than the [intake
+    /// bound](Self::intake_bound) lets in, more than go out in half a
+    /// target. A queue within the bound is short: what waits in it waits
+    /// for the next sends, which come in bursts, not behind an excess.
+    pub fn standing(&self, now: Instant, queued: usize) -> bool {
+        self.intake_bound(now).is_some_and(|bound| queued > bound)
+    }
+
+    /// As [`standing`](Self::standing), for `queued` ready tasks of
+    /// `class` alone, against its [class's bound](Self::class_bound): what
+    /// waits for the class's next turns is a short queue, however many
+    /// more important tasks go first.
+    pub fn standing_in(&self, class: Priority, now: Instant, queued: usize) -> bool {
+        self.class_bound(class, now, false)
+            .is_some_and(|bound| queued > bound)
     }
 
     /// Which end of the queue to serve at `now`, with `ready` tasks
-    /// waiting: LIFO while overloaded (when `lifo` is on) with more tasks
-    /// waiting than the [intake bound](Self::intake_bound) lets in, FIFO
-    /// otherwise. Past the bound the queue stands (it built up before the
-    /// overload was seen, or its tasks may not be refused): the newest are
-    /// served and the oldest shed. Within it every task is sent within
-    /// about the target anyway, and oldest first sheds none of them.
+    /// waiting: LIFO while the queue is [standing](Self::standing) (when
+    /// `lifo` is on), FIFO otherwise. A standing queue built up before the
+    /// overload was seen, or holds tasks that may not be refused: the
+    /// newest are served and the oldest shed. A short one sends every task
+    /// soon anyway, and oldest first sheds none of them.
     pub fn order(&self, now: Instant, ready: usize) -> Order {
-        match self.intake_bound(now) {
-            Some(bound) if self.config.lifo && ready > bound => Order::Lifo,
-            _ => Order::Fifo,
+        if self.config.lifo && self.standing(now, ready) {
+            Order::Lifo
+        } else {
+            Order::Fifo
         }
     }
 
@@ -370,18 +467,26 @@ impl Codel {
     }
 
     /// As [`on_dequeue`](Self::on_dequeue), for a task that is
-    /// `shielded`: less important tasks wait too, and are shed first. Such
-    /// a task's bound while overloaded is the `interval`, not the target,
-    /// so that a flood of unimportant tasks does not get important ones
-    /// shed, while a pile-up of important ones is still bounded.
+    /// `sheltered`, whose bound while overloaded is the `interval`, not the
+    /// target. The queue shelters a task in two cases:
+    ///
+    /// * less important tasks wait too, and are shed first: a flood of
+    ///   unimportant tasks must not get important ones shed, while a
+    ///   pile-up of important ones is still bounded;
+    /// * the queue is short (not [standing](Self::standing)): as CoDel
+    ///   drops nothing while its queue holds less than a packet, a task
+    ///   that waits only for the next burst of sends is not shed for it.
+    ///   The intake bound keeps the queue short, so under a steady
+    ///   overload what is refused is refused at intake, at once, and what
+    ///   is admitted is sent, not shed after waiting the target.
     pub fn on_dequeue_for(
         &mut self,
         enqueued_at: Instant,
         now: Instant,
-        shielded: bool,
+        sheltered: bool,
     ) -> Verdict {
         let waited = now.saturating_duration_since(enqueued_at);
-        match self.bound_for(now, shielded) {
+        match self.bound_for(now, sheltered) {
             Some(bound) if waited > bound => {
                 self.last_shed = Some(self.last_shed.map_or(now, |s| s.max(now)));
                 Verdict::Shed
@@ -396,13 +501,13 @@ impl Codel {
         self.bound_for(now, false)
     }
 
-    /// As [`bound`](Self::bound), for a `shielded` task (see
+    /// As [`bound`](Self::bound), for a `sheltered` task (see
     /// [`on_dequeue_for`](Self::on_dequeue_for)): the `interval` instead of
     /// the target while overloaded.
-    pub fn bound_for(&self, now: Instant, shielded: bool) -> Option<Duration> {
+    pub fn bound_for(&self, now: Instant, sheltered: bool) -> Option<Duration> {
         let calm = self.config.max_wait;
         if self.state_at(now).is_some() {
-            let over = if shielded {
+            let over = if sheltered {
                 self.config.interval
             } else {
                 self.config.target
@@ -420,14 +525,14 @@ impl Codel {
         self.expires_at_for(enqueued_at, now, false)
     }
 
-    /// As [`expires_at`](Self::expires_at), for a `shielded` task.
+    /// As [`expires_at`](Self::expires_at), for a `sheltered` task.
     pub fn expires_at_for(
         &self,
         enqueued_at: Instant,
         now: Instant,
-        shielded: bool,
+        sheltered: bool,
     ) -> Option<Instant> {
-        let bound = self.bound_for(now, shielded)?;
+        let bound = self.bound_for(now, sheltered)?;
         // Shed when the wait is strictly longer than the bound.
         Some(time::add(
             time::add(enqueued_at, bound),
@@ -753,6 +858,64 @@ mod tests {
         assert_eq!(c.intake_bound(at(t0, 330)), Some(1));
         assert!(c.admits(0, at(t0, 330), false));
         assert!(!c.admits(1, at(t0, 330), false));
+    }
+
+    #[test]
+    fn only_a_queue_past_the_intake_bound_stands() {
+        let t0 = Instant::now();
+        let mut c = Codel::new(CodelConfig::default());
+        c.on_queue_len(3, t0);
+        c.on_sent(200, at(t0, 60));
+        // Calm: nothing stands, whatever waits.
+        assert!(!c.standing(at(t0, 60), 1_000));
+        // Overloaded, 5 sent per half a target: 5 ready are a short
+        // queue, 6 a standing one.
+        assert_eq!(c.intake_bound(at(t0, 100)), Some(5));
+        assert!(!c.standing(at(t0, 100), 5));
+        assert!(c.standing(at(t0, 100), 6));
+        // The queue shelters a task of a short queue: past the target it
+        // is still served; past the interval it is shed.
+        let now = at(t0, 150);
+        assert_eq!(c.on_dequeue_for(at(t0, 140), now, true), Verdict::Serve);
+        assert_eq!(c.on_dequeue_for(at(t0, 140), now, false), Verdict::Shed);
+        assert_eq!(c.on_dequeue_for(at(t0, 49), now, true), Verdict::Shed);
+        // The send rate falls: the same queue now stands.
+        assert_eq!(c.intake_bound(at(t0, 330)), Some(1));
+        assert!(c.standing(at(t0, 330), 2));
+    }
+
+    #[test]
+    fn a_class_sent_less_than_the_others_has_a_bound_of_its_own() {
+        let t0 = Instant::now();
+        let mut c = Codel::new(CodelConfig::default());
+        c.on_queue_len(3, t0);
+        assert_eq!(c.class_bound(Priority::Sheddable, at(t0, 50), false), None);
+        assert!(c.admits_in(Priority::Sheddable, 1_000, 1_000, at(t0, 50), false));
+        // 160 critical and 40 sheddable tasks sent in the first interval.
+        c.on_sent_in(Priority::Critical, 160, at(t0, 60));
+        c.on_sent_in(Priority::Sheddable, 40, at(t0, 60));
+        let now = at(t0, 100);
+        assert_eq!(c.intake_bound(now), Some(5));
+        assert_eq!(c.class_bound(Priority::Critical, now, false), Some(4));
+        assert_eq!(c.class_bound(Priority::Sheddable, now, false), Some(1));
+        assert_eq!(
+            c.class_bound(Priority::Default, now, false),
+            Some(1),
+            "a class not sent yet: one task may wait"
+        );
+        assert_eq!(c.class_bound(Priority::Sheddable, now, true), Some(40));
+        // One sheddable task ahead is one more than its class is sent in
+        // half a target, though the whole queue's bound would let it in.
+        assert!(!c.admits_in(Priority::Sheddable, 1, 1, now, false));
+        assert!(c.admits_in(Priority::Sheddable, 4, 0, now, false));
+        assert!(!c.admits_in(Priority::Sheddable, 5, 0, now, false));
+        assert!(c.admits_in(Priority::Critical, 3, 3, now, false));
+        assert!(!c.admits_in(Priority::Critical, 4, 4, now, false));
+        // A class's queue stands only past its own bound.
+        assert!(!c.standing_in(Priority::Sheddable, now, 1));
+        assert!(c.standing_in(Priority::Sheddable, now, 2));
+        assert!(!c.standing_in(Priority::Critical, now, 4));
+        assert!(c.standing(now, 6));
     }
 
     #[test]

@@ -53,10 +53,18 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::algo::codel::Order;
+/// Which end of a queue to serve: the delay control's choice
+/// ([`Codel::order`](crate::algo::codel::Codel::order)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Oldest first.
+    Fifo,
+    /// Newest first.
+    Lifo,
+}
 
 /// Number of classes.
-const CLASSES: usize = 3;
+pub(crate) const CLASSES: usize = 3;
 /// One whole dispatch, in parts per million.
 const WHOLE: u64 = 1_000_000;
 

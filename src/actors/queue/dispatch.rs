@@ -31,7 +31,8 @@ impl QueueActor {
                 .as_ref()
                 .is_some_and(|d| d.order(now, c.ready) == Order::Lifo);
         let order = if lifo { Order::Lifo } else { Order::Fifo };
-        let routed = self.out.routes.len();
+        // Sends per class, for the delay control's intake bounds.
+        let mut sent = [0u64; Priority::ALL.len()];
         while self.credit > 0 && self.gate == Gate::Open {
             let Some(no) = self.tasks.next_ready(order) else {
                 break;
@@ -74,6 +75,7 @@ impl QueueActor {
                 // when queued, so a deep queue neither floods nor starves it.
                 self.policy.sent(now);
             }
+            sent[p.job().priority.index()] += 1;
             let route = Route {
                 seq: Seq { task: no, round },
                 job: p.job().clone(),
@@ -89,7 +91,11 @@ impl QueueActor {
             }
         }
         if let Some(d) = self.delay.as_mut() {
-            d.on_sent((self.out.routes.len() - routed) as u64, now);
+            for (class, n) in Priority::ALL.into_iter().zip(sent) {
+                if n > 0 {
+                    d.on_sent_in(class, n, now);
+                }
+            }
         }
         if self.tasks.counts().parked > 0 {
             self.admit_waiting();
@@ -104,14 +110,14 @@ impl QueueActor {
         let (Some(d), Some(p)) = (self.delay.as_mut(), self.tasks.get(&no)) else {
             return false;
         };
-        let shielded = shielded(
+        let sheltered = sheltered(
             &self.tasks.counts(),
             &self.shed_at,
             p.job().priority,
             now,
             d,
         );
-        !p.patient && d.on_dequeue_for(self.epoch.at(p.sent_at), now, shielded) == Verdict::Shed
+        !p.patient && d.on_dequeue_for(self.epoch.at(p.sent_at), now, sheltered) == Verdict::Shed
     }
 
     /// Answers ready task `no` `Overloaded`, shed for `why`.
@@ -199,8 +205,8 @@ impl QueueActor {
             let Some(p) = self.tasks.get(&no).filter(|p| !p.patient) else {
                 continue;
             };
-            let shielded = shielded(&self.tasks.counts(), &self.shed_at, class, now, d);
-            if let Some(at) = d.expires_at_for(self.epoch.at(p.sent_at), now, shielded) {
+            let sheltered = sheltered(&self.tasks.counts(), &self.shed_at, class, now, d);
+            if let Some(at) = d.expires_at_for(self.epoch.at(p.sent_at), now, sheltered) {
                 if first.is_none_or(|(t, _)| at < t) {
                     first = Some((at, no));
                 }
@@ -334,6 +340,22 @@ pub(super) fn shielded(
         t.is_some_and(|t| now.saturating_duration_since(t) <= delay.config().interval)
     };
     counts.shields(class) || shed_at[class.index() + 1..].iter().any(recent)
+}
+
+/// Whether the oldest ready task of `class` is sheltered from the target
+/// (its shed bound is the interval, see `Codel::on_dequeue_for`): it is
+/// shielded, or its class's queue is short, not standing at the rate the
+/// class is sent (more important tasks going first make it wait, not
+/// stand).
+fn sheltered(
+    counts: &Counts,
+    shed_at: &[Option<Instant>; 3],
+    class: Priority,
+    now: Instant,
+    delay: &crate::algo::codel::Codel,
+) -> bool {
+    shielded(counts, shed_at, class, now, delay)
+        || !delay.standing_in(class, now, counts.ready_in[class.index()])
 }
 
 /// The `retry_after` of a task displaced from a full queue when the delay

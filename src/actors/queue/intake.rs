@@ -78,17 +78,19 @@ impl QueueActor {
     /// Whether the delay control refuses a new task of `class` at once: the
     /// service is overloaded and more ready tasks are ahead of it (its class
     /// and the more important ones, less what the credit in hand sends now)
-    /// than the queue sends within the target (within the interval when
-    /// less important tasks wait or were just shed: they go first), so it
-    /// would only wait to be shed.
+    /// than the queue sends within half the target, or more of its own
+    /// class than that class is sent in that time (within the interval,
+    /// for both, when less important tasks wait or were just shed: they go
+    /// first), so it would only wait to be shed.
     fn refuses_at_intake(&mut self, class: Priority, now: Instant) -> bool {
         let c = self.tasks.counts();
         let ahead = c.ready_from(class).saturating_sub(self.credit);
+        let of_class = c.ready_in[class.index()].saturating_sub(self.credit);
         let Some(d) = self.delay.as_mut() else {
             return false;
         };
         let shielded = super::dispatch::shielded(&c, &self.shed_at, class, now, d);
-        !d.admits(ahead, now, shielded)
+        !d.admits_in(class, ahead, of_class, now, shielded)
     }
 
     /// Puts a new task in the table, parked or ready (and its deadline in

@@ -448,6 +448,42 @@ async fn a_critical_task_is_shed_only_past_the_interval_while_sheddable_ones_go(
     );
 }
 
+/// Under overload, a task that waits in a short queue (no more than its
+/// class is sent in half a target) waits for the next send past the
+/// target: it is shed only past the interval. Sends come in bursts, and
+/// shedding it at the target would refuse it late, after the wait.
+#[actix_rt::test]
+async fn a_task_in_a_short_queue_is_shed_only_past_the_interval() {
+    tokio::time::pause();
+    let (queue, seen) = start(
+        r#"{"services":[{"name":"svc","timeout":"60s",
+            "endpoints":[{"address":"http://127.0.0.1:9/"}]}]}"#,
+    );
+    queue.news(vec![Room::credit(1)]);
+    let mut d: Vec<Slot> = (0..3)
+        .map(|i| submit(&queue, Task::get("svc", "/d"), i))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    settle().await;
+    let got: String = d.iter_mut().map(answered).collect();
+    assert_eq!(got, "-OO", "overloaded, one send per interval");
+    let mut a = submit(&queue, Task::get("svc", "/a"), 10);
+    settle().await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    settle().await;
+    assert_eq!(answered(&mut a), '-', "past the target, in a short queue");
+    let out = seen.lock().unwrap().routes[0].0;
+    queue.news(done(out, 0, false, 200));
+    settle().await;
+    assert_eq!(
+        seen.lock().unwrap().routes.len(),
+        2,
+        "sent at the next turn"
+    );
+    let stats = queue.addr.send(GetQueueStats).await.unwrap();
+    assert_eq!((stats.shed, stats.in_flight, stats.queued), (2, 1, 0));
+}
+
 /// A task whose caller left while it waited is never routed: it is
 /// answered `Cancelled` when its turn comes, and the credit goes to the
 /// next task.
