@@ -104,20 +104,32 @@ impl QueueActor {
         self.tasks.compact();
     }
 
-    /// Whether the delay control sheds ready task `no` now (a task with
-    /// less important ones waiting is shielded: they go first).
+    /// Whether the delay control sheds ready task `no` now (a sheltered one
+    /// only past the interval).
     fn sheds(&mut self, no: TaskNo, now: Instant) -> bool {
-        let (Some(d), Some(p)) = (self.delay.as_mut(), self.tasks.get(&no)) else {
+        let Some(p) = self.tasks.get(&no) else {
             return false;
         };
-        let sheltered = sheltered(
-            &self.tasks.counts(),
-            &self.shed_at,
-            p.job().priority,
-            now,
-            d,
-        );
-        !p.patient && d.on_dequeue_for(self.epoch.at(p.sent_at), now, sheltered) == Verdict::Shed
+        let (class, patient, sent_at) = (p.job().priority, p.patient, p.sent_at);
+        let sheltered = self.sheltered(class, now);
+        let Some(d) = self.delay.as_mut() else {
+            return false;
+        };
+        !patient && d.on_dequeue_for(self.epoch.at(sent_at), now, sheltered) == Verdict::Shed
+    }
+
+    /// Whether the oldest ready task of `class` is sheltered from the
+    /// target (its shed bound is the interval, see `Codel::on_dequeue_for`):
+    /// it is shielded, or its class's queue is short, not standing at the
+    /// rate the class is sent (more important tasks going first make it
+    /// wait, not stand).
+    fn sheltered(&self, class: Priority, now: Instant) -> bool {
+        let Some(d) = self.delay.as_ref() else {
+            return false;
+        };
+        let c = self.tasks.counts();
+        shielded(&c, &self.shed_at, class, now, d)
+            || !d.standing_in(class, now, c.ready_in[class.index()])
     }
 
     /// Answers ready task `no` `Overloaded`, shed for `why`.
@@ -205,8 +217,9 @@ impl QueueActor {
             let Some(p) = self.tasks.get(&no).filter(|p| !p.patient) else {
                 continue;
             };
-            let sheltered = sheltered(&self.tasks.counts(), &self.shed_at, class, now, d);
-            if let Some(at) = d.expires_at_for(self.epoch.at(p.sent_at), now, sheltered) {
+            if let Some(at) =
+                d.expires_at_for(self.epoch.at(p.sent_at), now, self.sheltered(class, now))
+            {
                 if first.is_none_or(|(t, _)| at < t) {
                     first = Some((at, no));
                 }
@@ -340,22 +353,6 @@ pub(super) fn shielded(
         t.is_some_and(|t| now.saturating_duration_since(t) <= delay.config().interval)
     };
     counts.shields(class) || shed_at[class.index() + 1..].iter().any(recent)
-}
-
-/// Whether the oldest ready task of `class` is sheltered from the target
-/// (its shed bound is the interval, see `Codel::on_dequeue_for`): it is
-/// shielded, or its class's queue is short, not standing at the rate the
-/// class is sent (more important tasks going first make it wait, not
-/// stand).
-fn sheltered(
-    counts: &Counts,
-    shed_at: &[Option<Instant>; 3],
-    class: Priority,
-    now: Instant,
-    delay: &crate::algo::codel::Codel,
-) -> bool {
-    shielded(counts, shed_at, class, now, delay)
-        || !delay.standing_in(class, now, counts.ready_in[class.index()])
 }
 
 /// The `retry_after` of a task displaced from a full queue when the delay

@@ -238,10 +238,7 @@ async fn a_bounced_hedge_then_a_failed_first_attempt_fails_the_task() {
 #[actix_rt::test]
 async fn a_standing_queue_is_shed_without_news_from_the_balancer() {
     tokio::time::pause();
-    let (queue, seen) = start(
-        r#"{"services":[{"name":"svc","timeout":"60s",
-            "endpoints":[{"address":"http://127.0.0.1:9/"}]}]}"#,
-    );
+    let (queue, seen) = start(ONE_NODE);
     // One credit: one task goes out and never answers; the rest stand.
     queue.news(vec![Room::credit(1)]);
     let mut slots: Vec<Slot> = (0..10)
@@ -275,6 +272,26 @@ fn answered(slot: &mut Slot) -> char {
     }
 }
 
+/// The test service with one endpoint, its attempts never answered
+/// unless the test says so.
+const ONE_NODE: &str = r#"{"services":[{"name":"svc","timeout":"60s",
+            "endpoints":[{"address":"http://127.0.0.1:9/"}]}]}"#;
+
+/// Overloads the queue: one credit, then `n` default tasks (the first goes
+/// out and is not answered), then 120 ms without a send, past an interval.
+/// The slots, and what each was answered with (see [`answered`]).
+async fn overload(queue: &Queue, n: u64) -> (Vec<Slot>, String) {
+    queue.news(vec![Room::credit(1)]);
+    let mut slots: Vec<Slot> = (0..n)
+        .map(|i| submit(queue, Task::get("svc", format!("/{i}")), i))
+        .collect();
+    settle().await;
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    settle().await;
+    let got = slots.iter_mut().map(answered).collect();
+    (slots, got)
+}
+
 /// While overloaded, a new task finds more tasks ahead of it than the queue
 /// sends within the target: it is refused at once, without waiting out the
 /// target. A critical task waits only behind critical ones, so it is
@@ -282,20 +299,10 @@ fn answered(slot: &mut Slot) -> char {
 #[actix_rt::test]
 async fn under_overload_new_tasks_are_refused_at_intake_and_critical_go_first() {
     tokio::time::pause();
-    let (queue, seen) = start(
-        r#"{"services":[{"name":"svc","timeout":"60s",
-            "endpoints":[{"address":"http://127.0.0.1:9/"}]}]}"#,
-    );
-    queue.news(vec![Room::credit(1)]);
-    let mut first: Vec<Slot> = (0..4)
-        .map(|i| submit(&queue, Task::get("svc", format!("/{i}")), i))
-        .collect();
-    settle().await;
+    let (queue, seen) = start(ONE_NODE);
     // One sent in the first interval; the standing three are shed once
     // the queue is overloaded.
-    tokio::time::sleep(Duration::from_millis(120)).await;
-    settle().await;
-    let got: String = first.iter_mut().map(answered).collect();
+    let (_first, got) = overload(&queue, 4).await;
     assert_eq!(got, "-OOO");
     // One send per interval: one task may wait; the next is refused at
     // intake, at the same instant.
@@ -403,17 +410,8 @@ async fn a_full_queue_sheds_the_least_important_for_a_more_important_task() {
 #[actix_rt::test]
 async fn a_critical_task_is_shed_only_past_the_interval_while_sheddable_ones_go() {
     tokio::time::pause();
-    let (queue, _seen) = start(
-        r#"{"services":[{"name":"svc","timeout":"60s",
-            "endpoints":[{"address":"http://127.0.0.1:9/"}]}]}"#,
-    );
-    queue.news(vec![Room::credit(1)]);
-    let mut d: Vec<Slot> = (0..2)
-        .map(|i| submit(&queue, Task::get("svc", "/d"), i))
-        .collect();
-    tokio::time::sleep(Duration::from_millis(120)).await;
-    settle().await;
-    let got: String = d.iter_mut().map(answered).collect();
+    let (queue, _seen) = start(ONE_NODE);
+    let (_d, got) = overload(&queue, 2).await;
     assert_eq!(got, "-O", "overloaded: the standing task is shed");
     let mut c = submit(
         &queue,
@@ -455,17 +453,8 @@ async fn a_critical_task_is_shed_only_past_the_interval_while_sheddable_ones_go(
 #[actix_rt::test]
 async fn a_task_in_a_short_queue_is_shed_only_past_the_interval() {
     tokio::time::pause();
-    let (queue, seen) = start(
-        r#"{"services":[{"name":"svc","timeout":"60s",
-            "endpoints":[{"address":"http://127.0.0.1:9/"}]}]}"#,
-    );
-    queue.news(vec![Room::credit(1)]);
-    let mut d: Vec<Slot> = (0..3)
-        .map(|i| submit(&queue, Task::get("svc", "/d"), i))
-        .collect();
-    tokio::time::sleep(Duration::from_millis(120)).await;
-    settle().await;
-    let got: String = d.iter_mut().map(answered).collect();
+    let (queue, seen) = start(ONE_NODE);
+    let (_d, got) = overload(&queue, 3).await;
     assert_eq!(got, "-OO", "overloaded, one send per interval");
     let mut a = submit(&queue, Task::get("svc", "/a"), 10);
     settle().await;
@@ -490,10 +479,7 @@ async fn a_task_in_a_short_queue_is_shed_only_past_the_interval() {
 #[actix_rt::test]
 async fn a_task_abandoned_while_queued_is_never_routed() {
     tokio::time::pause();
-    let (queue, seen) = start(
-        r#"{"services":[{"name":"svc","timeout":"60s",
-            "endpoints":[{"address":"http://127.0.0.1:9/"}]}]}"#,
-    );
+    let (queue, seen) = start(ONE_NODE);
     let gone = submit(&queue, Task::get("svc", "/gone"), 1);
     let _kept = submit(&queue, Task::get("svc", "/kept"), 2);
     settle().await;
