@@ -6,13 +6,16 @@
 //! (feature `web`) is cancelled the same way, through actix-web dropping
 //! its handler (with `h1_allow_half_closed(false)`, as the README says).
 
+mod support;
+
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_dispatch::{BreakerStatus, Config, Dispatcher, Stats, Task};
+use actix_dispatch::{BreakerStatus, Config, Dispatcher, Task};
+use support::wait::{stats_until, until};
 
 /// A backend that reads requests and never answers: `got` counts the
 /// requests read, `closed` the connections the engine closed after one.
@@ -86,30 +89,6 @@ fn config(hold: &Hold, max_concurrent: u32) -> Config {
         hold.url()
     );
     Config::from_json(&json).unwrap_or_else(|e| panic!("{e}\n{json}"))
-}
-
-/// Waits (a bounded number of short real sleeps: the backend runs on
-/// threads of its own) until `done` holds, and says whether it did.
-async fn until(mut done: impl FnMut() -> bool) -> bool {
-    for _ in 0..1000 {
-        if done() {
-            return true;
-        }
-        actix_rt::time::sleep(Duration::from_millis(10)).await;
-    }
-    done()
-}
-
-/// Polls the stats until `done` holds for them; returns the last.
-async fn stats_until(d: &Dispatcher, done: impl Fn(&Stats) -> bool) -> Stats {
-    for _ in 0..1000 {
-        let s = d.stats().await;
-        if done(&s) {
-            return s;
-        }
-        actix_rt::time::sleep(Duration::from_millis(10)).await;
-    }
-    d.stats().await
 }
 
 #[actix_rt::test]

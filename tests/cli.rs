@@ -13,8 +13,8 @@ mod clients;
 
 use std::collections::BTreeSet;
 use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -49,6 +49,26 @@ fn write(name: &str, lines: &[String]) -> PathBuf {
     let path = tmp(name);
     std::fs::write(&path, lines.join("\n") + "\n").unwrap();
     path
+}
+
+/// Starts `actix-dispatch run --config cfg --progress progress` with
+/// `args` after, its logs off, `stdin` as given, stdout and stderr piped.
+fn spawn_run(cfg: &Path, progress: &str, args: &[&str], stdin: Stdio) -> Child {
+    Command::new(BIN)
+        .args([
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--progress",
+            progress,
+        ])
+        .args(args)
+        .env("RUST_LOG", "off")
+        .stdin(stdin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts")
 }
 
 fn run(args: &[&str], stdin: Option<&str>) -> Output {
@@ -266,22 +286,19 @@ fn an_interrupt_writes_the_unfinished_tasks_ready_to_feed_again() {
         .collect();
     let file = write("int.jsonl", &tasks);
     let unfinished = tmp("int-unfinished.jsonl");
-    let child = Command::new(BIN)
-        .args([
-            "run",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--progress",
-            "plain",
-        ])
-        .args(["--tasks", file.to_str().unwrap(), "--grace", "100ms"])
-        .args(["--unfinished", unfinished.to_str().unwrap()])
-        .env("RUST_LOG", "off")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_run(
+        &cfg,
+        "plain",
+        &[
+            "--tasks",
+            file.to_str().unwrap(),
+            "--grace",
+            "100ms",
+            "--unfinished",
+            unfinished.to_str().unwrap(),
+        ],
+        Stdio::null(),
+    );
     let until = Instant::now() + Duration::from_secs(20);
     while b.in_flight() < 2 {
         assert!(

@@ -12,19 +12,20 @@ use actix_dispatch::{
     ServiceStats, Task,
 };
 use support::cfg::config;
-use support::{backends, init_logs};
+use support::{backends, init_logs, wait};
 
-/// Polls the service's stats (every 5 ms, at most 5 s) until `done` holds;
-/// the last stats either way.
+/// Polls the service's stats until `done` holds; the last stats either way.
 async fn stats_until(d: &Dispatcher, done: impl Fn(&ServiceStats) -> bool) -> ServiceStats {
-    for _ in 0..1000 {
-        let s = d.stats().await.service("svc").cloned().expect("svc");
-        if done(&s) {
-            return s;
-        }
-        actix_rt::time::sleep(Duration::from_millis(5)).await;
-    }
-    d.stats().await.service("svc").cloned().expect("svc")
+    let svc = |s: &actix_dispatch::Stats| s.service("svc").cloned().expect("svc");
+    svc(&wait::stats_until(d, |s| done(&svc(s))).await)
+}
+
+/// A dispatcher over one backend (kept alive by the first value) whose
+/// node takes `max` at once, with `extra` service fields.
+fn one_node(max: u32, extra: &str) -> (support::Backend, Dispatcher) {
+    let b = support::Backend::start();
+    let d = Dispatcher::start(config("round_robin", &[(&b, 1, max)], extra)).unwrap();
+    (b, d)
 }
 
 fn in_flight(s: &ServiceStats) -> u32 {
@@ -34,13 +35,10 @@ fn in_flight(s: &ServiceStats) -> u32 {
 #[actix_rt::test]
 async fn failures_reported_only_through_leases_open_the_breaker_for_http_tasks() {
     init_logs();
-    let bs = backends(1);
-    let d = Dispatcher::start(config(
-        "round_robin",
-        &[(&bs[0], 1, 10)],
+    let (b, d) = one_node(
+        10,
         r#""breaker":{"consecutive_failures":3,"open_for":"30s","on_all_open":"fail_fast"}"#,
-    ))
-    .unwrap();
+    );
     assert!(d.submit(Task::get("svc", "/before")).await.is_success());
     for _ in 0..3 {
         let lease = d.lease("svc", LeaseOptions::new()).await.unwrap();
@@ -68,7 +66,7 @@ async fn failures_reported_only_through_leases_open_the_breaker_for_http_tasks()
         matches!(refused, Rejection::CircuitOpen { .. }),
         "{refused:?}"
     );
-    assert_eq!(bs[0].hits(), 1, "only the first task reached the backend");
+    assert_eq!(b.hits(), 1, "only the first task reached the backend");
     d.shutdown(Duration::from_secs(1)).await;
 }
 
@@ -193,13 +191,10 @@ async fn poll_and_weight_leases_follow_the_seeds_sequences() {
 #[actix_rt::test]
 async fn leases_are_refused_as_tasks_are() {
     init_logs();
-    let bs = backends(1);
-    let d = Dispatcher::start(config(
-        "round_robin",
-        &[(&bs[0], 1, 1)],
+    let (b, d) = one_node(
+        1,
         r#""queue":{"capacity":1,"on_full":"reject","delay":{"enabled":false}}"#,
-    ))
-    .unwrap();
+    );
     let first = d.lease("svc", LeaseOptions::new()).await.unwrap();
     // The only slot is lent: the next lease waits in the queue ...
     let waiting = {
@@ -237,7 +232,7 @@ async fn leases_are_refused_as_tasks_are() {
     let report = d.shutdown(Duration::from_millis(50)).await;
     assert!(!report.drained);
     assert_eq!(report.leases_out.len(), 1);
-    assert_eq!(report.leases_out[0].address, bs[0].url());
+    assert_eq!(report.leases_out[0].address, b.url());
     drop(second);
 }
 
@@ -309,8 +304,7 @@ fn sample(text: &str, family: &str, labels: &[&str]) -> f64 {
 #[actix_rt::test]
 async fn leases_are_counted_in_prometheus() {
     init_logs();
-    let bs = backends(1);
-    let d = Dispatcher::start(config("round_robin", &[(&bs[0], 1, 10)], "")).unwrap();
+    let (_b, d) = one_node(10, "");
     let mut kept = d.lease("svc", LeaseOptions::new()).await.unwrap();
     kept.report(LeaseOutcome::Success);
     kept.report(LeaseOutcome::Ignore);
@@ -370,7 +364,8 @@ async fn leases_are_rate_limited_and_shed_as_tasks_are() {
     );
     d.shutdown(Duration::from_secs(1)).await;
 
-    // A lease that waits in a standing queue is shed by the delay control.
+    // A lease that waits past the interval under overload is shed by the
+    // delay control.
     let d = Dispatcher::start(config(
         "round_robin",
         &[(&bs[0], 1, 1)],
@@ -400,13 +395,7 @@ async fn a_critical_lease_is_served_before_default_ones_waiting() {
     use std::cell::RefCell;
     use std::rc::Rc;
     init_logs();
-    let bs = backends(1);
-    let d = Dispatcher::start(config(
-        "round_robin",
-        &[(&bs[0], 1, 1)],
-        r#""queue":{"delay":{"enabled":false}}"#,
-    ))
-    .unwrap();
+    let (_b, d) = one_node(1, r#""queue":{"delay":{"enabled":false}}"#);
     let held = d.lease("svc", LeaseOptions::new()).await.unwrap();
     let order = Rc::new(RefCell::new(Vec::new()));
     let mut waiting = Vec::new();
@@ -440,13 +429,7 @@ async fn a_critical_lease_is_served_before_default_ones_waiting() {
 #[actix_rt::test]
 async fn a_lease_given_up_while_waiting_returns_its_slot() {
     init_logs();
-    let bs = backends(1);
-    let d = Dispatcher::start(config(
-        "round_robin",
-        &[(&bs[0], 1, 1)],
-        r#""queue":{"delay":{"enabled":false}}"#,
-    ))
-    .unwrap();
+    let (_b, d) = one_node(1, r#""queue":{"delay":{"enabled":false}}"#);
     let held = d.lease("svc", LeaseOptions::new()).await.unwrap();
     // The caller stops waiting (its future is dropped) while the slot is taken.
     let gave_up = actix_rt::time::timeout(

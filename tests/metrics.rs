@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use actix_dispatch::{Dispatcher, Task};
 use support::cfg::config;
-use support::{backends, init_logs};
+use support::{backends, init_logs, wait};
 
 /// One sample line: metric name, labels, value.
 #[derive(Debug)]
@@ -145,21 +145,11 @@ async fn sheds_are_counted_by_reason_and_class() {
     .unwrap();
     let held = d.submit(Task::get("svc", "/held"));
     let held = actix_rt::spawn(held);
-    for _ in 0..1000 {
-        if a.in_flight() == 1 {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait::until(|| a.in_flight() == 1).await;
     let low = actix_rt::spawn(
         d.submit(Task::get("svc", "/low").priority(actix_dispatch::Priority::Sheddable)),
     );
-    for _ in 0..1000 {
-        if d.stats().await.services[0].queue.queued == 1 {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait::stats_until(&d, |s| s.services[0].queue.queued == 1).await;
     let high = actix_rt::spawn(
         d.submit(Task::get("svc", "/high").priority(actix_dispatch::Priority::Critical)),
     );

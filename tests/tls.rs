@@ -44,6 +44,16 @@ fn trusting(pki: &Pki) -> String {
     format!(r#","tls":{{"ca_file":{:?}}}"#, pki.ca_file())
 }
 
+/// A dispatcher over `echo` alone that trusts `ca`'s certificates and
+/// retries nothing.
+fn no_retries(echo: &Echo, ca: &Pki) -> Dispatcher {
+    Dispatcher::start(config(
+        &[endpoint(echo)],
+        &format!(r#"{},"retry":{{"max_retries":0}}"#, trusting(ca)),
+    ))
+    .unwrap()
+}
+
 async fn get(d: &Dispatcher) -> TaskResult {
     d.submit(Task::get("svc", "/hello")).await
 }
@@ -100,11 +110,7 @@ async fn an_unknown_ca_is_a_tls_error_counted_by_the_breaker() {
     let trusted = Pki::new("trusted CA");
     let stranger = Pki::new("stranger CA");
     let echo = Echo::start(Mode::TlsH2(stranger.server_config(LOCAL)));
-    let d = Dispatcher::start(config(
-        &[endpoint(&echo)],
-        &format!(r#"{},"retry":{{"max_retries":0}}"#, trusting(&trusted)),
-    ))
-    .unwrap();
+    let d = no_retries(&echo, &trusted);
     for _ in 0..2 {
         let r = get(&d).await;
         assert!(tls_error(&r), "{:?}", r.outcome);
@@ -170,11 +176,7 @@ async fn a_certificate_for_another_host_is_a_tls_error() {
     let echo = Echo::start(Mode::TlsH2(
         pki.server_config(Leaf::For(&["other.example"])),
     ));
-    let d = Dispatcher::start(config(
-        &[endpoint(&echo)],
-        &format!(r#"{},"retry":{{"max_retries":0}}"#, trusting(&pki)),
-    ))
-    .unwrap();
+    let d = no_retries(&echo, &pki);
     let r = get(&d).await;
     assert!(tls_error(&r), "{:?}", r.outcome);
     d.shutdown(Duration::from_secs(1)).await;
@@ -184,11 +186,7 @@ async fn a_certificate_for_another_host_is_a_tls_error() {
 async fn an_expired_certificate_is_a_tls_error() {
     let pki = Pki::new("test CA");
     let echo = Echo::start(Mode::TlsH2(pki.server_config(Leaf::Expired)));
-    let d = Dispatcher::start(config(
-        &[endpoint(&echo)],
-        &format!(r#"{},"retry":{{"max_retries":0}}"#, trusting(&pki)),
-    ))
-    .unwrap();
+    let d = no_retries(&echo, &pki);
     let r = get(&d).await;
     assert!(tls_error(&r), "{:?}", r.outcome);
     d.shutdown(Duration::from_secs(1)).await;

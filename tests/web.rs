@@ -24,6 +24,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use support::cfg::config;
+use support::wait::{self, wait_for};
 use support::Backend;
 
 /// A gateway server on 127.0.0.1 over `config`: `/svc/{tail}` forwards to
@@ -107,17 +108,6 @@ fn json(body: &[u8]) -> Value {
 fn retry_after(headers: &awc::http::header::HeaderMap) -> u64 {
     let v = headers.get("retry-after").expect("a Retry-After header");
     v.to_str().unwrap().parse().expect("Retry-After in seconds")
-}
-
-/// Polls `cond` (every 10 ms, up to 10 s): for states other threads reach.
-async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..1000 {
-        if cond() {
-            return;
-        }
-        actix_rt::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for {what}");
 }
 
 /// A backend that answers every request with what it received, as JSON, and
@@ -365,12 +355,7 @@ async fn a_full_queue_is_503_with_retry_after_and_shutdown_is_503() {
     wait_for("the first request at the backend", || b.in_flight() == 1).await;
     let second = spawn_get(gw.url("/svc/2"));
     let d = gw.dispatcher.clone();
-    for _ in 0..1000 {
-        if d.stats().await.services[0].queue.queued == 1 {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait::stats_until(&d, |s| s.services[0].queue.queued == 1).await;
     assert_eq!(d.stats().await.services[0].queue.queued, 1);
     let (status, headers, body) = get(&gw.url("/svc/3")).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
@@ -419,12 +404,7 @@ async fn the_priority_header_sets_the_class_and_is_not_forwarded() {
     wait_for("the first request at the backend", || b.in_flight() == 1).await;
     let sheddable = send("/svc/2", "sheddable");
     let d = gw.dispatcher.clone();
-    for _ in 0..1000 {
-        if d.stats().await.services[0].queue.queued == 1 {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait::stats_until(&d, |s| s.services[0].queue.queued == 1).await;
     let critical = send("/svc/3", "Critical");
     let (status, headers, body) = sheddable.await.unwrap();
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);

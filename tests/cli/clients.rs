@@ -60,20 +60,12 @@ fn a_read_error_mid_input_fails_the_run_with_a_message() {
     let ours = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     let (mut theirs, _) = listener.accept().unwrap();
     let mut to_theirs = ours.try_clone().unwrap();
-    let mut child = Command::new(BIN)
-        .args([
-            "run",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--progress",
-            "none",
-        ])
-        .env("RUST_LOG", "off")
-        .stdin(Stdio::from(std::os::fd::OwnedFd::from(ours)))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_run(
+        &cfg,
+        "none",
+        &[],
+        Stdio::from(std::os::fd::OwnedFd::from(ours)),
+    );
     theirs
         .write_all((tasks(3).join("\n") + "\n").as_bytes())
         .unwrap();
@@ -112,22 +104,17 @@ fn a_closed_stdout_stops_the_run_without_new_requests() {
     let cfg = config("pipe.json", &[&b], "");
     let file = write("pipe.jsonl", &tasks(3000));
     let unfinished = tmp("pipe-unfinished.jsonl");
-    let mut child = Command::new(BIN)
-        .args([
-            "run",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--progress",
-            "none",
-        ])
-        .args(["--tasks", file.to_str().unwrap()])
-        .args(["--unfinished", unfinished.to_str().unwrap()])
-        .env("RUST_LOG", "off")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_run(
+        &cfg,
+        "none",
+        &[
+            "--tasks",
+            file.to_str().unwrap(),
+            "--unfinished",
+            unfinished.to_str().unwrap(),
+        ],
+        Stdio::null(),
+    );
     // `head -n 1`: one line read, then the pipe closed.
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut first = String::new();
@@ -168,22 +155,19 @@ fn an_interrupt_keeps_the_unread_input_in_unfinished() {
     let all = tasks(5000);
     let file = write("unread.jsonl", &all);
     let unfinished = tmp("unread-unfinished.jsonl");
-    let mut child = Command::new(BIN)
-        .args([
-            "run",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--progress",
-            "none",
-        ])
-        .args(["--tasks", file.to_str().unwrap(), "--grace", "100ms"])
-        .args(["--unfinished", unfinished.to_str().unwrap()])
-        .env("RUST_LOG", "off")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_run(
+        &cfg,
+        "none",
+        &[
+            "--tasks",
+            file.to_str().unwrap(),
+            "--grace",
+            "100ms",
+            "--unfinished",
+            unfinished.to_str().unwrap(),
+        ],
+        Stdio::null(),
+    );
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut results = Vec::new();
     let mut line = String::new();

@@ -39,6 +39,7 @@ pub mod echo;
 pub mod logs;
 #[cfg(feature = "tls")]
 pub mod pki;
+pub mod wait;
 
 use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpStream};

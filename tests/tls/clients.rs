@@ -28,11 +28,7 @@ async fn with_the_breaker_on_the_result_still_names_the_tls_failure() {
     let trusted = Pki::new("trusted CA");
     let stranger = Pki::new("stranger CA");
     let echo = Echo::start(Mode::TlsH2(stranger.server_config(LOCAL)));
-    let d = Dispatcher::start(config(
-        &[endpoint(&echo)],
-        &format!(r#"{},"retry":{{"max_retries":0}}"#, trusting(&trusted)),
-    ))
-    .unwrap();
+    let d = no_retries(&echo, &trusted);
     // Two TLS failures: each result says which, in words.
     for _ in 0..2 {
         let r = get(&d).await;
