@@ -184,6 +184,7 @@ fn sentinel_conn(
         client,
         ac,
         connect * 3,
+        response,
         db,
         s.master.clone(),
         Box::new(move |t| scrubbing.scrub(t)),

@@ -18,9 +18,12 @@
 //!   cut off without a reset: the sentinels promote another meanwhile);
 //! * the next call starts a resolve (one at a time, in a task of its own,
 //!   so a caller's short timeout never cancels it, and bounded in time);
-//!   calls meanwhile wait for it within their own timeouts;
 //! * a failed resolve is retried after a backoff (50 ms doubling, at most
-//!   [`RESOLVE_BACKOFF_MAX`]), calls in between fail at once with its error.
+//!   [`RESOLVE_BACKOFF_MAX`]);
+//! * a call waits for the connection (through resolves and backoffs) for
+//!   at most the connection's response timeout, the bound it has once
+//!   connected, and fails with the last resolve's error after it (at once
+//!   when the next resolve is due only after it).
 //!
 //! No call is retried here: a failed call is the caller's failure (the
 //! shared state's `on_down`, the stream's retry), as with the single
@@ -190,6 +193,8 @@ struct Shared {
     config: AsyncConnectionConfig,
     /// The bound of one resolve, all sentinels and the master's check.
     limit: Duration,
+    /// The longest a call waits for a connection.
+    response: Duration,
     db: i64,
     master_name: String,
     slot: Mutex<Slot>,
@@ -204,11 +209,13 @@ pub(crate) struct SentinelConn(Arc<Shared>);
 
 impl SentinelConn {
     /// Lazy: no round trip until the first call. `limit` bounds each
-    /// resolve; `scrub` redacts error texts.
+    /// resolve, `response` a call's wait for a connection; `scrub` redacts
+    /// error texts.
     pub fn new(
         client: SentinelClient,
         config: AsyncConnectionConfig,
         limit: Duration,
+        response: Duration,
         db: i64,
         master_name: String,
         scrub: Box<dyn Fn(&str) -> String + Send + Sync>,
@@ -217,6 +224,7 @@ impl SentinelConn {
             client: tokio::sync::Mutex::new(client),
             config,
             limit,
+            response,
             db,
             master_name,
             slot: Mutex::new(Slot {
@@ -233,6 +241,7 @@ impl SentinelConn {
     /// The current connection and its generation, resolving the master
     /// first when there is none.
     pub async fn connection(&self) -> redis::RedisResult<(u64, MultiplexedConnection)> {
+        let deadline = Instant::now() + self.0.response;
         loop {
             let notified = self.0.changed.notified();
             tokio::pin!(notified);
@@ -247,27 +256,35 @@ impl SentinelConn {
                         let con = s.con.clone().expect("a connection when up");
                         return Ok((gen, con));
                     }
-                    Step::Refuse(at) => {
-                        let (kind, text) = s
-                            .last_err
-                            .clone()
-                            .unwrap_or((ErrorKind::Io, "no master resolved yet".to_string()));
-                        let wait = at.saturating_duration_since(Instant::now());
-                        return Err((
-                            kind,
-                            "redis sentinel",
-                            format!("{text} (asking the sentinels again in {wait:?})"),
-                        )
-                            .into());
-                    }
+                    Step::Refuse(at) if at >= deadline => return Err(self.no_master(&s)),
                     s => s,
                 }
             };
-            if step == Step::Resolve {
-                tokio::spawn(resolve(self.0.clone()));
+            match step {
+                Step::Resolve => {
+                    tokio::spawn(resolve(self.0.clone()));
+                }
+                Step::Refuse(at) => {
+                    tokio::time::sleep_until(at).await;
+                    continue;
+                }
+                _ => {}
             }
-            notified.await;
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                let s = self.0.slot.lock().expect("lock");
+                return Err(self.no_master(&s));
+            }
         }
+    }
+
+    /// The error of a call that found no master in time: the last
+    /// resolve's.
+    fn no_master(&self, s: &Slot) -> redis::RedisError {
+        let (kind, text) = s.last_err.clone().unwrap_or((
+            ErrorKind::Io,
+            format!("no master within {:?}", self.0.response),
+        ));
+        (kind, "redis sentinel", text).into()
     }
 }
 
