@@ -348,3 +348,98 @@ fn the_durable_stream_runs_through_sentinel_and_follows_a_failover() {
     assert_eq!(results, 2 * N as u64, "every result on the new master");
     no_password_in(&logs::lines());
 }
+
+/// Sentinel over TLS: every node (data nodes and sentinels) reached over
+/// `rediss://` only, trusting the test's CA (`ca_file`), the data nodes'
+/// password in `url`. The check passes, a shared limit answers through
+/// the master, and after a `kill -9` failover through the new one (TLS
+/// to the promoted replica's address, as the sentinels name it).
+#[test]
+fn sentinel_over_tls_with_a_ca_file_follows_a_failover() {
+    logs::capture();
+    let Some(mut s) = RedisSentinel::start_tls("tls-master", Some(DATA_PASSWORD)) else {
+        return;
+    };
+    let backend = Backend::start();
+    let extra = format!(
+        r#","prefix":"st","timeout":"500ms","ca_file":"{}""#,
+        s.ca_file()
+    );
+    let cfg = config(
+        &s,
+        &extra,
+        &backend,
+        r#","rate_limit":{"service":{"rate":100,"burst":10},"shared":true},"queue":{"capacity":1000}"#,
+    );
+    let redis_cfg = cfg.redis.clone().expect("redis");
+    assert!(redis_cfg.url.starts_with("rediss://"));
+    actix::System::new()
+        .block_on(actix_dispatch::redis::check(&redis_cfg))
+        .expect("check over TLS through the sentinels");
+    let (to_test, from_instance) = mpsc::channel::<()>();
+    let (to_instance, from_test) = mpsc::channel::<()>();
+    let instance = with_instance(cfg, move |d| {
+        Box::pin(async move {
+            let run = |from: usize| {
+                let d = d.clone();
+                async move {
+                    let subs: Vec<_> = (from..from + 20)
+                        .map(|i| d.submit(Task::get("svc", format!("/t{i}"))))
+                        .collect();
+                    let all = tokio::time::timeout(
+                        Duration::from_secs(20),
+                        futures::future::join_all(subs),
+                    )
+                    .await
+                    .expect("no task stuck");
+                    all.iter().filter(|r| r.is_success()).count()
+                }
+            };
+            let first = run(0).await;
+            let before = d.stats().await.shared.expect("shared");
+            to_test.send(()).expect("test");
+            while from_test.try_recv().is_err() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let mid = d.stats().await.shared.expect("shared");
+            let second = run(20).await;
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            let end = d.stats().await.shared.expect("shared");
+            (first, second, before, mid, end)
+        })
+    });
+    from_instance
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the first tasks done");
+    s.kill_master();
+    assert!(
+        s.wait_failover(Duration::from_secs(15)),
+        "the sentinels promoted the replica"
+    );
+    thread::sleep(FOLLOW);
+    to_instance.send(()).expect("instance");
+    let (first, second, before, mid, end) = instance.join().expect("instance");
+    eprintln!("sentinel tls: {first} + {second} tasks; {before:?} {mid:?} {end:?}");
+    assert_eq!((first, second), (20, 20));
+    assert_eq!(before.failures, 0, "over TLS from the start: {before:?}");
+    assert!(before.round_trips > 0, "{before:?}");
+    assert_eq!(
+        mid.failures, end.failures,
+        "through the new master: {end:?}"
+    );
+    assert!(end.round_trips > mid.round_trips, "{end:?}");
+    assert!(!end.down, "{end:?}");
+    let members: u64 = s.on_data(
+        s.replica.port(),
+        redis::cmd("ZCARD").arg(actix_dispatch::redis::members_key("st")),
+    );
+    assert_eq!(members, 1, "the instance heartbeats into the new master");
+    let lines = logs::lines();
+    no_password_in(&lines);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("master tls-master moved from")),
+        "{lines:#?}"
+    );
+}
