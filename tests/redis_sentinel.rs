@@ -443,3 +443,66 @@ fn sentinel_over_tls_with_a_ca_file_follows_a_failover() {
         "{lines:#?}"
     );
 }
+
+/// `actix-dispatch enqueue` (feature `cli`) with a Sentinel config: the
+/// lines go to the master the sentinels name, and no password reaches its
+/// output.
+#[cfg(feature = "cli")]
+#[test]
+fn the_enqueue_command_writes_through_sentinel() {
+    use std::io::Write as _;
+    let Some(s) = RedisSentinel::start("cli-master", Some(DATA_PASSWORD), Some(SENTINEL_PASSWORD))
+    else {
+        return;
+    };
+    let backend = Backend::start();
+    let json = format!(
+        r#"{{"redis":{{"url":"{}","prefix":"sc","sentinel":{{"master":"{}","nodes":{}}}}},
+            "services":[{{"name":"svc","endpoints":[{{"address":"{}"}}]}}]}}"#,
+        s.url(),
+        s.name,
+        s.nodes_json(),
+        backend.url()
+    );
+    let dir = std::env::temp_dir().join(format!(
+        "actix-dispatch-sentinel-cli-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("config.json");
+    std::fs::write(&path, json).expect("config");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_actix-dispatch"))
+        .args(["enqueue", "--config"])
+        .arg(&path)
+        .args(["--tasks", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("actix-dispatch enqueue");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(
+            b"{\"service\":\"svc\",\"path\":\"/a\"}\n{\"service\":\"svc\",\"path\":\"/b\"}\n",
+        )
+        .expect("write");
+    let out = child.wait_with_output().expect("enqueue");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.lines().count(), 2, "two entry ids: {stdout}");
+    for text in [&stdout, &stderr] {
+        assert!(
+            !text.contains(DATA_PASSWORD) && !text.contains(SENTINEL_PASSWORD),
+            "{text}"
+        );
+    }
+    let master = s.master.as_ref().expect("master").port();
+    let len: u64 = s.on_data(master, redis::cmd("XLEN").arg("sc:{svc}:tasks"));
+    assert_eq!(len, 2, "both lines on the master");
+}

@@ -345,3 +345,38 @@ pub async fn check(cfg: &RedisConfig) -> redis::RedisResult<()> {
         .await
         .map_err(redact)
 }
+
+/// A connection of its own to `cfg`'s Redis, whichever its kind: one node
+/// (TLS with the `ca_file`), a Cluster (`MOVED`/`ASK` followed), or the
+/// master the sentinels name (asked for again when lost); each call
+/// answered within `timeout`, at least 5 s. For tools that write to Redis
+/// themselves, as `actix-dispatch enqueue` does. Errors are redacted.
+pub async fn connect(cfg: &RedisConfig) -> redis::RedisResult<Connection> {
+    Conn::dedicated(cfg, cfg.timeout.max(Duration::from_secs(5)))
+        .await
+        .map(Connection)
+}
+
+/// A connection made by [`connect`]: use it with redis-rs's commands and
+/// pipelines (`redis::aio::ConnectionLike`). Cheap to clone (a handle).
+#[derive(Clone)]
+pub struct Connection(Conn);
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.0.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.0.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.get_db()
+    }
+}
