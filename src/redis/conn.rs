@@ -296,7 +296,8 @@ pub(crate) fn pem(certs: &[Vec<u8>]) -> Vec<u8> {
 /// a second) for each: an application that must not run without a
 /// working Redis (unreachable, a wrong password, a TLS error) calls it
 /// before `Dispatcher::start` and refuses to start on `Err`. The error is
-/// redacted.
+/// redacted. With Sentinel: the sentinels asked, the master's role
+/// checked, then `PING` on it (within four times that limit).
 pub async fn check(cfg: &RedisConfig) -> redis::RedisResult<()> {
     let limit = cfg.timeout.max(Duration::from_secs(1));
     let redact = |e| redacted(cfg, e);
