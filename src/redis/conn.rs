@@ -18,6 +18,7 @@
 //! timeout of their own; with Sentinel each is a [`SentinelConn`] of its
 //! own, following a failover as the shared state's does.
 
+mod link;
 mod sentinel;
 
 use redis::aio::{
