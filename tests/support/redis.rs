@@ -386,7 +386,9 @@ impl RedisSentinel {
         } else {
             Vec::new()
         };
-        let mut args: Vec<String> = Vec::new();
+        // A replica writes the RDB of its full sync to `dir`: the temporary
+        // directory, not the test's working directory.
+        let mut args: Vec<String> = vec!["--dir".into(), dir.display().to_string()];
         if let Some(p) = data_password {
             args.extend(["--requirepass", p, "--masterauth", p].map(String::from));
         }
