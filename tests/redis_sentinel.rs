@@ -7,7 +7,9 @@
 //! promoted): `on_down: local` meanwhile, nothing let through unlimited,
 //! no task lost, the calls answering again within a few seconds of the
 //! promotion. The durable stream runs through Sentinel and follows a
-//! failover too.
+//! failover too; so do a Sentinel over TLS only and a master paused
+//! (`kill -STOP`) rather than killed; `actix-dispatch enqueue` writes
+//! through Sentinel.
 //!
 //! The logs are captured (`support::logs`): no password in them; each test
 //! has its own master name and key prefix.
@@ -505,4 +507,81 @@ fn the_enqueue_command_writes_through_sentinel() {
     let master = s.master.as_ref().expect("master").port();
     let len: u64 = s.on_data(master, redis::cmd("XLEN").arg("sc:{svc}:tasks"));
     assert_eq!(len, 2, "both lines on the master");
+}
+
+/// A master that stops answering without closing its connections
+/// (`kill -STOP`, as a partition would): the sentinels promote the
+/// replica; the engine's calls over the old connection get no answer, and
+/// after three in a row it asks the sentinels again and answers through
+/// the new master within `FOLLOW` of the promotion. Every task succeeds.
+#[test]
+fn a_paused_master_is_left_for_the_promoted_replica() {
+    logs::capture();
+    let Some(s) = RedisSentinel::start("paused-master", Some(DATA_PASSWORD), None) else {
+        return;
+    };
+    let backend = Backend::start();
+    let cfg = config(
+        &s,
+        r#","prefix":"sp","timeout":"200ms","heartbeat":"200ms""#,
+        &backend,
+        r#","rate_limit":{"service":{"rate":100,"burst":10},"shared":true},"queue":{"capacity":1000}"#,
+    );
+    let (to_test, from_instance) = mpsc::channel::<()>();
+    let (to_instance, from_test) = mpsc::channel::<()>();
+    let instance = with_instance(cfg, move |d| {
+        Box::pin(async move {
+            let run = |from: usize| {
+                let d = d.clone();
+                async move {
+                    let subs: Vec<_> = (from..from + 20)
+                        .map(|i| d.submit(Task::get("svc", format!("/p{i}"))))
+                        .collect();
+                    let all = tokio::time::timeout(
+                        Duration::from_secs(20),
+                        futures::future::join_all(subs),
+                    )
+                    .await
+                    .expect("no task stuck");
+                    all.iter().filter(|r| r.is_success()).count()
+                }
+            };
+            let first = run(0).await;
+            to_test.send(()).expect("test");
+            while from_test.try_recv().is_err() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let mid = d.stats().await.shared.expect("shared");
+            let second = run(20).await;
+            tokio::time::sleep(Duration::from_millis(1000)).await;
+            let end = d.stats().await.shared.expect("shared");
+            (first, second, mid, end)
+        })
+    });
+    from_instance
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the first tasks done");
+    s.master.as_ref().expect("master").pause();
+    assert!(
+        s.wait_failover(Duration::from_secs(15)),
+        "the sentinels promoted the replica"
+    );
+    thread::sleep(FOLLOW);
+    to_instance.send(()).expect("instance");
+    let (first, second, mid, end) = instance.join().expect("instance");
+    eprintln!("sentinel paused: {first} + {second} tasks; {mid:?} {end:?}");
+    assert_eq!((first, second), (20, 20));
+    assert!(mid.failures > 0, "the pause was seen: {mid:?}");
+    assert_eq!(
+        mid.failures, end.failures,
+        "through the new master: {end:?}"
+    );
+    assert!(end.round_trips > mid.round_trips, "{end:?}");
+    assert!(!end.down, "{end:?}");
+    let members: u64 = s.on_data(
+        s.replica.port(),
+        redis::cmd("ZCARD").arg(actix_dispatch::redis::members_key("sp")),
+    );
+    assert_eq!(members, 1, "the instance heartbeats into the new master");
+    no_password_in(&logs::lines());
 }

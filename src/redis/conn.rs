@@ -302,9 +302,10 @@ pub(crate) fn pem(certs: &[Vec<u8>]) -> Vec<u8> {
 pub async fn check(cfg: &RedisConfig) -> redis::RedisResult<()> {
     let limit = cfg.timeout.max(Duration::from_secs(1));
     let redact = |e| redacted(cfg, e);
-    if cfg.sentinel.is_some() {
-        // The sentinels asked, the master's role checked, then PING on it.
-        let mut con = Conn::open(cfg)?;
+    if let Some(s) = &cfg.sentinel {
+        // The sentinels asked, the master's role checked, then PING on it:
+        // the call waits out a whole resolve (three connect timeouts).
+        let mut con = Conn::Sentinel(sentinel_conn(cfg, s, limit * 3)?);
         let ping = redis::cmd("PING");
         let f = ping.query_async::<()>(&mut con);
         return match tokio::time::timeout(limit * 4, f).await {

@@ -308,7 +308,8 @@ impl RedisServer {
 /// to a fresh temporary directory (a sentinel rewrites its own): a fixed
 /// `myid`, the replica and the other sentinels already known, so that
 /// they agree at once instead of after their first hello messages; a
-/// master silent for 500 ms is down, a failover times out after 2 s.
+/// master silent for 1 s is down (short, yet long enough that a loaded
+/// machine does not fail over by itself), a failover times out after 2 s.
 ///
 /// [`RedisSentinel::start_tls`] adds a `tls-port` to every node (one CA and
 /// one certificate for 127.0.0.1, made at test time) with
@@ -426,7 +427,7 @@ impl RedisSentinel {
             let mut conf = format!(
                 "port {}\nbind 127.0.0.1\ndir {}\nsentinel myid {}\n\
                  sentinel monitor {name} 127.0.0.1 {monitored} 2\n\
-                 sentinel down-after-milliseconds {name} 500\n\
+                 sentinel down-after-milliseconds {name} 1000\n\
                  sentinel failover-timeout {name} 2000\n\
                  sentinel parallel-syncs {name} 1\n\
                  sentinel known-replica {name} 127.0.0.1 {replica_named}\n",
