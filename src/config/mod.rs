@@ -54,7 +54,7 @@ use crate::algo::strategy::LeastLoadWeights;
 
 pub use headers::{ConfigHeader, HeaderSet, Secret};
 pub use mode::Mode;
-pub use redis::{OnDown, RedisConfig, SharedMode, StreamConfig};
+pub use redis::{OnDown, RedisConfig, SentinelConfig, SharedMode, StreamConfig};
 pub use tls::{CaFile, TlsConfig};
 
 /// The largest `http2.connections`.

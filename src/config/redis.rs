@@ -10,6 +10,10 @@
 //! errors ([`RedisConfig::redacted_url`]). `rediss://` connects over TLS,
 //! trusting `ca_file`'s authorities (PEM, read at load) or else the
 //! system's. `cluster: true` makes `url` one node of a Redis Cluster.
+//! `sentinel: {"master": "mymaster", "nodes": ["redis://10.0.0.1:26379", ...]}`
+//! finds the master through Redis Sentinel: `url` then names the master
+//! (`redis://[user:password@]mymaster/0`), not an address (see
+//! [`SentinelConfig`]); the nodes are redacted like `url`.
 //! `expected_instances` is the live count assumed until Redis answers a
 //! heartbeat (see [`crate::redis`]).
 //!
@@ -50,6 +54,7 @@
 //! `RedisConfig::stream_config` returns them (the defaults without the
 //! object) for a caller to override some before `Dispatcher::consume`.
 
+mod sentinel;
 mod stream;
 mod url;
 
@@ -58,6 +63,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use sentinel::SentinelConfig;
+use sentinel::{is_tls, validate_sentinel, RawSentinel};
 pub use stream::StreamConfig;
 use stream::{stream_config, validate_stream, RawStream};
 use url::{redact_url, url_secrets};
@@ -73,6 +80,8 @@ pub(crate) struct RawRedis {
     pub expected_instances: u64,
     #[serde(default)]
     pub cluster: bool,
+    #[serde(default)]
+    pub sentinel: Option<RawSentinel>,
     #[serde(default = "default_prefix")]
     pub prefix: String,
     #[serde(default = "default_timeout", with = "humantime_serde")]
@@ -161,6 +170,10 @@ pub struct RedisConfig {
     /// `url` is one node of a Redis Cluster (default false): the others
     /// are found from it, `MOVED` and `ASK` are followed.
     pub cluster: bool,
+    /// The master is found through these sentinels (`redis.sentinel`;
+    /// none by default): `url` then names the master instead of an address
+    /// (see [`SentinelConfig`]).
+    pub sentinel: Option<SentinelConfig>,
     /// Prefix of every key (default `ad`).
     pub prefix: String,
     /// Longest wait for an answer before `on_down` applies (default 50 ms).
@@ -186,6 +199,7 @@ impl fmt::Debug for RedisConfig {
             .field("ca", &self.ca)
             .field("expected_instances", &self.expected_instances)
             .field("cluster", &self.cluster)
+            .field("sentinel", &self.sentinel)
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
             .field("on_down", &self.on_down)
@@ -210,6 +224,11 @@ impl RedisConfig {
         let mut out = text.replace(&self.url, &self.redacted_url());
         for secret in url_secrets(&self.url) {
             out = out.replace(&secret, "<redacted>");
+        }
+        if let Some(s) = &self.sentinel {
+            for (secret, shown) in s.secrets() {
+                out = out.replace(&secret, &shown);
+            }
         }
         out
     }
@@ -239,8 +258,19 @@ pub(crate) fn validate(raw: RawRedis) -> Result<RedisConfig, (String, String)> {
     if raw.cluster && !(raw.url.starts_with("redis://") || raw.url.starts_with("rediss://")) {
         return err("cluster", "a Cluster is reached over redis:// or rediss://");
     }
-    if raw.ca_file.is_some() && !raw.url.starts_with("rediss://") {
-        return err("ca_file", "applies to a rediss:// URL only");
+    let sentinel = match &raw.sentinel {
+        Some(s) => Some(validate_sentinel(s, &raw.url, raw.cluster)?),
+        None => None,
+    };
+    let tls_somewhere = is_tls(&raw.url)
+        || sentinel
+            .as_ref()
+            .is_some_and(|s| s.nodes.iter().any(|n| is_tls(n)));
+    if raw.ca_file.is_some() && !tls_somewhere {
+        return err(
+            "ca_file",
+            "applies to a rediss:// URL only (the url's or the sentinels')",
+        );
     }
     if raw.prefix.is_empty() || raw.prefix.contains(['{', '}']) {
         return err("prefix", "must be non-empty, without braces");
@@ -286,6 +316,7 @@ pub(crate) fn validate(raw: RawRedis) -> Result<RedisConfig, (String, String)> {
         ca,
         expected_instances: raw.expected_instances,
         cluster: raw.cluster,
+        sentinel,
         prefix: raw.prefix,
         timeout: raw.timeout,
         on_down,
@@ -378,11 +409,72 @@ mod tests {
                 r#"{"url":"redis://r/","expected_instances":0}"#,
                 "redis.expected_instances",
             ),
+            (
+                r#"{"url":"redis://m/","cluster":true,"sentinel":{"master":"m","nodes":["redis://h:26379"]}}"#,
+                "redis.sentinel",
+            ),
+            (
+                r#"{"url":"redis://m/","sentinel":{"master":"m","nodes":[]}}"#,
+                "redis.sentinel.nodes",
+            ),
+            (
+                r#"{"url":"redis://m/","sentinel":{"master":"","nodes":["redis://h:26379"]}}"#,
+                "redis.sentinel.master",
+            ),
+            (
+                r#"{"url":"redis://m/","sentinel":{"master":"m","nodes":["h:26379"]}}"#,
+                "redis.sentinel.nodes[0]",
+            ),
+            (
+                r#"{"url":"redis://h:6379/","sentinel":{"master":"m","nodes":["redis://h:26379"]}}"#,
+                "redis.url",
+            ),
+            (
+                r#"{"url":"redis://m/","sentinel":{"master":"m","nodes":["redis://h:26379"],"x":1}}"#,
+                "redis",
+            ),
+            (
+                r#"{"url":"redis://m/","ca_file":"ca.pem","sentinel":{"master":"m","nodes":["redis://h:26379"]}}"#,
+                "redis.ca_file",
+            ),
         ] {
             let e =
                 Config::from_json(&format!(r#"{{"redis":{bad},"services":[{SVC}]}}"#)).unwrap_err();
             assert!(e.to_string().contains(field), "{bad}: {e}");
         }
+    }
+
+    /// A sentinel section: the master's name, its nodes, and secrets of
+    /// both `url` and the nodes kept out of `Debug` and scrubbed messages.
+    #[cfg(feature = "redis")]
+    #[test]
+    fn a_sentinel_section_is_read_and_redacted() {
+        let c = Config::from_json(&format!(
+            r#"{{"redis":{{"url":"redis://app:data-pw@mymaster/2",
+                "sentinel":{{"master":"mymaster","nodes":["redis://:sent-pw@10.0.0.1:26379","redis://:sent-pw@10.0.0.2:26379"]}}}},
+              "services":[{SVC}]}}"#
+        ))
+        .unwrap();
+        let r = c.redis.unwrap();
+        let s = r.sentinel.clone().expect("sentinel");
+        assert_eq!(s.master, "mymaster");
+        assert_eq!(s.nodes.len(), 2);
+        assert_eq!(r.redacted_url(), "redis://<redacted>@mymaster/2");
+        let dbg = format!("{r:?}");
+        assert!(
+            !dbg.contains("data-pw") && !dbg.contains("sent-pw"),
+            "{dbg}"
+        );
+        assert!(dbg.contains("redis://<redacted>@10.0.0.2:26379"), "{dbg}");
+        let msg = r.scrub("failed: redis://:sent-pw@10.0.0.1:26379 (sent-pw), data-pw");
+        assert!(!msg.contains("pw"), "{msg}");
+        assert!(msg.contains("redis://<redacted>@10.0.0.1:26379"), "{msg}");
+        // Without the object, none.
+        let c = Config::from_json(&format!(
+            r#"{{"redis":{{"url":"redis://r/"}},"services":[{SVC}]}}"#
+        ))
+        .unwrap();
+        assert!(c.redis.unwrap().sentinel.is_none());
     }
 
     #[cfg(feature = "redis")]

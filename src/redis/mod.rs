@@ -55,7 +55,7 @@ use tokio::time::Instant;
 
 use crate::config::{BucketConfig, RedisConfig};
 use conn::Conn;
-pub use conn::{check, client};
+pub use conn::{check, client, connect, Connection};
 use health::{Change, Health, Kind};
 
 pub(crate) use node_tokens::NodeTokens;

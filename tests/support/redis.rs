@@ -299,3 +299,350 @@ impl RedisServer {
         self.cli(&["CLUSTER", "MYID"]).trim().to_string()
     }
 }
+
+/// One master, one replica (`--replicaof`) and three sentinels
+/// (`redis-server <conf> --sentinel`) monitoring them as `name`, all on
+/// loopback ephemeral ports, killed on drop. The data nodes require
+/// `data_password` when given (the sentinels and the replica know it), the
+/// sentinels `sentinel_password`. Each sentinel's config file is written
+/// to a fresh temporary directory (a sentinel rewrites its own): a fixed
+/// `myid`, the replica and the other sentinels already known, so that
+/// they agree at once instead of after their first hello messages; a
+/// master silent for 1 s is down (short, yet long enough that a loaded
+/// machine does not fail over by itself), a failover times out after 2 s.
+///
+/// [`RedisSentinel::start_tls`] adds a `tls-port` to every node (one CA and
+/// one certificate for 127.0.0.1, made at test time) with
+/// `tls-replication yes`: the sentinels monitor, name and reach one
+/// another over TLS only, so a client gets TLS addresses; the plain ports
+/// stay for the test's own queries.
+pub struct RedisSentinel {
+    pub name: String,
+    /// The first master (`None` once killed by [`RedisSentinel::kill_master`]).
+    pub master: Option<RedisServer>,
+    pub replica: RedisServer,
+    sentinels: Vec<SentinelNode>,
+    data_password: Option<String>,
+    sentinel_password: Option<String>,
+    /// TLS ports of the master and the replica (with `start_tls`).
+    data_tls: Option<(u16, u16)>,
+    dir: std::path::PathBuf,
+}
+
+struct SentinelNode {
+    child: Child,
+    port: u16,
+    tls_port: Option<u16>,
+}
+
+impl Drop for SentinelNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl RedisSentinel {
+    /// Starts them and waits (at most 10 s) until every sentinel sees the
+    /// master up with its replica and the two other sentinels, and the
+    /// replica is in sync; `None` when redis-server is missing and not
+    /// required.
+    pub fn start(
+        name: &str,
+        data_password: Option<&str>,
+        sentinel_password: Option<&str>,
+    ) -> Option<RedisSentinel> {
+        Self::spawn(name, data_password, sentinel_password, false)
+    }
+
+    /// The same, every node with a `tls-port` too (see the type's docs;
+    /// [`RedisSentinel::ca_file`]).
+    pub fn start_tls(name: &str, data_password: Option<&str>) -> Option<RedisSentinel> {
+        Self::spawn(name, data_password, None, true)
+    }
+
+    fn spawn(
+        name: &str,
+        data_password: Option<&str>,
+        sentinel_password: Option<&str>,
+        tls: bool,
+    ) -> Option<RedisSentinel> {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!(
+            "actix-dispatch-redis-sentinel-{}-{n}",
+            std::process::id(),
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let f = |n: &str| dir.join(n).display().to_string();
+        let tls_conf: Vec<(String, String)> = if tls {
+            write_certs(&dir);
+            vec![
+                ("tls-cert-file".into(), f("server.pem")),
+                ("tls-key-file".into(), f("server.key")),
+                ("tls-ca-cert-file".into(), f("ca.pem")),
+                ("tls-auth-clients".into(), "no".into()),
+                ("tls-replication".into(), "yes".into()),
+            ]
+        } else {
+            Vec::new()
+        };
+        // A replica writes the RDB of its full sync to `dir`: the temporary
+        // directory, not the test's working directory.
+        let mut args: Vec<String> = vec!["--dir".into(), dir.display().to_string()];
+        if let Some(p) = data_password {
+            args.extend(["--requirepass", p, "--masterauth", p].map(String::from));
+        }
+        for (k, v) in &tls_conf {
+            args.extend([format!("--{k}"), v.clone()]);
+        }
+        let data_tls = tls.then(|| (free_port(), free_port()));
+        let with_tls_port = |args: &[String], port: Option<u16>| -> Vec<String> {
+            let mut a = args.to_vec();
+            if let Some(p) = port {
+                a.extend(["--tls-port".to_string(), p.to_string()]);
+            }
+            a
+        };
+        let master_args = with_tls_port(&args, data_tls.map(|t| t.0));
+        let master =
+            RedisServer::start_with(&master_args.iter().map(String::as_str).collect::<Vec<_>>())?;
+        let monitored = data_tls.map_or(master.port, |t| t.0);
+        let mut replica_args = with_tls_port(&args, data_tls.map(|t| t.1));
+        replica_args.extend([
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            monitored.to_string(),
+        ]);
+        let replica =
+            RedisServer::start_with(&replica_args.iter().map(String::as_str).collect::<Vec<_>>())?;
+        let replica_named = data_tls.map_or(replica.port, |t| t.1);
+        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let tls_ports: Vec<Option<u16>> = (0..3).map(|_| tls.then(free_port)).collect();
+        let ids: Vec<String> = (0..3)
+            .map(|i| format!("{:08x}{:08x}{:024x}", std::process::id(), n, i + 1))
+            .collect();
+        let mut sentinels = Vec::new();
+        for i in 0..3 {
+            let mut conf = format!(
+                "port {}\nbind 127.0.0.1\ndir {}\nsentinel myid {}\n\
+                 sentinel monitor {name} 127.0.0.1 {monitored} 2\n\
+                 sentinel down-after-milliseconds {name} 1000\n\
+                 sentinel failover-timeout {name} 2000\n\
+                 sentinel parallel-syncs {name} 1\n\
+                 sentinel known-replica {name} 127.0.0.1 {replica_named}\n",
+                ports[i],
+                dir.display(),
+                ids[i],
+            );
+            for (k, v) in &tls_conf {
+                conf.push_str(&format!("{k} {v}\n"));
+            }
+            if let Some(t) = tls_ports[i] {
+                conf.push_str(&format!("tls-port {t}\n"));
+            }
+            for j in (0..3).filter(|&j| j != i) {
+                conf.push_str(&format!(
+                    "sentinel known-sentinel {name} 127.0.0.1 {} {}\n",
+                    tls_ports[j].unwrap_or(ports[j]),
+                    ids[j]
+                ));
+            }
+            if let Some(p) = data_password {
+                conf.push_str(&format!("sentinel auth-pass {name} {p}\n"));
+            }
+            if let Some(p) = sentinel_password {
+                conf.push_str(&format!("requirepass {p}\nsentinel sentinel-pass {p}\n"));
+            }
+            let path = dir.join(format!("sentinel-{i}.conf"));
+            std::fs::write(&path, conf).expect("sentinel conf");
+            let child = Command::new("redis-server")
+                .arg(&path)
+                .arg("--sentinel")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server --sentinel");
+            sentinels.push(SentinelNode {
+                child,
+                port: ports[i],
+                tls_port: tls_ports[i],
+            });
+        }
+        let s = RedisSentinel {
+            name: name.to_string(),
+            master: Some(master),
+            replica,
+            sentinels,
+            data_password: data_password.map(str::to_string),
+            sentinel_password: sentinel_password.map(str::to_string),
+            data_tls,
+            dir,
+        };
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if s.ready() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the sentinels did not agree on {name} within 10 s");
+    }
+
+    fn ready(&self) -> bool {
+        let synced = self
+            .data_query(self.replica.port, redis::cmd("INFO").arg("replication"))
+            .and_then(|v| redis::from_redis_value::<String>(v).ok())
+            .is_some_and(|info| info.contains("master_link_status:up"));
+        synced
+            && self.sentinels.iter().all(|s| {
+                let info = self
+                    .sentinel_query(s.port, redis::cmd("SENTINEL").arg("MASTER").arg(&self.name));
+                let Some(map) = info.and_then(|v| {
+                    redis::from_redis_value::<std::collections::HashMap<String, String>>(v).ok()
+                }) else {
+                    return false;
+                };
+                let get = |k: &str| map.get(k).cloned().unwrap_or_default();
+                get("flags") == "master"
+                    && get("num-slaves") == "1"
+                    && get("num-other-sentinels") == "2"
+            })
+    }
+
+    fn sentinel_query(&self, port: u16, cmd: &redis::Cmd) -> Option<redis::Value> {
+        let url = match &self.sentinel_password {
+            Some(p) => format!("redis://:{p}@127.0.0.1:{port}"),
+            None => format!("redis://127.0.0.1:{port}"),
+        };
+        query(&url, cmd)
+    }
+
+    fn data_query(&self, port: u16, cmd: &redis::Cmd) -> Option<redis::Value> {
+        query(&self.data_url(port), cmd)
+    }
+
+    /// `redis://[:PASSWORD@]127.0.0.1:PORT/0` of a data node (its plain
+    /// port).
+    pub fn data_url(&self, port: u16) -> String {
+        match &self.data_password {
+            Some(p) => format!("redis://:{p}@127.0.0.1:{port}/0"),
+            None => format!("redis://127.0.0.1:{port}/0"),
+        }
+    }
+
+    /// The engine's `url`: `redis://[:PASSWORD@]NAME/0` (`rediss://` with
+    /// TLS).
+    pub fn url(&self) -> String {
+        let scheme = if self.data_tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        match &self.data_password {
+            Some(p) => format!("{scheme}://:{p}@{}/0", self.name),
+            None => format!("{scheme}://{}/0", self.name),
+        }
+    }
+
+    /// The sentinels as a JSON array of URLs (with the sentinel password;
+    /// their TLS ports with TLS).
+    pub fn nodes_json(&self) -> String {
+        let urls: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| {
+                let (scheme, port) = match s.tls_port {
+                    Some(t) => ("rediss", t),
+                    None => ("redis", s.port),
+                };
+                match &self.sentinel_password {
+                    Some(p) => format!("\"{scheme}://:{p}@127.0.0.1:{port}\""),
+                    None => format!("\"{scheme}://127.0.0.1:{port}\""),
+                }
+            })
+            .collect();
+        format!("[{}]", urls.join(","))
+    }
+
+    /// The PEM file of the CA of every node's certificate (`start_tls`).
+    pub fn ca_file(&self) -> String {
+        assert!(self.data_tls.is_some(), "a TLS setup");
+        self.dir.join("ca.pem").display().to_string()
+    }
+
+    /// The port every sentinel answering names as the master's (`None`
+    /// while they disagree or none answers).
+    pub fn master_port(&self) -> Option<u16> {
+        let mut seen = None;
+        for s in &self.sentinels {
+            let v = self.sentinel_query(
+                s.port,
+                redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(&self.name),
+            )?;
+            let (_, port): (String, u16) = redis::from_redis_value(v).ok()?;
+            if seen.is_some_and(|p| p != port) {
+                return None;
+            }
+            seen = Some(port);
+        }
+        seen
+    }
+
+    /// `kill -9` of the master.
+    pub fn kill_master(&mut self) {
+        let m = self.master.take().expect("a master to kill");
+        m.signal("-KILL");
+        drop(m);
+    }
+
+    /// Waits (at most `limit`) until every sentinel names the replica as
+    /// the master and the replica says it is; true when they do.
+    pub fn wait_failover(&self, limit: Duration) -> bool {
+        let named = self.data_tls.map_or(self.replica.port, |t| t.1);
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            let role = self
+                .data_query(self.replica.port, &redis::cmd("ROLE"))
+                .and_then(|v| match v {
+                    redis::Value::Array(items) => items.into_iter().next(),
+                    _ => None,
+                })
+                .and_then(|v| redis::from_redis_value::<String>(v).ok());
+            if self.master_port() == Some(named) && role.as_deref() == Some("master") {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    /// Runs `cmd` on a data node (its plain `port`), panicking on an error.
+    pub fn on_data<T: redis::FromRedisValue>(&self, port: u16, cmd: &redis::Cmd) -> T {
+        let v = self
+            .data_query(port, cmd)
+            .unwrap_or_else(|| panic!("{cmd:?} on {port}"));
+        redis::from_redis_value(v).expect("reply type")
+    }
+}
+
+/// One command over a fresh connection (500 ms limits), `None` on any
+/// error.
+fn query(url: &str, cmd: &redis::Cmd) -> Option<redis::Value> {
+    let client = redis::Client::open(url).ok()?;
+    let mut c = client
+        .get_connection_with_timeout(Duration::from_millis(500))
+        .ok()?;
+    c.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    cmd.query(&mut c).ok()
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        self.sentinels.clear();
+        self.master = None;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

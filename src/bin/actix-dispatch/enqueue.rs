@@ -61,11 +61,8 @@ pub(crate) fn main(args: EnqueueArgs) -> ExitCode {
         Err(e) => return fail(format!("runtime: {e}")),
     };
     rt.block_on(async move {
-        let client = match actix_dispatch::redis::client(&redis) {
-            Ok(c) => c,
-            Err(e) => return fail(format!("redis.url: {e}")),
-        };
-        let mut con = match client.get_multiplexed_async_connection().await {
+        // One node, a Cluster, or the master the sentinels name.
+        let mut con = match actix_dispatch::redis::connect(&redis).await {
             Ok(c) => c,
             Err(e) => {
                 let e = redis.scrub(&e.to_string());
