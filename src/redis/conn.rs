@@ -21,9 +21,7 @@
 mod link;
 mod sentinel;
 
-use redis::aio::{
-    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
-};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
@@ -44,10 +42,6 @@ pub(crate) enum Conn {
     Cluster(ClusterConnection),
     /// The master the sentinels name, asked for again when lost.
     Sentinel(SentinelConn),
-    /// One multiplexed connection with its own response timeout: the
-    /// durable stream's (its blocking reads need a connection of their own,
-    /// whose timeout outlasts the block).
-    Multiplexed(MultiplexedConnection),
 }
 
 impl Conn {
@@ -92,13 +86,17 @@ impl Conn {
                 .map(Conn::Cluster)
                 .map_err(|e| redacted(cfg, e));
         }
-        let ac = AsyncConnectionConfig::new()
+        // A connection manager of its own: it reconnects by itself after
+        // Redis restarts or drops the connection, so a stream's reader
+        // resumes instead of failing on a dead socket for good.
+        let mc = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(connect))
-            .set_response_timeout(Some(response));
-        client(cfg)?
-            .get_multiplexed_async_connection_with_config(&ac)
+            .set_response_timeout(Some(response))
+            .set_number_of_retries(1)
+            .set_max_delay(cfg.heartbeat);
+        ConnectionManager::new_with_config(client(cfg)?, mc)
             .await
-            .map(Conn::Multiplexed)
+            .map(Conn::Single)
             .map_err(|e| redacted(cfg, e))
     }
 }
@@ -133,7 +131,6 @@ impl ConnectionLike for Conn {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
             Conn::Sentinel(c) => c.req_packed_command(cmd),
-            Conn::Multiplexed(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -147,7 +144,6 @@ impl ConnectionLike for Conn {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Multiplexed(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -156,7 +152,6 @@ impl ConnectionLike for Conn {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
             Conn::Sentinel(c) => c.get_db(),
-            Conn::Multiplexed(c) => c.get_db(),
         }
     }
 }

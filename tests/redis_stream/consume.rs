@@ -9,7 +9,9 @@ use std::time::Duration;
 use actix_dispatch::redis::stream::StreamConfig;
 use actix_dispatch::{Config, Dispatcher};
 
-use super::helpers::{add_tasks, con, load_config, results, temp_dir, KeyedBackend};
+use super::helpers::{
+    add_tasks, add_tasks_from, con, load_config, results, start_consuming, temp_dir, KeyedBackend,
+};
 #[cfg(feature = "cli")]
 use super::helpers::{entries, write_config};
 use crate::redis_server::RedisServer;
@@ -187,5 +189,69 @@ fn the_cli_enqueue_adds_task_lines_and_reports_bad_ones() {
         entries[0].1["task"],
         r#"{"id":1,"service":"svc","path":"/a"}"#
     );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Redis drops every client connection mid-run (as a restart or a
+/// proxy's failover does): the consumer's connections come back by
+/// themselves, and what is added after is consumed and recorded too.
+#[test]
+fn the_consumer_resumes_after_redis_drops_its_connections() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let backend = KeyedBackend::start();
+    let dir = temp_dir("dropped");
+    let cfg = load_config(&dir, &server.url(), backend.port, 100);
+    let url = server.url();
+    let recorded = actix::System::new().block_on(async move {
+        let sc = StreamConfig {
+            consumer: "dropped".into(),
+            claim_every: Some(Duration::from_millis(100)),
+            block: Duration::from_millis(100),
+            ..Default::default()
+        };
+        let d = start_consuming(cfg, sc).await;
+        let recorded = |d: Dispatcher| async move {
+            let s = d.stats().await;
+            s.service("svc")
+                .and_then(|s| s.stream.clone())
+                .map_or(0, |st| st.recorded)
+        };
+        let until = |want: u64| {
+            let d = d.clone();
+            async move {
+                for _ in 0..400 {
+                    if recorded(d.clone()).await >= want {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+                recorded(d).await
+            }
+        };
+        let mut c = con(&url);
+        add_tasks(&mut c, "/ok", 10);
+        assert_eq!(until(10).await, 10, "the first ten recorded");
+        let killed: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .query(&mut c)
+            .expect("client kill");
+        assert!(killed >= 2, "the consumer's connections dropped: {killed}");
+        add_tasks_from(&mut c, "/ok", 10..20);
+        let n = until(20).await;
+        d.shutdown(Duration::from_secs(1)).await;
+        n
+    });
+    assert_eq!(recorded, 20, "the reader and the recorder came back");
+    let mut c = con(&server.url());
+    let mut ids: Vec<usize> = results(&mut c)
+        .into_iter()
+        .map(|(_, id)| id.parse().unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..20).collect::<Vec<_>>(), "each recorded once");
     let _ = std::fs::remove_dir_all(dir);
 }
