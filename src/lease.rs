@@ -7,12 +7,13 @@
 //! the queue's capacity and `on_full`, the delay control, the deadline,
 //! the balancer's strategy (`round_robin`, `weighted`, ... over the same
 //! picks as HTTP tasks), then the node's slot under `max_concurrent` or the
-//! learned limit, its token bucket and its breaker. It is refused with the
+//! learned limit, its token bucket (taken by the balancer) and its
+//! breaker. It is refused with the
 //! same [`Rejection`](crate::Rejection)s (`QueueFull`, `CircuitOpen`, `RateLimited`,
 //! `Overloaded`, `DeadlinePassed`, ...).
 //!
 //! ```text
-//!  lease() ─task─► QueueActor ─► BalancerActor ─► NodeActor: admits (slot, bucket, breaker)
+//!  lease() ─task─► QueueActor ─► BalancerActor ─► NodeActor: admits (slot, breaker)
 //!     ▲                 ▲                              │ puts a Lease in the task's hand,
 //!     │                 └──── answered (slot kept) ────┘ reports the task answered
 //!     └── the Lease ◄── hand ◄─────────────────────────┘

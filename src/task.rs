@@ -38,6 +38,8 @@ mod check;
 #[cfg(test)]
 mod props;
 pub(crate) mod reply;
+mod submission;
+mod unfinished;
 
 pub use crate::outcome::{
     Attempt, AttemptOutcome, ErrorKind, FailReason, Failure, Outcome, Rejection, Response, TaskId,
@@ -45,6 +47,9 @@ pub use crate::outcome::{
 };
 pub use check::{check_header_name, check_path};
 pub(crate) use reply::{ReplySlot, ReplyTx};
+pub(crate) use submission::rejected;
+pub use submission::Submission;
+pub use unfinished::Unfinished;
 
 /// When a task must be finished by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -40,6 +40,7 @@ use super::inbox::{Inbox, InboxReady, InboxSender};
 use super::node::{NodeActor, NodeSpec};
 use super::nodeset::{NodeSet, Tuning};
 use super::protocol::*;
+use super::share::ServiceShare;
 use super::view::{Health, Mirror, NodeView};
 use crate::algo::limiter::TokenBucket;
 use crate::algo::strategy::{Member, Strategy};
@@ -82,9 +83,9 @@ pub struct BalancerActor {
     /// Prometheus series (no-op without `metrics`): each node's, and the
     /// endpoint counts published on each recompute.
     pub(super) metrics: crate::metrics::ServiceMetrics,
-    /// The service's shared bucket and breakers (feature `redis`).
-    #[cfg(feature = "redis")]
-    pub(super) shared: Option<crate::redis::ServiceShare>,
+    /// The service's shared bucket and breakers, when it has any (see
+    /// [`super::share`]).
+    pub(super) shared: Option<ServiceShare>,
 }
 
 impl BalancerActor {
@@ -127,8 +128,7 @@ impl BalancerActor {
                 .service
                 .filter(|_| !cfg.rate_limit.shared)
                 .map(|b| TokenBucket::new(b.rate, b.burst, now)),
-            #[cfg(feature = "redis")]
-            shared: crate::redis::ServiceShare::new(&cfg),
+            shared: ServiceShare::new(&cfg),
             gate: Gate::Open,
             wake: None,
             working: crate::FastMap::default(),
@@ -193,7 +193,6 @@ impl BalancerActor {
             rtt_at: now,
             breaker: crate::algo::breaker::BreakerState::Closed,
             trips: 0,
-            tokens: None,
             restarts: 0,
             last_error: None,
             limit: if ep.learned {
@@ -258,7 +257,6 @@ impl BalancerActor {
             Some(Err(t)) if t > now => Some(t),
             _ => None,
         };
-        #[cfg(feature = "redis")]
         let service = match (service, self.shared.as_ref().and_then(|s| s.next_wake(now))) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -289,7 +287,6 @@ impl BalancerActor {
 
     /// After any change: grant credit, set the gate, arm the timer.
     pub(super) fn settle(&mut self, ctx: &mut Context<Self>, now: Instant) {
-        #[cfg(feature = "redis")]
         self.shared_turn(ctx, now);
         self.grant(ctx, now);
     }
@@ -308,7 +305,6 @@ impl BalancerActor {
 
     /// What the nodes can take now, capped by the service's tokens.
     fn capacity_now(&self, now: Instant) -> (usize, bool) {
-        #[cfg(feature = "redis")]
         if let Some(s) = self.shared.as_ref().filter(|s| s.bucket.is_some()) {
             let t = s.room(now);
             return (self.nodes.capacity().min(t), t == 0);
@@ -347,7 +343,6 @@ impl BalancerActor {
         } else {
             Gate::Open
         };
-        #[cfg(feature = "redis")]
         let gate = self.shared_gate(gate);
         if gate != self.gate {
             match &gate {
@@ -412,7 +407,6 @@ impl BalancerActor {
     /// hedge never goes to a node already working on the task.
     fn pick(&mut self, route: &Route) -> Option<usize> {
         // A route paid for on its node (shared node buckets) goes back there.
-        #[cfg(feature = "redis")]
         if let Some(i) = self.shared_pinned(route) {
             return Some(i);
         }
@@ -475,7 +469,6 @@ impl Actor for BalancerActor {
 impl BalancerActor {
     /// One `GetLoad` round: every node reports; the view re-syncs.
     fn refresh_loads(&mut self, ctx: &mut Context<Self>) {
-        #[cfg(feature = "redis")]
         self.shared_poll(ctx);
         let asks: Vec<_> = self
             .nodes
@@ -531,7 +524,6 @@ mod completions;
 mod health;
 mod membership;
 mod routing;
-#[cfg(feature = "redis")]
 mod shared;
 #[cfg(test)]
 mod tests;

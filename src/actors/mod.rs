@@ -2,7 +2,7 @@
 //!
 //! [`QueueActor`] (the task stream, retries, results) → [`BalancerActor`]
 //! (node choice, credit) → one [`NodeActor`] per endpoint (the HTTP attempt,
-//! load counters, breaker, bucket). See `protocol` for the messages and `pipeline` for the wiring.
+//! load counters, breaker; its token bucket is the balancer's, see `share`). See `protocol` for the messages and `pipeline` for the wiring.
 
 pub(crate) mod balancer;
 pub mod drill;
@@ -14,6 +14,7 @@ pub(crate) mod pipeline;
 
 pub(crate) mod protocol;
 pub(crate) mod queue;
+pub(crate) mod share;
 pub(crate) mod shutdown;
 pub(crate) mod timers;
 pub(crate) mod view;

@@ -1,8 +1,8 @@
-//! `NodeActor`: one backend endpoint, its load counters, breaker and bucket.
+//! `NodeActor`: one backend endpoint, its load counters and breaker.
 //!
 //! The node is the authority on its own state. The balancer keeps a view and
 //! bumps it at once when it dispatches, but the node checks again on every
-//! [`Dispatch`]: a dispatch its slot count, bucket or breaker refuses (a stale
+//! [`Dispatch`]: a dispatch its slot count or breaker refuses (a stale
 //! view) comes back as a refusal ([`NodeReport::refused`]), and the task
 //! returns to the queue's front without counting an attempt.
 //!
@@ -45,7 +45,6 @@ use super::protocol::*;
 use crate::algo::breaker::Breaker;
 use crate::algo::concurrency::LearnedLimit;
 use crate::algo::ewma::{Ewma, PeakEwma};
-use crate::algo::limiter::TokenBucket;
 use crate::algo::time;
 use crate::config::ServiceConfig;
 use crate::outcome::{AttemptOutcome, ErrorKind};
@@ -110,10 +109,6 @@ impl NodeActor {
                 .enabled
                 .then(|| Breaker::new(cfg.breaker.breaker.clone())),
             shared_open: None,
-            bucket: cfg
-                .rate_limit
-                .per_node
-                .map(|b| TokenBucket::new(b.rate, b.burst, now)),
             restarts: 0,
             reports: std::cell::Cell::new(0),
             cancels: HashMap::new(),
@@ -255,7 +250,7 @@ impl NodeActor {
         ctx: &mut Context<Self>,
     ) -> Option<(Seq, bool)> {
         // The balancer's decision time, for the admission check only: its
-        // bucket mirror used the same. The attempt's own timeout starts when
+        // view used the same. The attempt's own timeout starts when
         // it is sent (below), so a mailbox backlog never shortens it.
         let now = msg.at;
         let mut core = self.core.borrow_mut();
@@ -486,7 +481,7 @@ impl Handler<GetLoad> for NodeActor {
         let now = Instant::now();
         let mut core = self.core.borrow_mut();
         core.poll_breaker(now);
-        MessageResult(core.report(now))
+        MessageResult(core.report())
     }
 }
 

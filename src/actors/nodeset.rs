@@ -348,7 +348,6 @@ impl NodeSet {
                     consider(t);
                 }
             }
-            #[cfg(feature = "redis")]
             if let Some(t) = n.shared_tokens.wake(now) {
                 consider(t);
             }

@@ -59,11 +59,11 @@ pub(crate) struct Seq {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId(pub u32);
 
-/// A node's load, breaker and bucket as the node itself sees them.
+/// A node's load and breaker as the node itself sees them.
 #[derive(Debug, Clone)]
 #[expect(
     dead_code,
-    reason = "`in_flight` and `tokens` travel in each report; the balancer keeps its own"
+    reason = "`in_flight` travels in each report; the balancer keeps its own"
 )]
 pub struct LoadReport {
     /// The report's number: the node bumps it on every report (and keeps
@@ -90,8 +90,6 @@ pub struct LoadReport {
     pub breaker: BreakerState,
     /// Breaker trips so far.
     pub trips: u64,
-    /// Tokens in the node's bucket, when it has one.
-    pub tokens: Option<u32>,
     /// Times the actor was restarted by its supervisor.
     pub restarts: u32,
     /// The node's concurrency limit now: `max_concurrent`, or the learned
@@ -381,7 +379,7 @@ pub(crate) struct CloseIntake;
 
 /// Answer every remaining task `ShuttingDown` and return them.
 #[derive(Message)]
-#[rtype(result = "Vec<crate::dispatcher::Unfinished>")]
+#[rtype(result = "Vec<crate::task::Unfinished>")]
 pub(crate) struct Abort;
 
 /// Stop the actor (and, for the queue and balancer, what they own).

@@ -24,6 +24,7 @@ use tokio::time::Instant;
 
 use super::node::NodeActor;
 use super::protocol::{LoadReport, NodeId};
+use super::share::NodeTokens;
 use crate::algo::breaker::BreakerState;
 use crate::algo::limiter::TokenBucket;
 use crate::algo::strategy::{Candidate, LeastLoad};
@@ -53,10 +54,10 @@ impl Mirror {
     }
 }
 
-/// The shared breaker's word on a node (feature `redis`; else always
-/// `Closed`). A node's state is the more severe of this and [`Mirror`].
+/// The shared breaker's word on a node (always `Closed` unless the
+/// service shares its breakers). A node's state is the more severe of this
+/// and [`Mirror`].
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) enum SharedMirror {
     #[default]
     Closed,
@@ -95,11 +96,10 @@ pub(crate) struct NodeView {
     pub bucket: Option<TokenBucket>,
     /// Start of the slow-start ramp.
     pub ramp_from: Option<Instant>,
-    /// The shared breaker (feature `redis`).
+    /// The shared breaker (`Closed` unless shared).
     pub shared: SharedMirror,
-    /// The node's shared bucket (feature `redis`): caps its room.
-    #[cfg(feature = "redis")]
-    pub shared_tokens: crate::redis::NodeTokens,
+    /// The node's shared bucket (`Off` unless shared): caps its room.
+    pub shared_tokens: NodeTokens,
     /// Dispatches placed this turn, sent together when it ends.
     pub outbox: Vec<super::protocol::Dispatch>,
 }
@@ -161,8 +161,7 @@ impl NodeView {
             bucket,
             ramp_from: None,
             shared: SharedMirror::Closed,
-            #[cfg(feature = "redis")]
-            shared_tokens: Default::default(),
+            shared_tokens: NodeTokens::Off,
             outbox: Vec::new(),
         }
     }
@@ -195,10 +194,7 @@ impl NodeView {
             Some(b) if slots > 0 => Some(b.available(now) as usize),
             _ => None,
         };
-        #[cfg(feature = "redis")]
         let capped = self.shared_tokens.cap(slots, now);
-        #[cfg(not(feature = "redis"))]
-        let capped = slots;
         // `capped > 0` means `slots > 0`: the tokens were read.
         let room = match tokens {
             Some(t) if capped > 0 => capped.min(t),
@@ -247,7 +243,6 @@ impl NodeView {
     #[cfg(test)]
     pub fn compute_room(&self, now: Instant) -> usize {
         let slots = self.slots(now);
-        #[cfg(feature = "redis")]
         let slots = self.shared_tokens.cap(slots, now);
         match &self.bucket {
             Some(b) if slots > 0 => slots.min(b.available(now) as usize),
@@ -422,13 +417,10 @@ impl NodeView {
                 _ => None,
             },
             trips: n.load.trips,
-            tokens: {
-                #[cfg(feature = "redis")]
-                let shared = n.shared_tokens.shown(now);
-                #[cfg(not(feature = "redis"))]
-                let shared = None;
-                shared.or_else(|| n.bucket.as_ref().map(|b| b.available(now)))
-            },
+            tokens: n
+                .shared_tokens
+                .shown(now)
+                .or_else(|| n.bucket.as_ref().map(|b| b.available(now))),
             restarts: n.load.restarts,
             latency_p50_ms: p50,
             latency_p90_ms: p90,
@@ -455,7 +447,6 @@ pub(crate) mod tests {
             rtt_at: now,
             breaker,
             trips: 0,
-            tokens: None,
             restarts: 0,
             last_error: None,
             // No learned limit: `max_concurrent` (the view clamps to it).

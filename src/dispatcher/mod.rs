@@ -36,9 +36,9 @@ mod tests;
 
 pub use builder::{DispatcherBuilder, StartError};
 pub use pool::{DrillTarget, ReloadReport};
-pub use shutdown::{ShutdownReport, Unfinished};
-pub(crate) use submit::rejected;
-pub use submit::Submission;
+pub use crate::task::Unfinished;
+pub use shutdown::ShutdownReport;
+pub use crate::task::Submission;
 
 pub(crate) struct ServiceHandle {
     pub name: Arc<str>,
@@ -116,7 +116,7 @@ impl Dispatcher {
         );
         #[cfg(feature = "redis")]
         if let Some(s) = &self.inner.shared {
-            balancer.do_send(crate::redis::UseShared(s.clone()));
+            balancer.do_send(crate::actors::share::UseShared(Arc::new(s.clone())));
         }
         let name = cfg.name.clone();
         #[cfg(not(feature = "tls"))]

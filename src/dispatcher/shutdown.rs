@@ -10,25 +10,8 @@ use tokio::sync::oneshot;
 use super::{Dispatcher, ServiceHandle};
 use crate::actors::protocol::*;
 use crate::lease::LeaseOut;
-use crate::outcome::Attempt;
 use crate::stats::Stats;
-use crate::task::{Task, TaskId};
-
-/// A task the dispatcher could not finish before shutting down.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct Unfinished {
-    /// The task's id.
-    pub id: TaskId,
-    /// Its service.
-    pub service: String,
-    /// The task as submitted, to resubmit elsewhere.
-    pub task: Task,
-    /// Attempts it made.
-    pub attempts: Vec<Attempt>,
-    /// Whether an attempt was out when the grace period ended.
-    pub was_in_flight: bool,
-}
+use crate::task::Unfinished;
 
 /// What [`Dispatcher::shutdown`] did.
 #[derive(Debug, Clone)]

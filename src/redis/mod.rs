@@ -41,8 +41,6 @@
 mod conn;
 mod gcra;
 mod health;
-mod node_tokens;
-mod share;
 pub mod stream;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,13 +51,14 @@ use actix::prelude::*;
 use redis::Script;
 use tokio::time::Instant;
 
+use crate::actors::share::{
+    Grant, Granted, NodesGranted, ProbeClaimed, SharedBreaker, SharedBreakers, SharedState,
+    Settings, TokenStore,
+};
 use crate::config::{BucketConfig, RedisConfig};
 use conn::Conn;
 pub use conn::{check, client, connect, Connection};
 use health::{Change, Health, Kind};
-
-pub(crate) use node_tokens::NodeTokens;
-pub(crate) use share::{Admit, ServiceShare};
 
 /// The GCRA script (see its header for keys and arguments).
 pub const GCRA_LUA: &str = include_str!("gcra.lua");
@@ -85,57 +84,6 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
 return redis.call('ZCARD', KEYS[1])
 "#;
-
-/// Answer to the balancer: tokens taken for its service (or Redis down).
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub(crate) struct Granted {
-    /// `None`: Redis did not answer within `timeout`.
-    pub taken: Option<Taken>,
-    /// When the call was sent.
-    pub asked: Instant,
-}
-
-/// Answer to the balancer: tokens taken for its nodes (each with the
-/// service's, when that is shared too), or Redis down.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub(crate) struct NodesGranted {
-    /// The nodes asked for, with the tokens wanted, in the call's order.
-    pub asks: Vec<(Arc<str>, u32)>,
-    /// `None`: Redis did not answer within `timeout`.
-    pub got: Option<Vec<Got>>,
-    /// When the call was sent.
-    pub asked: Instant,
-}
-
-/// The shared state of one node's breaker, as read at a refresh.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SharedState {
-    Closed,
-    /// Open for this much longer.
-    Open(Duration),
-    /// Open time over, no probe has succeeded yet.
-    HalfOpen,
-}
-
-/// Answer to the balancer: the shared breakers of its nodes.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub(crate) struct SharedBreakers(pub Vec<(Arc<str>, SharedState)>);
-
-/// Answer to the balancer: whether it holds the probe claim of `node`.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub(crate) struct ProbeClaimed {
-    pub node: Arc<str>,
-    pub won: bool,
-}
-
-/// Dispatcher to balancer: the instance's Redis handle.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct UseShared(pub SharedLimits);
 
 /// What `stats()` shows of the shared state.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -231,102 +179,10 @@ impl SharedLimits {
         format!("{}:{{{service}}}:{rest}", self.inner.cfg.prefix)
     }
 
-    /// Takes up to `want` tokens of `service`'s shared bucket; the answer
-    /// goes to `reply` as [`Granted`].
-    pub(crate) fn take(
-        &self,
-        service: &str,
-        bucket: BucketConfig,
-        want: u32,
-        reply: Recipient<Granted>,
-    ) {
-        let s = self.clone();
-        let svc = service.to_owned();
-        let keys = vec![(self.key(service, "rl"), bucket)];
-        let asked = Instant::now();
-        actix::spawn(async move {
-            let mut con = s.inner.conn.clone();
-            let asks = [Ask {
-                buckets: vec![0],
-                want: want.max(1),
-            }];
-            let mut inv = s.inner.gcra.prepare_invoke();
-            gcra_args(&mut inv, &keys, &asks, None);
-            let r = s
-                .call(Kind::Tokens, &svc, async move {
-                    let v: Vec<u64> = inv.invoke_async(&mut con).await?;
-                    Ok(v)
-                })
-                .await;
-            let taken = r.map(|v| {
-                log_repairs(&svc, gcra_repaired(&v, &asks));
-                let (got, now_us) = gcra_answer(&v, &asks);
-                Taken {
-                    granted: got[0].granted,
-                    retry_in: got[0].due,
-                    now_us,
-                }
-            });
-            reply.do_send(Granted { taken, asked });
-        });
-    }
-
     /// The key of `node`'s shared bucket: `prefix:{service}:rl:<address>`,
     /// on the service's slot.
     fn node_key(&self, service: &str, node: &str) -> String {
         self.key(service, &format!("rl:{node}"))
-    }
-
-    /// Takes tokens for several nodes in one call: for each `(node, want)`,
-    /// up to `want` tokens each from the node's bucket and, when `service`
-    /// is set, the service's bucket together. The answer goes to `reply`
-    /// as [`NodesGranted`]. An ask of 0 only reads the clock (a ping while
-    /// Redis is taken as down).
-    pub(crate) fn take_nodes(
-        &self,
-        service: &str,
-        service_bucket: Option<BucketConfig>,
-        node_bucket: BucketConfig,
-        asks: Vec<(Arc<str>, u32)>,
-        reply: Recipient<NodesGranted>,
-    ) {
-        let s = self.clone();
-        let svc = service.to_owned();
-        let mut keys = Vec::with_capacity(asks.len() + 1);
-        if let Some(b) = service_bucket {
-            keys.push((self.key(service, "rl"), b));
-        }
-        let first = keys.len();
-        let calls: Vec<Ask> = asks
-            .iter()
-            .enumerate()
-            .map(|(k, (node, want))| {
-                keys.push((self.node_key(service, node), node_bucket));
-                let mut buckets: Vec<usize> = (0..first).collect();
-                buckets.push(first + k);
-                Ask {
-                    buckets,
-                    want: *want,
-                }
-            })
-            .collect();
-        let asked = Instant::now();
-        actix::spawn(async move {
-            let mut con = s.inner.conn.clone();
-            let mut inv = s.inner.gcra.prepare_invoke();
-            gcra_args(&mut inv, &keys, &calls, None);
-            let r = s
-                .call(Kind::Tokens, &svc, async move {
-                    let v: Vec<u64> = inv.invoke_async(&mut con).await?;
-                    Ok(v)
-                })
-                .await;
-            let got = r.map(|v| {
-                log_repairs(&svc, gcra_repaired(&v, &calls));
-                gcra_answer(&v, &calls).0
-            });
-            reply.do_send(NodesGranted { asks, got, asked });
-        });
     }
 
     fn breaker_keys(&self, service: &str, node: &str) -> [String; 4] {
@@ -377,93 +233,6 @@ impl SharedLimits {
         });
     }
 
-    /// This instance's breaker of `node` tripped, open for `open_for`.
-    pub(crate) fn trip(&self, service: &str, node: &str, open_for: Duration, quorum: u32) {
-        let window = self.inner.cfg.heartbeat.max(open_for) * 3;
-        let (svc, n) = (service.to_string(), node.to_string());
-        let args = vec![millis(open_for), u64::from(quorum.max(1)), millis(window)];
-        self.breaker_op(service, node, "trip", args, move |r| {
-            if let Some(ms) = r.filter(|ms| *ms > 0) {
-                log::info!("service {svc}: node {n}: shared breaker open for {ms} ms");
-            }
-        });
-    }
-
-    /// The probe this instance sent to `node` failed: open again, longer.
-    pub(crate) fn reopen(&self, service: &str, node: &str, open_for: Duration, max: Duration) {
-        let args = vec![millis(open_for), millis(max)];
-        self.breaker_op(service, node, "reopen", args, |_| {});
-    }
-
-    /// A probe to `node` succeeded: closed for every instance.
-    pub(crate) fn close(&self, service: &str, node: &str) {
-        let (svc, n) = (service.to_string(), node.to_string());
-        self.breaker_op(service, node, "close", vec![], move |r| {
-            if r.is_some() {
-                log::info!("service {svc}: node {n}: shared breaker closed");
-            }
-        });
-    }
-
-    /// Asks for the half-open probe claim of `node` for `ttl`.
-    pub(crate) fn claim(
-        &self,
-        service: &str,
-        node: Arc<str>,
-        ttl: Duration,
-        reply: Recipient<ProbeClaimed>,
-    ) {
-        let n = node.clone();
-        self.breaker_op(service, &n, "claim", vec![millis(ttl)], move |r| {
-            reply.do_send(ProbeClaimed {
-                node,
-                won: r == Some(1),
-            });
-        });
-    }
-
-    /// Reads the shared breakers of `nodes`; the answer goes to `reply`
-    /// (nothing when Redis does not answer: the views keep their state).
-    pub(crate) fn poll(
-        &self,
-        service: &str,
-        nodes: Vec<Arc<str>>,
-        reply: Recipient<SharedBreakers>,
-    ) {
-        let s = self.clone();
-        let svc = service.to_owned();
-        let mut pipe = redis::pipe();
-        for n in &nodes {
-            let [open, tripped, _, _] = self.breaker_keys(service, n);
-            pipe.cmd("PTTL").arg(open).cmd("EXISTS").arg(tripped);
-        }
-        actix::spawn(async move {
-            let mut con = s.inner.conn.clone();
-            let r = s
-                .call(Kind::Breakers, &svc, async move {
-                    let v: Vec<i64> = pipe.query_async(&mut con).await?;
-                    Ok(v)
-                })
-                .await;
-            let Some(v) = r else { return };
-            let states = nodes
-                .into_iter()
-                .zip(v.chunks(2))
-                .map(|(n, c)| {
-                    let state = match (c[0], c.get(1).copied().unwrap_or(0)) {
-                        (pttl, _) if pttl > 0 => SharedState::Open(
-                            Duration::from_millis(pttl as u64).min(MAX_SHARED_OPEN),
-                        ),
-                        (_, 1) => SharedState::HalfOpen,
-                        _ => SharedState::Closed,
-                    };
-                    (n, state)
-                })
-                .collect();
-            reply.do_send(SharedBreakers(states));
-        });
-    }
-
     /// Runs one call of `kind` for `service` with the timeout; counts it,
     /// tracks its scope up or down (see `health.rs`) and logs the change,
     /// the URL and the error redacted.
@@ -507,6 +276,213 @@ impl SharedLimits {
         }
         r.ok()
     }
+}
+
+/// Redis's token buckets: `gcra.lua`, one call per ask batch.
+impl TokenStore for SharedLimits {
+    fn settings(&self) -> Settings {
+        let c = self.config();
+        Settings {
+            mode: c.mode,
+            on_down: c.on_down,
+            lease: c.lease,
+            timeout: c.timeout,
+        }
+    }
+
+    fn live(&self) -> u64 {
+        SharedLimits::live(self)
+    }
+
+    /// Takes up to `want` tokens of `service`'s shared bucket; the answer
+    /// goes to `reply` as [`Granted`].
+    fn take(
+        &self,
+        service: &str,
+        bucket: BucketConfig,
+        want: u32,
+        reply: Recipient<Granted>,
+    ) {
+        let s = self.clone();
+        let svc = service.to_owned();
+        let keys = vec![(self.key(service, "rl"), bucket)];
+        let asked = Instant::now();
+        actix::spawn(async move {
+            let mut con = s.inner.conn.clone();
+            let asks = [Ask {
+                buckets: vec![0],
+                want: want.max(1),
+            }];
+            let mut inv = s.inner.gcra.prepare_invoke();
+            gcra_args(&mut inv, &keys, &asks, None);
+            let r = s
+                .call(Kind::Tokens, &svc, async move {
+                    let v: Vec<u64> = inv.invoke_async(&mut con).await?;
+                    Ok(v)
+                })
+                .await;
+            let taken = r.map(|v| {
+                log_repairs(&svc, gcra_repaired(&v, &asks));
+                let (got, _) = gcra_answer(&v, &asks);
+                Grant {
+                    granted: got[0].granted,
+                    due: got[0].due,
+                }
+            });
+            reply.do_send(Granted { taken, asked });
+        });
+    }
+
+
+    /// Takes tokens for several nodes in one call: for each `(node, want)`,
+    /// up to `want` tokens each from the node's bucket and, when `service`
+    /// is set, the service's bucket together. The answer goes to `reply`
+    /// as [`NodesGranted`]. An ask of 0 only reads the clock (a ping while
+    /// Redis is taken as down).
+    fn take_nodes(
+        &self,
+        service: &str,
+        service_bucket: Option<BucketConfig>,
+        node_bucket: BucketConfig,
+        asks: Vec<(Arc<str>, u32)>,
+        reply: Recipient<NodesGranted>,
+    ) {
+        let s = self.clone();
+        let svc = service.to_owned();
+        let mut keys = Vec::with_capacity(asks.len() + 1);
+        if let Some(b) = service_bucket {
+            keys.push((self.key(service, "rl"), b));
+        }
+        let first = keys.len();
+        let calls: Vec<Ask> = asks
+            .iter()
+            .enumerate()
+            .map(|(k, (node, want))| {
+                keys.push((self.node_key(service, node), node_bucket));
+                let mut buckets: Vec<usize> = (0..first).collect();
+                buckets.push(first + k);
+                Ask {
+                    buckets,
+                    want: *want,
+                }
+            })
+            .collect();
+        let asked = Instant::now();
+        actix::spawn(async move {
+            let mut con = s.inner.conn.clone();
+            let mut inv = s.inner.gcra.prepare_invoke();
+            gcra_args(&mut inv, &keys, &calls, None);
+            let r = s
+                .call(Kind::Tokens, &svc, async move {
+                    let v: Vec<u64> = inv.invoke_async(&mut con).await?;
+                    Ok(v)
+                })
+                .await;
+            let got = r.map(|v| {
+                log_repairs(&svc, gcra_repaired(&v, &calls));
+                let (got, _) = gcra_answer(&v, &calls);
+                got.iter()
+                    .map(|g| Grant {
+                        granted: g.granted,
+                        due: g.due,
+                    })
+                    .collect()
+            });
+            reply.do_send(NodesGranted { asks, got, asked });
+        });
+    }
+
+}
+
+/// Redis's shared breakers: `breaker.lua`.
+impl SharedBreaker for SharedLimits {
+    /// This instance's breaker of `node` tripped, open for `open_for`.
+    fn trip(&self, service: &str, node: &str, open_for: Duration, quorum: u32) {
+        let window = self.inner.cfg.heartbeat.max(open_for) * 3;
+        let (svc, n) = (service.to_string(), node.to_string());
+        let args = vec![millis(open_for), u64::from(quorum.max(1)), millis(window)];
+        self.breaker_op(service, node, "trip", args, move |r| {
+            if let Some(ms) = r.filter(|ms| *ms > 0) {
+                log::info!("service {svc}: node {n}: shared breaker open for {ms} ms");
+            }
+        });
+    }
+
+    /// The probe this instance sent to `node` failed: open again, longer.
+    fn reopen(&self, service: &str, node: &str, open_for: Duration, max: Duration) {
+        let args = vec![millis(open_for), millis(max)];
+        self.breaker_op(service, node, "reopen", args, |_| {});
+    }
+
+    /// A probe to `node` succeeded: closed for every instance.
+    fn close(&self, service: &str, node: &str) {
+        let (svc, n) = (service.to_string(), node.to_string());
+        self.breaker_op(service, node, "close", vec![], move |r| {
+            if r.is_some() {
+                log::info!("service {svc}: node {n}: shared breaker closed");
+            }
+        });
+    }
+
+    /// Asks for the half-open probe claim of `node` for `ttl`.
+    fn claim(
+        &self,
+        service: &str,
+        node: Arc<str>,
+        ttl: Duration,
+        reply: Recipient<ProbeClaimed>,
+    ) {
+        let n = node.clone();
+        self.breaker_op(service, &n, "claim", vec![millis(ttl)], move |r| {
+            reply.do_send(ProbeClaimed {
+                node,
+                won: r == Some(1),
+            });
+        });
+    }
+
+    /// Reads the shared breakers of `nodes`; the answer goes to `reply`
+    /// (nothing when Redis does not answer: the views keep their state).
+    fn poll(
+        &self,
+        service: &str,
+        nodes: Vec<Arc<str>>,
+        reply: Recipient<SharedBreakers>,
+    ) {
+        let s = self.clone();
+        let svc = service.to_owned();
+        let mut pipe = redis::pipe();
+        for n in &nodes {
+            let [open, tripped, _, _] = self.breaker_keys(service, n);
+            pipe.cmd("PTTL").arg(open).cmd("EXISTS").arg(tripped);
+        }
+        actix::spawn(async move {
+            let mut con = s.inner.conn.clone();
+            let r = s
+                .call(Kind::Breakers, &svc, async move {
+                    let v: Vec<i64> = pipe.query_async(&mut con).await?;
+                    Ok(v)
+                })
+                .await;
+            let Some(v) = r else { return };
+            let states = nodes
+                .into_iter()
+                .zip(v.chunks(2))
+                .map(|(n, c)| {
+                    let state = match (c[0], c.get(1).copied().unwrap_or(0)) {
+                        (pttl, _) if pttl > 0 => SharedState::Open(
+                            Duration::from_millis(pttl as u64).min(MAX_SHARED_OPEN),
+                        ),
+                        (_, 1) => SharedState::HalfOpen,
+                        _ => SharedState::Closed,
+                    };
+                    (n, state)
+                })
+                .collect();
+            reply.do_send(SharedBreakers(states));
+        });
+    }
+
 }
 
 /// Logs the bucket keys `gcra.lua` replaced for `service`.

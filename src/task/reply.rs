@@ -226,7 +226,7 @@ mod tests {
     }
 
     fn result() -> Box<TaskResult> {
-        Box::new(crate::dispatcher::rejected(
+        Box::new(crate::task::rejected(
             7,
             "s".into(),
             crate::Rejection::QueueFull,

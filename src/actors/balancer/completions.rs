@@ -48,7 +48,6 @@ impl BalancerActor {
             }
         }
         // (A lease handed out is no call: nothing for the shared breaker.)
-        #[cfg(feature = "redis")]
         if self.shared.is_some() && leased == 0 {
             for d in &done {
                 self.shared_completed(i, Some(&d.report.outcome), true, &load, now);

@@ -36,7 +36,6 @@ impl BalancerActor {
         if !msg.hedge {
             self.granted = self.granted.saturating_sub(1);
         }
-        #[cfg(feature = "redis")]
         let msg = self.shared_route(msg, ctx)?;
         // Decide at the time the queue sent it (µs ago): one clock read less.
         let now = msg.at;
@@ -59,8 +58,16 @@ impl BalancerActor {
             return Some(now);
         }
         // The node's shared bucket: a token in hand, or wait for one call.
-        #[cfg(feature = "redis")]
         let msg = self.shared_place(i, msg, ctx)?;
+        // The node's bucket is this view's alone (the node keeps none): a
+        // node whose room was read after this route's instant may have no
+        // token at it, and the route goes back, not on to the node.
+        if let Some(Err(t)) = self.nodes.node(i).bucket.as_ref().map(|b| b.check(now)) {
+            self.metrics.node(&self.nodes.node(i).address).rate_limited();
+            self.wake_at(t);
+            self.bounce(&msg, ctx);
+            return Some(now);
+        }
         if let Some(b) = &mut self.service_bucket {
             let _ = b.try_acquire(now);
             if let Err(t) = b.check(now) {

@@ -1,9 +1,9 @@
-//! The balancer's side of limits and breakers shared through Redis
-//! (feature `redis`; see [`crate::redis`]).
+//! The balancer's side of limits and breakers shared by several
+//! instances (see [`crate::actors::share`]; the store is Redis's).
 //!
 //! Nothing here waits: tokens, breaker states and probe claims are asked
 //! for with one call each and come back as messages. Between answers the
-//! service's [`ServiceShare`](crate::redis::ServiceShare) caps the credit
+//! service's [`ServiceShare`] caps the credit
 //! (leased tokens, or none while an exact admission is out), and the views'
 //! [`SharedMirror`] keeps nodes another instance tripped out of the pick.
 //!
@@ -15,7 +15,7 @@ use crate::actors::view::SharedMirror;
 use crate::algo::breaker::BreakerState;
 use crate::algo::time;
 use crate::outcome::{AttemptOutcome, ErrorKind};
-use crate::redis::{
+use crate::actors::share::{
     Admit, Granted, NodeTokens, ProbeClaimed, SharedBreakers, SharedState, UseShared,
 };
 
@@ -196,7 +196,7 @@ impl BalancerActor {
             let retry_after = s
                 .handle
                 .as_ref()
-                .map_or(Duration::ZERO, |h| h.config().timeout);
+                .map_or(Duration::ZERO, |h| h.settings().timeout);
             return Gate::Reject(Rejection::RateLimited { retry_after });
         }
         if gate != Gate::Open || self.cfg.rate_limit.on_limit != OnLimit::Reject {

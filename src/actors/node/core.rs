@@ -1,5 +1,5 @@
-//! The node's state and its accounting: admission (slots, bucket,
-//! breaker), what an attempt that ended does to the counters, the EWMAs and
+//! The node's state and its accounting: admission (slots, breaker; the
+//! token is the balancer's to take), what an attempt that ended does to the counters, the EWMAs and
 //! the breaker, and the load report the balancer gets.
 
 use std::collections::HashMap;
@@ -16,7 +16,6 @@ use crate::actors::protocol::*;
 use crate::algo::breaker::{Breaker, CallOutcome, Permit};
 use crate::algo::concurrency::{LearnedLimit, SampleKind};
 use crate::algo::ewma::{Ewma, PeakEwma};
-use crate::algo::limiter::TokenBucket;
 use crate::algo::throttle::Throttle;
 use crate::config::{HeaderSet, ServiceConfig};
 use crate::outcome::{AttemptOutcome, ErrorKind};
@@ -45,7 +44,6 @@ pub(super) struct NodeCore {
     /// Open for the cluster until then (a shared breaker, feature `redis`):
     /// the more severe of this and the local breaker admits.
     pub(super) shared_open: Option<Instant>,
-    pub(super) bucket: Option<TokenBucket>,
     pub(super) restarts: u32,
     /// The last report's version (see [`LoadReport::version`]).
     pub(super) reports: std::cell::Cell<u64>,
@@ -63,7 +61,7 @@ pub(super) struct NodeCore {
 }
 
 impl NodeCore {
-    pub(super) fn report(&self, now: Instant) -> LoadReport {
+    pub(super) fn report(&self) -> LoadReport {
         self.reports.set(self.reports.get() + 1);
         LoadReport {
             version: self.reports.get(),
@@ -81,7 +79,6 @@ impl NodeCore {
                 .map(|b| b.state())
                 .unwrap_or(crate::algo::breaker::BreakerState::Closed),
             trips: self.breaker.as_ref().map_or(0, |b| b.trips()),
-            tokens: self.bucket.as_ref().map(|b| b.available(now)),
             restarts: self.restarts,
             last_error: self.last_error.clone(),
             limit: self.limit(),
@@ -111,7 +108,7 @@ impl NodeCore {
             refused,
             leased: 0,
             streams_ended,
-            load: self.report(now),
+            load: self.report(),
             at: now,
         });
     }
@@ -174,7 +171,8 @@ impl NodeCore {
         drop
     }
 
-    /// Checks slots, bucket (before the breaker) and breaker; takes a slot.
+    /// Checks slots and breaker; takes a slot. The node's token bucket is
+    /// the balancer's (see `actors/share`): a dispatch comes paid for.
     #[allow(clippy::result_unit_err)]
     pub(super) fn admit(
         &mut self,
@@ -185,10 +183,6 @@ impl NodeCore {
         if self.in_flight >= self.limit() {
             return Err(());
         }
-        if self.bucket.as_ref().is_some_and(|b| b.check(now).is_err()) {
-            self.metrics.rate_limited();
-            return Err(());
-        }
         if !bypass_breaker && self.shared_open.is_some_and(|t| t > now) {
             return Err(());
         }
@@ -196,9 +190,6 @@ impl NodeCore {
             Some(b) if !bypass_breaker => Some(b.admit(now).map_err(|_| ())?),
             _ => None,
         };
-        if let Some(b) = &mut self.bucket {
-            let _ = b.try_acquire(now);
-        }
         self.in_flight += 1;
         self.metrics.in_flight(self.in_flight);
         Ok(permit)

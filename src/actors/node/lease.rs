@@ -3,7 +3,7 @@
 //! lease says comes back here.
 //!
 //! ```text
-//!  Dispatch (a lease's task) ─► admit (slot, bucket, breaker) ─► Lease into the task's hand
+//!  Dispatch (a lease's task) ─► admit (slot, breaker)         ─► Lease into the task's hand
 //!                                                              └► NodeReport: the task answered, `leased` (slot kept)
 //!  Lease::report ──LeaseNews::Report──► account (as an attempt) ──► NodeReport: a fresh load
 //!  Lease::complete / drop ──LeaseNews::End──► account (if an outcome) + free the slot ──► NodeReport: `streams_ended`
@@ -123,7 +123,7 @@ impl NodeCore {
             refused: Vec::new(),
             leased: 1,
             streams_ended: 0,
-            load: self.report(now),
+            load: self.report(),
             at: now,
         });
     }

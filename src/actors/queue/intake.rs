@@ -211,7 +211,7 @@ impl Handler<Task> for QueueActor {
         match checked {
             Ok(job) => {
                 let job = Arc::new(job);
-                let submission = crate::dispatcher::Submission::waiting(job.clone(), service);
+                let submission = crate::task::Submission::waiting(job.clone(), service);
                 let msg = Submit {
                     task: ReplyTx::new(job),
                     wait: false,
@@ -223,9 +223,9 @@ impl Handler<Task> for QueueActor {
                 self.counters.submitted += 1;
                 self.counters.rejected += 1;
                 let result =
-                    crate::dispatcher::rejected(id, service, Rejection::InvalidTask(reason), now);
+                    crate::task::rejected(id, service, Rejection::InvalidTask(reason), now);
                 self.metrics.task_finished(&result.outcome, result.total);
-                Box::pin(crate::dispatcher::Submission::ready(result))
+                Box::pin(crate::task::Submission::ready(result))
             }
         }
     }

@@ -360,7 +360,7 @@ impl QueueActor {
     pub(super) fn abort_all(
         &mut self,
         ctx: &mut Context<Self>,
-    ) -> Vec<crate::dispatcher::Unfinished> {
+    ) -> Vec<crate::task::Unfinished> {
         self.closed = true;
         // Submits still in the inbox were accepted by `submit`: they are
         // answered and reported like the tasks already taken.
@@ -371,7 +371,7 @@ impl QueueActor {
         let mut left = Vec::with_capacity(nos.len());
         for no in nos {
             if let Some(p) = self.tasks.get(&no) {
-                left.push(crate::dispatcher::Unfinished {
+                left.push(crate::task::Unfinished {
                     id: p.job().id,
                     service: self.service.to_string(),
                     task: p.job().to_task(&self.service),

@@ -1,5 +1,5 @@
 //! The balancer's side of shared node buckets (`rate_limit.shared` with
-//! `per_node`; feature `redis`).
+//! `per_node`).
 //!
 //! With shared node buckets, each view's [`NodeTokens`] caps the node's
 //! room: tokens in hand (a lease, or those paid for held routes), none
@@ -11,7 +11,7 @@
 //! one that is not goes back to the queue. No route is ever dropped.
 
 use super::*;
-use crate::redis::NodesGranted;
+use crate::actors::share::NodesGranted;
 
 impl BalancerActor {
     /// Shared node buckets: the route `msg`, placed on node `i`, takes a

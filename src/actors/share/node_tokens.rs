@@ -1,12 +1,12 @@
 //! A node's shared bucket, as the balancer's view of the node holds it.
 //!
 //! With `rate_limit.shared` and `per_node`, each node's bucket lives in
-//! Redis; the balancer keeps what it knows of it in the node's view, where
+//! the shared store (Redis); the balancer keeps what it knows of it in the node's view, where
 //! it caps the node's room: tokens in hand
 //! (a lease, or those paid for routes held on the node) until they expire;
-//! none before the script said more are due; or, with nothing in hand and
+//! none before the store said more are due; or, with nothing in hand and
 //! nothing to wait for, "ask": a route placed there waits for one call.
-//! While Redis is down, `on_down` decides instead: a local bucket at the
+//! While the store is down, `on_down` decides instead: a local bucket at the
 //! node's rate over the live instances, everything, or nothing.
 
 use tokio::time::Instant;
@@ -15,7 +15,7 @@ use super::Admit;
 use crate::algo::limiter::TokenBucket;
 use crate::config::BucketConfig;
 
-/// A node's shared bucket as this instance holds it (feature `redis`),
+/// A node's shared bucket as this instance holds it (`Off` unless shared),
 /// kept in the balancer's view of the node: it caps the node's room.
 #[derive(Debug, Clone, Default)]
 pub(crate) enum NodeTokens {

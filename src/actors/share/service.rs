@@ -10,7 +10,7 @@
 //! picked.
 //!
 //! Every answer says when the asked-for tokens are due again
-//! ([`super::Got::due`]); until then (plus a jitter of up to a quarter of
+//! ([`super::Grant::due`]); until then (plus a jitter of up to a quarter of
 //! it, so that instances do not all ask at the same instant) the bucket is
 //! not asked again. At saturation each instance thus asks once per batch
 //! (half a burst) instead of once per token.
@@ -24,29 +24,19 @@ use tokio::time::Instant;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use super::Admit;
 use super::node_tokens::{local_bucket, NodeTokens};
-use super::{Granted, SharedLimits};
-use crate::actors::protocol::{NodeId, Route};
+use super::{Granted, Store};
+use crate::actors::protocol::{NodeId, Route, Seq};
 use crate::algo::limiter::TokenBucket;
 use crate::algo::time;
 use crate::config::{BucketConfig, OnDown, ServiceConfig, SharedMode};
-
-/// What to do with a route, given the shared bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Admit {
-    /// A token is in hand: place it.
-    Go,
-    /// Wait for this turn's script call (exact mode).
-    Hold,
-    /// No token: back to the queue.
-    Bounce,
-}
 
 /// A service's shared bucket and breakers, from its balancer's side.
 pub(crate) struct ServiceShare {
     /// Set by the dispatcher right after the balancer starts; no token is
     /// handed out before.
-    pub handle: Option<SharedLimits>,
+    pub handle: Option<Store>,
     /// The shared service bucket (`rate_limit.shared` with `service`).
     pub bucket: Option<BucketConfig>,
     /// The shared per-node buckets (`rate_limit.shared` with `per_node`):
@@ -71,7 +61,7 @@ pub(crate) struct ServiceShare {
     /// A call for node tokens is out.
     pub node_asking: bool,
     /// Routes paid for on their node, replayed to it.
-    pub pinned: HashMap<(crate::actors::protocol::Seq, bool), NodeId>,
+    pub pinned: HashMap<(Seq, bool), NodeId>,
     /// Spreads the instances' asks (a jitter on `due`).
     rng: SmallRng,
     /// A call for tokens is set for the end of this turn.
@@ -123,7 +113,7 @@ impl ServiceShare {
     fn mode(&self) -> Option<(SharedMode, OnDown)> {
         self.handle
             .as_ref()
-            .map(|h| (h.config().mode, h.config().on_down))
+            .map(|h| (h.settings().mode, h.settings().on_down))
     }
 
     /// Whether Redis is taken as down for this service.
@@ -229,7 +219,7 @@ impl ServiceShare {
         if self.asking || self.retry_at.is_some_and(|t| t > now) {
             return None;
         }
-        let lease = lease_size(b, self.handle.as_ref()?.config().lease);
+        let lease = lease_size(b, self.handle.as_ref()?.settings().lease);
         let held = u32::try_from(self.held.len()).unwrap_or(u32::MAX);
         let want = match mode {
             // A lease: the routes waiting, and at least `rate · lease`
@@ -252,14 +242,14 @@ impl ServiceShare {
         let Some((mode, _)) = self.mode() else {
             return 0;
         };
-        let Some(lease) = self.handle.as_ref().map(|h| h.config().lease) else {
+        let Some(lease) = self.handle.as_ref().map(|h| h.settings().lease) else {
             return 0;
         };
         match g.taken {
             Some(t) => {
                 self.come_up();
                 // Not asked again before the next batch is due.
-                self.retry_at = self.due_at(t.retry_in, now);
+                self.retry_at = self.due_at(t.due, now);
                 match mode {
                     SharedMode::Lease => {
                         // Counted from when the call was sent: the tokens
@@ -313,7 +303,7 @@ impl ServiceShare {
         let Some(h) = self.handle.as_ref() else {
             return false;
         };
-        let (timeout, live) = (h.config().timeout, h.live());
+        let (timeout, live) = (h.settings().timeout, h.live());
         let was_up = !self.down;
         if was_up {
             self.down = true;
@@ -331,7 +321,7 @@ impl ServiceShare {
         let (Some(b), Some(h)) = (self.node_bucket, self.handle.as_ref()) else {
             return NodeTokens::Off;
         };
-        match h.config().on_down {
+        match h.settings().on_down {
             OnDown::Local => NodeTokens::Local(local_bucket(b, h.live(), now)),
             OnDown::Allow => NodeTokens::Open,
             OnDown::Deny => NodeTokens::Closed,
@@ -351,9 +341,9 @@ impl ServiceShare {
         let (Some(b), Some(h)) = (self.node_bucket, self.handle.as_ref()) else {
             return held;
         };
-        match h.config().mode {
+        match h.settings().mode {
             SharedMode::Exact => held,
-            SharedMode::Lease => held.max(lease_size(b, h.config().lease)),
+            SharedMode::Lease => held.max(lease_size(b, h.settings().lease)),
         }
     }
 
@@ -366,7 +356,7 @@ impl ServiceShare {
         match self
             .handle
             .as_ref()
-            .map(|h| (h.config().mode, h.config().lease))
+            .map(|h| (h.settings().mode, h.settings().lease))
         {
             Some((SharedMode::Lease, lease)) => (asked + lease).max(replay),
             _ => replay,
