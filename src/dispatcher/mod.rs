@@ -34,11 +34,11 @@ mod submit;
 #[cfg(test)]
 mod tests;
 
+pub use crate::task::Submission;
+pub use crate::task::Unfinished;
 pub use builder::{DispatcherBuilder, StartError};
 pub use pool::{DrillTarget, ReloadReport};
-pub use crate::task::Unfinished;
 pub use shutdown::ShutdownReport;
-pub use crate::task::Submission;
 
 pub(crate) struct ServiceHandle {
     pub name: Arc<str>,

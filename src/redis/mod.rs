@@ -52,8 +52,8 @@ use redis::Script;
 use tokio::time::Instant;
 
 use crate::actors::share::{
-    Grant, Granted, NodesGranted, ProbeClaimed, SharedBreaker, SharedBreakers, SharedState,
-    Settings, TokenStore,
+    Grant, Granted, NodesGranted, ProbeClaimed, Settings, SharedBreaker, SharedBreakers,
+    SharedState, TokenStore,
 };
 use crate::config::{BucketConfig, RedisConfig};
 use conn::Conn;
@@ -296,13 +296,7 @@ impl TokenStore for SharedLimits {
 
     /// Takes up to `want` tokens of `service`'s shared bucket; the answer
     /// goes to `reply` as [`Granted`].
-    fn take(
-        &self,
-        service: &str,
-        bucket: BucketConfig,
-        want: u32,
-        reply: Recipient<Granted>,
-    ) {
+    fn take(&self, service: &str, bucket: BucketConfig, want: u32, reply: Recipient<Granted>) {
         let s = self.clone();
         let svc = service.to_owned();
         let keys = vec![(self.key(service, "rl"), bucket)];
@@ -332,7 +326,6 @@ impl TokenStore for SharedLimits {
             reply.do_send(Granted { taken, asked });
         });
     }
-
 
     /// Takes tokens for several nodes in one call: for each `(node, want)`,
     /// up to `want` tokens each from the node's bucket and, when `service`
@@ -391,7 +384,6 @@ impl TokenStore for SharedLimits {
             reply.do_send(NodesGranted { asks, got, asked });
         });
     }
-
 }
 
 /// Redis's shared breakers: `breaker.lua`.
@@ -425,13 +417,7 @@ impl SharedBreaker for SharedLimits {
     }
 
     /// Asks for the half-open probe claim of `node` for `ttl`.
-    fn claim(
-        &self,
-        service: &str,
-        node: Arc<str>,
-        ttl: Duration,
-        reply: Recipient<ProbeClaimed>,
-    ) {
+    fn claim(&self, service: &str, node: Arc<str>, ttl: Duration, reply: Recipient<ProbeClaimed>) {
         let n = node.clone();
         self.breaker_op(service, &n, "claim", vec![millis(ttl)], move |r| {
             reply.do_send(ProbeClaimed {
@@ -443,12 +429,7 @@ impl SharedBreaker for SharedLimits {
 
     /// Reads the shared breakers of `nodes`; the answer goes to `reply`
     /// (nothing when Redis does not answer: the views keep their state).
-    fn poll(
-        &self,
-        service: &str,
-        nodes: Vec<Arc<str>>,
-        reply: Recipient<SharedBreakers>,
-    ) {
+    fn poll(&self, service: &str, nodes: Vec<Arc<str>>, reply: Recipient<SharedBreakers>) {
         let s = self.clone();
         let svc = service.to_owned();
         let mut pipe = redis::pipe();
@@ -482,7 +463,6 @@ impl SharedBreaker for SharedLimits {
             reply.do_send(SharedBreakers(states));
         });
     }
-
 }
 
 /// Logs the bucket keys `gcra.lua` replaced for `service`.

@@ -63,7 +63,9 @@ impl BalancerActor {
         // node whose room was read after this route's instant may have no
         // token at it, and the route goes back, not on to the node.
         if let Some(Err(t)) = self.nodes.node(i).bucket.as_ref().map(|b| b.check(now)) {
-            self.metrics.node(&self.nodes.node(i).address).rate_limited();
+            self.metrics
+                .node(&self.nodes.node(i).address)
+                .rate_limited();
             self.wake_at(t);
             self.bounce(&msg, ctx);
             return Some(now);

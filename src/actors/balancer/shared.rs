@@ -11,13 +11,13 @@
 //! `shared/nodes.rs`.
 
 use super::*;
+use crate::actors::share::{
+    Admit, Granted, NodeTokens, ProbeClaimed, SharedBreakers, SharedState, UseShared,
+};
 use crate::actors::view::SharedMirror;
 use crate::algo::breaker::BreakerState;
 use crate::algo::time;
 use crate::outcome::{AttemptOutcome, ErrorKind};
-use crate::actors::share::{
-    Admit, Granted, NodeTokens, ProbeClaimed, SharedBreakers, SharedState, UseShared,
-};
 
 mod nodes;
 

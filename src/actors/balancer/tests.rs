@@ -61,7 +61,18 @@ fn start(
     json: &str,
     arbiters: Vec<actix::dev::ArbiterHandle>,
 ) -> (Addr<BalancerActor>, Arc<Mutex<Seen>>) {
-    let cfg = Arc::new(Config::from_json(json).unwrap().services.remove(0));
+    start_with(
+        Config::from_json(json).unwrap().services.remove(0),
+        arbiters,
+    )
+}
+
+/// A balancer for `cfg`, answering to a fake queue.
+fn start_with(
+    cfg: ServiceConfig,
+    arbiters: Vec<actix::dev::ArbiterHandle>,
+) -> (Addr<BalancerActor>, Arc<Mutex<Seen>>) {
+    let cfg = Arc::new(cfg);
     let seen = Arc::new(Mutex::new(Seen::default()));
     let queue = FakeQueue(seen.clone()).start();
     let b = BalancerActor::create(move |ctx| {
@@ -215,4 +226,61 @@ async fn a_batch_of_routes_is_placed_as_single_routes_would_be() {
     let seen = seen.lock().unwrap();
     assert_eq!(seen.bounces, vec![Seq { task: 3, round: 1 }]);
     assert_eq!(seen.credit, 2, "no room left: no more credit");
+}
+
+/// Shared node buckets through a store (the in-process one): the routes
+/// of a turn wait on their node for one call; the one it pays for goes to
+/// the node, the others back to the queue, and the node shows the tokens
+/// this instance holds of it.
+#[actix_rt::test]
+async fn shared_node_tokens_pay_for_the_routes_of_one_turn() {
+    use crate::actors::share::local::LocalStore;
+    use crate::actors::share::{Settings, UseShared};
+    use crate::config::{BucketConfig, OnDown, SharedMode};
+    tokio::time::pause();
+    let store = LocalStore::new(Settings {
+        mode: SharedMode::Exact,
+        on_down: OnDown::Local,
+        lease: Duration::from_millis(100),
+        timeout: Duration::from_millis(50),
+    });
+    // Another instance took one of the node's two tokens.
+    let bucket = BucketConfig {
+        rate: 1.0,
+        burst: 2,
+    };
+    let key = "svc:http://127.0.0.1:9/".to_owned();
+    assert_eq!(
+        store.take_at(&[(key, bucket)], 1, Instant::now()).granted,
+        1
+    );
+    let mut cfg = Config::from_json(
+        r#"{"services":[{"name":"svc","timeout":"60s",
+            "endpoints":[{"address":"http://127.0.0.1:9/","max_concurrent":10}],
+            "breaker":{"enabled":false},"balancer":{"refresh_interval":"10s"},
+            "rate_limit":{"per_node":{"rate":1,"burst":2}}}]}"#,
+    )
+    .unwrap()
+    .services
+    .remove(0);
+    cfg.rate_limit.shared = true;
+    let (b, seen) = start_with(cfg, Vec::new());
+    b.send(UseShared(store)).await.unwrap();
+    settle().await;
+    let t0 = Instant::now();
+    b.send(routes(vec![route(1, t0), route(2, t0), route(3, t0)]))
+        .await
+        .unwrap();
+    let stats = b.send(GetNodeStats).await.unwrap();
+    assert_eq!(stats[0].in_flight, 3, "all three wait on the node");
+    // The call goes out when the turn ends (a timer of zero).
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    settle().await;
+    assert_eq!(
+        seen.lock().unwrap().bounces,
+        vec![Seq { task: 2, round: 1 }, Seq { task: 3, round: 1 }]
+    );
+    let stats = b.send(GetNodeStats).await.unwrap();
+    assert_eq!(stats[0].in_flight, 1, "the paid route only");
+    assert_eq!(stats[0].tokens, Some(0), "its one token used");
 }

@@ -357,10 +357,7 @@ impl QueueActor {
 
     /// Answers every task left `ShuttingDown` and returns them, in arrival
     /// order (waiting ones included).
-    pub(super) fn abort_all(
-        &mut self,
-        ctx: &mut Context<Self>,
-    ) -> Vec<crate::task::Unfinished> {
+    pub(super) fn abort_all(&mut self, ctx: &mut Context<Self>) -> Vec<crate::task::Unfinished> {
         self.closed = true;
         // Submits still in the inbox were accepted by `submit`: they are
         // answered and reported like the tasks already taken.

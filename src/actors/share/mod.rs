@@ -34,6 +34,8 @@
 //! task). The bucket in Redis is the cluster's; the view keeps only the
 //! tokens this instance was handed.
 
+#[cfg(test)]
+pub(crate) mod local;
 mod node_tokens;
 mod service;
 

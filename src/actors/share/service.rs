@@ -24,8 +24,8 @@ use tokio::time::Instant;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::Admit;
 use super::node_tokens::{local_bucket, NodeTokens};
+use super::Admit;
 use super::{Granted, Store};
 use crate::actors::protocol::{NodeId, Route, Seq};
 use crate::algo::limiter::TokenBucket;
@@ -380,4 +380,134 @@ impl ServiceShare {
 /// A lease: `rate · lease` tokens, at least one, at most the burst.
 fn lease_size(b: BucketConfig, lease: Duration) -> u32 {
     ((b.rate * lease.as_secs_f64()).round() as u32).clamp(1, b.burst.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actors::share::local::LocalStore;
+    use crate::actors::share::{Grant, Settings};
+    use crate::config::Config;
+    use crate::task::Task;
+
+    /// A service sharing its bucket (rate 10/s, burst 5) with a store
+    /// in `mode` (lease 100 ms, `on_down: local`).
+    fn share(mode: SharedMode) -> ServiceShare {
+        let mut cfg = Config::from_json(
+            r#"{"services":[{"name":"svc","endpoints":[{"address":"http://h/"}],
+                "rate_limit":{"service":{"rate":10,"burst":5}}}]}"#,
+        )
+        .unwrap()
+        .services
+        .remove(0);
+        cfg.rate_limit.shared = true;
+        let mut s = ServiceShare::new(&cfg).unwrap();
+        s.handle = Some(LocalStore::new(Settings {
+            mode,
+            on_down: OnDown::Local,
+            lease: Duration::from_millis(100),
+            timeout: Duration::from_millis(50),
+        }));
+        s
+    }
+
+    fn route(task: u64, at: Instant) -> Route {
+        let job = Task::get("svc", "/x").prepare(task, at).unwrap();
+        Route {
+            seq: Seq { task, round: 1 },
+            job: Arc::new(job),
+            avoid: Vec::new(),
+            exclude: Vec::new(),
+            hedge: false,
+            at,
+        }
+    }
+
+    #[test]
+    fn a_lease_is_asked_for_by_waiting_routes_and_used_until_it_ends() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut s = share(SharedMode::Lease);
+        // Nothing in hand, nothing due: routes come and wait for one call.
+        assert_eq!(s.room(t0), usize::MAX);
+        assert_eq!(s.admit(t0), Admit::Hold);
+        assert_eq!(
+            s.ask(t0),
+            None,
+            "no route waits: an idle instance asks for none"
+        );
+        s.held.push(route(1, t0));
+        s.held.push(route(2, t0));
+        assert_eq!(s.ask(t0), Some(2), "the routes waiting (a lease is 1)");
+        assert_eq!(s.ask(t0), None, "one call out at a time");
+        let g = Granted {
+            taken: Some(Grant {
+                granted: 3,
+                due: Duration::ZERO,
+            }),
+            asked: t0,
+        };
+        assert_eq!(s.granted(g, t0), 2, "both held routes paid for");
+        // Three in hand for 100 ms.
+        assert_eq!(s.room(t0), 3);
+        assert_eq!(s.next_wake(t0), Some(t0 + ms(100)), "the lease's end");
+        assert_eq!(s.limited_until(t0), None);
+        assert_eq!(s.admit(t0), Admit::Go);
+        assert_eq!(s.room(t0), 2);
+        // The lease over: asked for again.
+        assert_eq!(s.room(t0 + ms(100)), usize::MAX);
+        assert_eq!(s.admit(t0 + ms(100)), Admit::Hold);
+    }
+
+    #[test]
+    fn an_answer_with_nothing_left_holds_routes_back_until_it_is_due() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut s = share(SharedMode::Lease);
+        s.held.push(route(1, t0));
+        assert_eq!(s.ask(t0), Some(1));
+        let g = Granted {
+            taken: Some(Grant {
+                granted: 0,
+                due: ms(400),
+            }),
+            asked: t0,
+        };
+        assert_eq!(s.granted(g, t0), 0);
+        // Due in 400 ms, plus a jitter of up to a quarter of it.
+        let until = s.limited_until(t0).unwrap();
+        assert!(until >= t0 + ms(400) && until <= t0 + ms(500), "{until:?}");
+        assert_eq!(s.room(t0), 0);
+        assert_eq!(s.admit(t0), Admit::Bounce);
+        assert_eq!(s.next_wake(t0), Some(until));
+        assert_eq!(s.room(until), usize::MAX);
+    }
+
+    #[test]
+    fn while_the_store_is_down_a_local_bucket_applies() {
+        let t0 = Instant::now();
+        let mut s = share(SharedMode::Exact);
+        assert!(s.go_down(t0), "it was up");
+        assert!(s.is_down() && !s.denies());
+        // `rate / live` and `burst / live` with one live instance.
+        assert_eq!(s.room(t0), 5);
+        for _ in 0..5 {
+            assert_eq!(s.admit(t0), Admit::Go);
+        }
+        assert_eq!(s.admit(t0), Admit::Bounce);
+        assert_eq!(
+            s.limited_until(t0),
+            Some(t0 + Duration::from_millis(100)),
+            "the fallback's next token"
+        );
+        // Asked again once per timeout, to see it back.
+        assert_eq!(s.ask(t0), None);
+        assert_eq!(s.ask(t0 + Duration::from_millis(50)), Some(1));
+        assert!(s.come_up(), "it was down");
+        assert_eq!(
+            s.room(t0),
+            usize::MAX,
+            "exact: every route waits for a call"
+        );
+    }
 }
