@@ -237,7 +237,6 @@ pub(crate) enum NodeControl {
     SetMaxConcurrent(u32),
     /// The shared breaker (several instances) holds the node open until
     /// then: the more severe of this and the local breaker admits.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     SharedOpen(Option<Instant>),
 }
 

@@ -239,7 +239,7 @@ mod tests {
             }
         );
         // The service's bucket lost only those two.
-        assert_eq!(s.take_at(&[service.clone()], 5, t0).granted, 1);
+        assert_eq!(s.take_at(std::slice::from_ref(&service), 5, t0).granted, 1);
         let ms = Duration::from_millis;
         assert_eq!(s.take_at(&[service], 1, t0).due, ms(100));
         assert_eq!(s.take_at(&both, 1, t0 + ms(999)).granted, 0);
