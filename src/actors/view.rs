@@ -1,7 +1,8 @@
 //! The balancer's view of one node: what it knows, what it can place there.
 //!
 //! The view is kept exact for what the balancer itself changes (in-flight
-//! count, the mirror of the node's token bucket, probes handed out) and
+//! count, the node's token bucket, which is the view's alone (see
+//! [`super::share`]), probes handed out) and
 //! refreshed from the node's [`LoadReport`] for the rest. From it comes the
 //! node's *room*: how many more tasks it can take right now (slots, probes,
 //! tokens). A node is eligible exactly when its room is positive, and the
@@ -93,6 +94,8 @@ pub(crate) struct NodeView {
     pub mirror: Mirror,
     /// Breaker open but used anyway (max_ejected_percent).
     pub overridden: bool,
+    /// The node's bucket (`rate_limit.per_node`): this view is its one
+    /// owner; the balancer takes a token when it places a dispatch.
     pub bucket: Option<TokenBucket>,
     /// Start of the slow-start ramp.
     pub ramp_from: Option<Instant>,

@@ -32,6 +32,10 @@
 //! * **Membership**: every instance heartbeats into a sorted set; the count
 //!   of live ones is in `stats()` and divides the rate of the local fallback.
 //!
+//! [`SharedLimits`] is the engine's shared store: it implements the
+//! balancer's two traits, `TokenStore` and `SharedBreaker` (the seam is
+//! `actors/share`, where the balancer's bookkeeping of the answers lives).
+//!
 //! Nothing waits on Redis: calls run as tasks beside the actors, with
 //! `timeout`, and their answers arrive as messages. While Redis does not
 //! answer, `on_down` applies (`local`: the bucket at `rate / live`, local
