@@ -284,3 +284,59 @@ async fn shared_node_tokens_pay_for_the_routes_of_one_turn() {
     assert_eq!(stats[0].in_flight, 1, "the paid route only");
     assert_eq!(stats[0].tokens, Some(0), "its one token used");
 }
+
+/// Shared breakers through a store (the in-process one): a trip another
+/// instance reported keeps the node out from the next read on; once its
+/// open time is over, this instance wins the one probe claim and sends
+/// one task, no more.
+#[actix_rt::test]
+async fn a_shared_trip_keeps_the_node_out_until_this_instance_holds_the_probe() {
+    use crate::actors::share::local::LocalStore;
+    use crate::actors::share::{Settings, SharedBreaker, UseShared};
+    use crate::config::{OnDown, SharedMode};
+    tokio::time::pause();
+    let store = LocalStore::new(Settings {
+        mode: SharedMode::Lease,
+        on_down: OnDown::Local,
+        lease: Duration::from_millis(100),
+        timeout: Duration::from_millis(50),
+    });
+    let mut cfg = Config::from_json(
+        r#"{"services":[{"name":"svc","timeout":"60s",
+            "endpoints":[{"address":"http://127.0.0.1:9/","max_concurrent":10}],
+            "balancer":{"refresh_interval":"100ms"}}]}"#,
+    )
+    .unwrap()
+    .services
+    .remove(0);
+    cfg.breaker.shared = true;
+    let (b, seen) = start_with(cfg, Vec::new());
+    b.send(UseShared(store.clone())).await.unwrap();
+    store.trip("svc", "http://127.0.0.1:9/", Duration::from_secs(1), 1);
+    // The next refresh reads it.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    settle().await;
+    b.send(routes(vec![route(1, Instant::now())]))
+        .await
+        .unwrap();
+    settle().await;
+    assert_eq!(
+        seen.lock().unwrap().bounces,
+        vec![Seq { task: 1, round: 1 }]
+    );
+    // Half-open for the cluster: a read claims the probe for this instance.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    settle().await;
+    let t1 = Instant::now();
+    b.send(routes(vec![route(2, t1), route(3, t1)]))
+        .await
+        .unwrap();
+    settle().await;
+    assert_eq!(
+        seen.lock().unwrap().bounces,
+        vec![Seq { task: 1, round: 1 }, Seq { task: 3, round: 1 }],
+        "one probe for the cluster"
+    );
+    let stats = b.send(GetNodeStats).await.unwrap();
+    assert_eq!(stats[0].in_flight, 1);
+}
