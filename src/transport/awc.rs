@@ -158,68 +158,59 @@ impl Transport for AwcTransport {
     }
 
     fn send(&self, req: HttpRequest) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
-        if self.h2.borrow().takes(&req.url) {
-            let (route, client, counts) = match self.h2_route(&req) {
-                Ok(r) => r,
-                Err(e) => return Box::pin(std::future::ready(Err(e))),
-            };
-            return Box::pin(async move {
-                match route.await? {
-                    Route::H2(conn) => h2::send(conn, req).await,
-                    Route::Http1 => {
-                        let max_body = req.max_body;
-                        whole(exchange(&client, &counts, req), max_body).await
-                    }
-                }
-            });
-        }
-        let max_body = req.max_body;
-        Box::pin(whole(
-            exchange(&self.client.borrow(), &self.counts, req),
-            max_body,
-        ))
+        self.by_route(req, h2::send, |client, counts, req| {
+            let max_body = req.max_body;
+            whole(exchange(client, counts, req), max_body)
+        })
     }
 
     fn send_streaming(
         &self,
         req: HttpRequest,
     ) -> LocalBoxFuture<'static, Result<StreamedReply, TransportError>> {
-        if self.h2.borrow().takes(&req.url) {
-            let (route, client, counts) = match self.h2_route(&req) {
-                Ok(r) => r,
-                Err(e) => return Box::pin(std::future::ready(Err(e))),
-            };
-            return Box::pin(async move {
-                match route.await? {
-                    Route::H2(conn) => h2::send_streaming(conn, req).await,
-                    Route::Http1 => streamed(exchange(&client, &counts, req), counts).await,
-                }
-            });
-        }
-        let head = exchange(&self.client.borrow(), &self.counts, req);
-        Box::pin(streamed(head, self.counts.clone()))
+        self.by_route(req, h2::send_streaming, |client, counts, req| {
+            streamed(exchange(client, counts, req), counts.clone())
+        })
     }
 }
 
 impl AwcTransport {
-    /// The HTTP/2 route of `req` (a connection, made if need be, or awc
-    /// when the server chose HTTP/1.1), and what awc's path needs then.
-    #[allow(clippy::type_complexity)]
-    fn h2_route(
+    /// Sends `req` the way its URL goes, the one place that chooses: over
+    /// the node's HTTP/2 connection (`over_h2`) when its pool takes the URL
+    /// and the server speaks h2, else with awc (`over_awc`, given the
+    /// client and the reuse counts): at once for a URL the pool does not
+    /// take, after the first connection's ALPN for one it does.
+    fn by_route<T, H2, H2Fut, H1, H1Fut>(
         &self,
-        req: &HttpRequest,
-    ) -> Result<
-        (
-            impl Future<Output = Result<Route, TransportError>>,
-            awc::Client,
-            Rc<Counts>,
-        ),
-        TransportError,
-    > {
-        let uri = awc::http::Uri::try_from(req.url.as_str())
-            .map_err(|e| TransportError::new(ErrorKind::Invalid, e.to_string()))?;
+        req: HttpRequest,
+        over_h2: H2,
+        over_awc: H1,
+    ) -> LocalBoxFuture<'static, Result<T, TransportError>>
+    where
+        T: 'static,
+        H2: FnOnce(h2::Conn, HttpRequest) -> H2Fut + 'static,
+        H2Fut: Future<Output = Result<T, TransportError>> + 'static,
+        H1: FnOnce(&awc::Client, &Rc<Counts>, HttpRequest) -> H1Fut + 'static,
+        H1Fut: Future<Output = Result<T, TransportError>> + 'static,
+    {
+        if !self.h2.borrow().takes(&req.url) {
+            return Box::pin(over_awc(&self.client.borrow(), &self.counts, req));
+        }
+        let uri = match awc::http::Uri::try_from(req.url.as_str()) {
+            Ok(uri) => uri,
+            Err(e) => {
+                let e = TransportError::new(ErrorKind::Invalid, e.to_string());
+                return Box::pin(std::future::ready(Err(e)));
+            }
+        };
         let route = self.h2.borrow().route(&uri);
-        Ok((route, self.client.borrow().clone(), self.counts.clone()))
+        let (client, counts) = (self.client.borrow().clone(), self.counts.clone());
+        Box::pin(async move {
+            match route.await? {
+                Route::H2(conn) => over_h2(conn, req).await,
+                Route::Http1 => over_awc(&client, &counts, req).await,
+            }
+        })
     }
 }
 
