@@ -229,6 +229,13 @@ impl Codel {
         &self.config
     }
 
+    /// Whether the queue is overloaded at `now`, from the recorded history
+    /// (what [`poll`](Self::poll) would commit): the cheap question to ask
+    /// before any bound.
+    pub fn overloaded_at(&self, now: Instant) -> bool {
+        self.state_at(now).is_some()
+    }
+
     /// Overloaded since when, as of the last [`poll`](Self::poll) (or
     /// [`on_queue_len`](Self::on_queue_len)); `None` when calm.
     pub fn congested(&self) -> Option<Instant> {
@@ -374,13 +381,21 @@ impl Codel {
         now: Instant,
         shielded: bool,
     ) -> bool {
-        let (Some(all), Some(own)) = (
-            self.intake_bound_for(now, shielded),
-            self.class_bound(class, now, shielded),
-        ) else {
+        if self.state_at(now).is_none() {
             return true;
-        };
-        if ahead >= all || of_class >= own {
+        }
+        let own = self.per_interval(class, now);
+        let total = Priority::ALL
+            .iter()
+            .map(|&c| {
+                if c == class {
+                    own
+                } else {
+                    self.per_interval(c, now)
+                }
+            })
+            .fold(0u64, u64::saturating_add);
+        if ahead >= self.bound_of(total, shielded) || of_class >= self.bound_of(own, shielded) {
             self.last_shed = Some(self.last_shed.map_or(now, |s| s.max(now)));
             return false;
         }

@@ -110,12 +110,19 @@ impl QueueActor {
         let Some(p) = self.tasks.get(&no) else {
             return false;
         };
-        let (class, patient, sent_at) = (p.job().priority, p.patient, p.sent_at);
-        let sheltered = self.sheltered(class, now);
-        let Some(d) = self.delay.as_mut() else {
+        let (class, patient, enqueued) = (p.job().priority, p.patient, self.epoch.at(p.sent_at));
+        // The strictest bound first: within it no task is shed, and most
+        // are, so the shelter is worked out only for the others.
+        let Some(strict) = self.delay.as_ref().and_then(|d| d.bound(now)) else {
             return false;
         };
-        !patient && d.on_dequeue_for(self.epoch.at(sent_at), now, sheltered) == Verdict::Shed
+        if patient || now.saturating_duration_since(enqueued) <= strict {
+            return false;
+        }
+        let sheltered = self.sheltered(class, now);
+        self.delay
+            .as_mut()
+            .is_some_and(|d| d.on_dequeue_for(enqueued, now, sheltered) == Verdict::Shed)
     }
 
     /// Whether the oldest ready task of `class` is sheltered from the

@@ -86,7 +86,7 @@ impl QueueActor {
         let c = self.tasks.counts();
         let ahead = c.ready_from(class).saturating_sub(self.credit);
         let of_class = c.ready_in[class.index()].saturating_sub(self.credit);
-        let Some(d) = self.delay.as_mut() else {
+        let Some(d) = self.delay.as_mut().filter(|d| d.overloaded_at(now)) else {
             return false;
         };
         let shielded = super::dispatch::shielded(&c, &self.shed_at, class, now, d);

@@ -49,7 +49,17 @@ impl NodeTokens {
     }
 
     /// The node's `slots` as its shared bucket lets them be used at `now`.
+    /// Inline: it is read for every node at every turn, and without a
+    /// shared bucket it is the identity.
+    #[inline]
     pub fn cap(&self, slots: usize, now: Instant) -> usize {
+        match self {
+            NodeTokens::Off | NodeTokens::Open => slots,
+            _ => self.cap_shared(slots, now),
+        }
+    }
+
+    fn cap_shared(&self, slots: usize, now: Instant) -> usize {
         match self {
             NodeTokens::Off | NodeTokens::Open => slots,
             NodeTokens::Closed => 0,
