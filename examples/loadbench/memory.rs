@@ -113,7 +113,9 @@ async fn probe(cli: &Cli) -> Result<Value, String> {
         "p2c",
         &urls,
         10,
-        json!({"timeout": "600s", "queue": {"capacity": 200_000}}),
+        // The delay control off: the queue is held for seconds on purpose,
+        // and every released task must then succeed (none shed).
+        json!({"timeout": "600s", "queue": {"capacity": 200_000, "delay": {"enabled": false}}}),
     )?;
     let d = Dispatcher::builder(cfg)
         .transport(held_factory(rx))
