@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use actix_dispatch::{Config, Dispatcher, Task};
 
-use redis_server::{RedisCluster, RedisServer};
+use redis_server::{with_instance, RedisCluster, RedisServer};
 use support::{logs, Backend};
 
 const PASSWORD: &str = "hunter2-s3cret";
@@ -34,22 +34,6 @@ fn config(url: &str, redis_extra: &str, backend: &Backend, service_extra: &str) 
         backend.url()
     );
     Config::from_json(&json).unwrap_or_else(|e| panic!("{e}\n{json}"))
-}
-
-/// Runs `f` with a dispatcher of `cfg` on a System of its own thread (as
-/// a separate process would), then shuts it down.
-fn with_instance<T: Send + 'static>(
-    cfg: Config,
-    f: impl FnOnce(Dispatcher) -> futures::future::LocalBoxFuture<'static, T> + Send + 'static,
-) -> thread::JoinHandle<T> {
-    thread::spawn(move || {
-        actix::System::new().block_on(async move {
-            let d = Dispatcher::start(cfg).expect("start");
-            let out = f(d.clone()).await;
-            d.shutdown(Duration::ZERO).await;
-            out
-        })
-    })
 }
 
 fn con(url: &str) -> redis::Connection {

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use actix_dispatch::{Config, Dispatcher, Task};
 
-use redis_server::RedisSentinel;
+use redis_server::{with_instance, RedisSentinel};
 use support::{logs, Backend};
 
 const DATA_PASSWORD: &str = "data-s3cret-pw";
@@ -49,22 +49,6 @@ fn config(s: &RedisSentinel, redis_extra: &str, backend: &Backend, service_extra
         backend.url()
     );
     Config::from_json(&json).unwrap_or_else(|e| panic!("{e}\n{json}"))
-}
-
-/// Runs `f` with a dispatcher of `cfg` on a System of its own thread (as
-/// a separate process would), then shuts it down.
-fn with_instance<T: Send + 'static>(
-    cfg: Config,
-    f: impl FnOnce(Dispatcher) -> futures::future::LocalBoxFuture<'static, T> + Send + 'static,
-) -> thread::JoinHandle<T> {
-    thread::spawn(move || {
-        actix::System::new().block_on(async move {
-            let d = Dispatcher::start(cfg).expect("start");
-            let out = f(d.clone()).await;
-            d.shutdown(Duration::ZERO).await;
-            out
-        })
-    })
 }
 
 fn no_password_in(lines: &[String]) {
@@ -382,29 +366,14 @@ fn sentinel_over_tls_with_a_ca_file_follows_a_failover() {
     let (to_instance, from_test) = mpsc::channel::<()>();
     let instance = with_instance(cfg, move |d| {
         Box::pin(async move {
-            let run = |from: usize| {
-                let d = d.clone();
-                async move {
-                    let subs: Vec<_> = (from..from + 20)
-                        .map(|i| d.submit(Task::get("svc", format!("/t{i}"))))
-                        .collect();
-                    let all = tokio::time::timeout(
-                        Duration::from_secs(20),
-                        futures::future::join_all(subs),
-                    )
-                    .await
-                    .expect("no task stuck");
-                    all.iter().filter(|r| r.is_success()).count()
-                }
-            };
-            let first = run(0).await;
+            let first = twenty(&d, "t", 0).await;
             let before = d.stats().await.shared.expect("shared");
             to_test.send(()).expect("test");
             while from_test.try_recv().is_err() {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             let mid = d.stats().await.shared.expect("shared");
-            let second = run(20).await;
+            let second = twenty(&d, "t", 20).await;
             tokio::time::sleep(Duration::from_millis(1500)).await;
             let end = d.stats().await.shared.expect("shared");
             (first, second, before, mid, end)
@@ -531,28 +500,13 @@ fn a_paused_master_is_left_for_the_promoted_replica() {
     let (to_instance, from_test) = mpsc::channel::<()>();
     let instance = with_instance(cfg, move |d| {
         Box::pin(async move {
-            let run = |from: usize| {
-                let d = d.clone();
-                async move {
-                    let subs: Vec<_> = (from..from + 20)
-                        .map(|i| d.submit(Task::get("svc", format!("/p{i}"))))
-                        .collect();
-                    let all = tokio::time::timeout(
-                        Duration::from_secs(20),
-                        futures::future::join_all(subs),
-                    )
-                    .await
-                    .expect("no task stuck");
-                    all.iter().filter(|r| r.is_success()).count()
-                }
-            };
-            let first = run(0).await;
+            let first = twenty(&d, "p", 0).await;
             to_test.send(()).expect("test");
             while from_test.try_recv().is_err() {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             let mid = d.stats().await.shared.expect("shared");
-            let second = run(20).await;
+            let second = twenty(&d, "p", 20).await;
             tokio::time::sleep(Duration::from_millis(1000)).await;
             let end = d.stats().await.shared.expect("shared");
             (first, second, mid, end)
@@ -584,4 +538,16 @@ fn a_paused_master_is_left_for_the_promoted_replica() {
     );
     assert_eq!(members, 1, "the instance heartbeats into the new master");
     no_password_in(&logs::lines());
+}
+
+/// Submits the tasks `/{tag}{from}` to `/{tag}{from + 19}` and waits for
+/// all of them (at most 20 s: none may be stuck); how many succeeded.
+async fn twenty(d: &Dispatcher, tag: &str, from: usize) -> usize {
+    let subs: Vec<_> = (from..from + 20)
+        .map(|i| d.submit(Task::get("svc", format!("/{tag}{i}"))))
+        .collect();
+    let all = tokio::time::timeout(Duration::from_secs(20), futures::future::join_all(subs))
+        .await
+        .expect("no task stuck");
+    all.iter().filter(|r| r.is_success()).count()
 }

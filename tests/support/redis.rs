@@ -646,3 +646,21 @@ impl Drop for RedisSentinel {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// Runs `f` with a dispatcher of `cfg` on a System of its own thread (as
+/// a separate process would), then shuts it down.
+pub fn with_instance<T: Send + 'static>(
+    cfg: actix_dispatch::Config,
+    f: impl FnOnce(actix_dispatch::Dispatcher) -> futures::future::LocalBoxFuture<'static, T>
+        + Send
+        + 'static,
+) -> std::thread::JoinHandle<T> {
+    std::thread::spawn(move || {
+        actix::System::new().block_on(async move {
+            let d = actix_dispatch::Dispatcher::start(cfg).expect("start");
+            let out = f(d.clone()).await;
+            d.shutdown(Duration::ZERO).await;
+            out
+        })
+    })
+}
