@@ -273,107 +273,6 @@ impl Contender {
     }
 }
 
-// === impl Host ===
-
-/// What a contender is made of, sent to the thread that runs it.
-enum Recipe {
-    Engine(Box<Config>),
-    Tower {
-        urls: Vec<String>,
-        patience: Duration,
-    },
-    Haproxy {
-        url: String,
-        patience: Duration,
-    },
-}
-
-/// A contender on a thread and System of its own, away from the sender:
-/// the sender's schedule is then not held up by the contender's own work
-/// (on one thread, a busy engine or tower made the sender fall behind by
-/// milliseconds, and every task of that lag looked slower to answer).
-/// Tasks go over a channel; the answer comes back on a oneshot.
-struct Host {
-    tasks: futures::channel::mpsc::UnboundedSender<Job>,
-    /// The engine's handle (`Send`), for its stats.
-    engine: Option<Dispatcher>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-/// One task for a host: its number, its class, where its answer goes.
-type Job = (usize, Class, futures::channel::oneshot::Sender<Answer>);
-
-impl Host {
-    /// Starts the contender `recipe` makes on a thread of its own.
-    fn start(recipe: Recipe) -> Result<Host, String> {
-        use futures::StreamExt;
-        let (tasks, mut rx) = futures::channel::mpsc::unbounded::<Job>();
-        let (ready_tx, ready) = std::sync::mpsc::channel::<Result<Option<Dispatcher>, String>>();
-        let thread = std::thread::spawn(move || {
-            actix_rt::System::new().block_on(async move {
-                let who = match recipe {
-                    Recipe::Engine(cfg) => match Dispatcher::start(*cfg) {
-                        Ok(d) => Contender::Engine(d),
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(e.to_string()));
-                            return;
-                        }
-                    },
-                    Recipe::Tower { urls, patience } => {
-                        Contender::Tower(ShedPeer::new(&urls, WORKERS, patience))
-                    }
-                    Recipe::Haproxy { url, patience } => Contender::Haproxy {
-                        client: bare_client(patience),
-                        url,
-                    },
-                };
-                let engine = match &who {
-                    Contender::Engine(d) => Some(d.clone()),
-                    _ => None,
-                };
-                let _ = ready_tx.send(Ok(engine));
-                while let Some((i, class, reply)) = rx.next().await {
-                    let fut = who.send(i, class);
-                    actix_rt::spawn(async move {
-                        let _ = reply.send(fut.await);
-                    });
-                }
-                if let Contender::Engine(d) = &who {
-                    d.shutdown(Duration::from_secs(2)).await;
-                }
-            })
-        });
-        let engine = ready
-            .recv()
-            .map_err(|_| "the contender's thread ended at start".to_string())??;
-        Ok(Host {
-            tasks,
-            engine,
-            thread: Some(thread),
-        })
-    }
-
-    /// Sends task `i` of class `class` now; the future is its answer.
-    fn send(&self, i: usize, class: Class) -> LocalBoxFuture<'static, Answer> {
-        let (tx, rx) = futures::channel::oneshot::channel();
-        let sent = self.tasks.unbounded_send((i, class, tx)).is_ok();
-        Box::pin(async move {
-            if !sent {
-                return Answer::Failed;
-            }
-            rx.await.unwrap_or(Answer::Failed)
-        })
-    }
-
-    /// Ends the contender (an engine shuts down) and waits for its thread.
-    fn stop(mut self) {
-        self.tasks.close_channel();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 // === the open loop ===
 
 #[derive(Debug, Clone, Copy)]
@@ -399,7 +298,7 @@ struct LevelRun {
 /// the earlier tasks, and waits for every answer (at most `patience` after
 /// each task's intended start).
 async fn run_level(
-    who: &Host,
+    who: &Contender,
     level: &Level,
     capacity: f64,
     duration: Duration,
@@ -711,17 +610,15 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
     )?;
     let urls = backend.urls();
 
-    let mut contenders: Vec<(String, Recipe)> = Vec::new();
+    let mut contenders: Vec<(String, Contender)> = Vec::new();
     for (name, snippet) in &configs {
         let cfg = engine_config(name, snippet, &urls)?;
-        contenders.push((name.clone(), Recipe::Engine(Box::new(cfg))));
+        let d = Dispatcher::start(cfg).map_err(|e| format!("{name}: {e}"))?;
+        contenders.push((name.clone(), Contender::Engine(d)));
     }
     contenders.push((
         format!("tower LoadShed + ConcurrencyLimit({WORKERS}) + p2c"),
-        Recipe::Tower {
-            urls: urls.clone(),
-            patience: p.patience,
-        },
+        Contender::Tower(ShedPeer::new(&urls, WORKERS, p.patience)),
     ));
     let ha = match &haproxy_bin {
         Ok(bin) => Some(Haproxy::start_overload(
@@ -740,17 +637,15 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
     if let Some(h) = &ha {
         contenders.push((
             format!("HAProxy maxconn {WORKERS} + timeout queue {HAPROXY_QUEUE_MS}ms"),
-            Recipe::Haproxy {
+            Contender::Haproxy {
+                client: bare_client(p.patience),
                 url: h.url(),
-                patience: p.patience,
             },
         ));
     }
 
     let mut results: Vec<LevelResult> = Vec::new();
-    for (name, recipe) in contenders {
-        let host = Host::start(recipe).map_err(|e| format!("{name}: {e}"))?;
-        let who = &host;
+    for (name, who) in &contenders {
         // Connections opened before the first level: a few rounds of one
         // request per worker.
         for round in 0..3 {
@@ -771,7 +666,7 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
                 );
             }
             let peak = backend.peaks()?.into_iter().max().unwrap_or(0);
-            let r = summarize(&name, level, &run, peak, &p);
+            let r = summarize(name, level, &run, peak, &p);
             eprintln!(
                 "overload: {name}: {}: goodput {:.0}/s ({:.0} %), ok p50 {} p99 {} ms, \
                  {} refused (p99 {} ms), {} failed, {} gave up",
@@ -787,10 +682,13 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
             );
             results.push(r);
         }
-        host.stop();
+        if let Contender::Engine(d) = who {
+            d.shutdown(Duration::from_secs(2)).await;
+        }
         // Let what a contender left inside the backends drain.
         actix_rt::time::sleep(Duration::from_millis(if cli.smoke { 100 } else { 1000 })).await;
     }
+    drop(contenders);
     drop(ha);
     drop(backend);
 
@@ -820,8 +718,10 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
 
 /// The engine's sheds so far, and those made at intake (`None`: not the
 /// engine).
-async fn engine_sheds(who: &Host) -> Option<(u64, u64)> {
-    let d = who.engine.as_ref()?;
+async fn engine_sheds(who: &Contender) -> Option<(u64, u64)> {
+    let Contender::Engine(d) = who else {
+        return None;
+    };
     let stats = d.stats().await;
     let q = &stats.service("bench")?.queue;
     Some((q.shed, q.shed_at_intake))
