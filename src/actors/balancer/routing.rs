@@ -57,11 +57,11 @@ impl BalancerActor {
             self.bounce_as(&msg, true, ctx);
             return Some(now);
         }
-        // The node's shared bucket: a token in hand, or wait for one call.
-        let msg = self.shared_place(i, msg, ctx)?;
         // The node's bucket is this view's alone (the node keeps none): a
         // node whose room was read after this route's instant may have no
-        // token at it, and the route goes back, not on to the node.
+        // token at it, and the route goes back, not on to the node. Checked
+        // before the shared bucket, whose token a route sent back would
+        // waste.
         if let Some(Err(t)) = self.nodes.node(i).bucket.as_ref().map(|b| b.check(now)) {
             self.metrics
                 .node(&self.nodes.node(i).address)
@@ -70,6 +70,8 @@ impl BalancerActor {
             self.bounce(&msg, ctx);
             return Some(now);
         }
+        // The node's shared bucket: a token in hand, or wait for one call.
+        let msg = self.shared_place(i, msg, ctx)?;
         if let Some(b) = &mut self.service_bucket {
             let _ = b.try_acquire(now);
             if let Err(t) = b.check(now) {
