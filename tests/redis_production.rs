@@ -549,21 +549,10 @@ fn the_durable_stream_runs_on_a_cluster() {
                 ..Default::default()
             };
             d.consume(sc).await.expect("consume on a Cluster");
-            let start = tokio::time::Instant::now();
-            let mut last = None;
-            while start.elapsed() < Duration::from_secs(15) {
-                let st = d
-                    .stats()
-                    .await
-                    .service("svc")
-                    .and_then(|s| s.stream.clone());
-                last = st.clone();
-                if st.is_some_and(|st| st.recorded == N as u64 && st.pending == 0 && st.lag == 0) {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            last
+            redis_server::stream_until(&d, Duration::from_secs(15), |st| {
+                st.recorded == N as u64 && st.pending == 0 && st.lag == 0
+            })
+            .await
         })
     })
     .join()

@@ -273,21 +273,11 @@ fn the_durable_stream_runs_through_sentinel_and_follows_a_failover() {
             let wait_recorded = |n: u64| {
                 let d = d.clone();
                 async move {
-                    let start = tokio::time::Instant::now();
-                    let mut last = None;
-                    while start.elapsed() < Duration::from_secs(20) {
-                        let st = d
-                            .stats()
-                            .await
-                            .service("svc")
-                            .and_then(|s| s.stream.clone());
-                        last = st.clone();
-                        if st.is_some_and(|st| st.recorded == n && st.pending == 0 && st.lag == 0) {
-                            break;
-                        }
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                    last.expect("stream stats")
+                    redis_server::stream_until(&d, Duration::from_secs(20), |st| {
+                        st.recorded == n && st.pending == 0 && st.lag == 0
+                    })
+                    .await
+                    .expect("stream stats")
                 }
             };
             assert_eq!(enqueue(0).await, 0, "no retry before the failover");

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::process::Command;
 use std::time::Duration;
 
-use actix_dispatch::redis::stream::StreamConfig;
+use actix_dispatch::redis::stream::{StreamConfig, StreamStats};
 use actix_dispatch::{Config, Dispatcher};
 
 use super::helpers::{
@@ -14,7 +14,7 @@ use super::helpers::{
 };
 #[cfg(feature = "cli")]
 use super::helpers::{entries, write_config};
-use crate::redis_server::RedisServer;
+use crate::redis_server::{stream_until, RedisServer};
 
 #[test]
 fn enqueue_durable_consume_and_stats_in_process() {
@@ -38,20 +38,10 @@ fn enqueue_durable_consume_and_stats_in_process() {
             ..Default::default()
         };
         d.consume(sc).await.expect("consume");
-        let start = tokio::time::Instant::now();
-        let mut last = None;
-        while start.elapsed() < Duration::from_secs(10) {
-            let s = d.stats().await;
-            let st = s.service("svc").and_then(|s| s.stream.clone());
-            if st
-                .as_ref()
-                .is_some_and(|st| st.recorded == 20 && st.pending == 0 && st.lag == 0)
-            {
-                last = st;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let done = |st: &StreamStats| st.recorded == 20 && st.pending == 0 && st.lag == 0;
+        let last = stream_until(&d, Duration::from_secs(10), done)
+            .await
+            .filter(done);
         d.shutdown(Duration::from_secs(1)).await;
         last
     });

@@ -12,7 +12,7 @@ use super::helpers::{
     con, entries, load_config, start_consuming, temp_dir, wait_until, write_config, xlen,
     KeyedBackend, WORKER,
 };
-use crate::redis_server::RedisServer;
+use crate::redis_server::{stream_until, RedisServer};
 
 /// An entry's fields as bytes.
 type RawFields = Vec<(String, Vec<u8>)>;
@@ -70,20 +70,10 @@ fn entries_that_can_never_run_are_dead_lettered_on_first_sight() {
             ..Default::default()
         };
         let d = start_consuming(cfg, sc).await;
-        let start = tokio::time::Instant::now();
-        let mut last = None;
-        while start.elapsed() < Duration::from_secs(5) {
-            let st = d
-                .stats()
-                .await
-                .service("svc")
-                .and_then(|s| s.stream.clone());
-            last = st.clone();
-            if st.is_some_and(|s| s.dead_lettered == 5 && s.recorded == 3 && s.in_flight == 0) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        let last = stream_until(&d, Duration::from_secs(5), |s| {
+            s.dead_lettered == 5 && s.recorded == 3 && s.in_flight == 0
+        })
+        .await;
         d.shutdown(Duration::from_secs(1)).await;
         last
     });

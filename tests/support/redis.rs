@@ -664,3 +664,26 @@ pub fn with_instance<T: Send + 'static>(
         })
     })
 }
+
+/// Polls the durable-stream stats of service `svc` (every 25 ms, at most
+/// `limit`) until `done` holds for them; the last seen either way.
+pub async fn stream_until(
+    d: &actix_dispatch::Dispatcher,
+    limit: Duration,
+    done: impl Fn(&actix_dispatch::redis::stream::StreamStats) -> bool,
+) -> Option<actix_dispatch::redis::stream::StreamStats> {
+    let start = tokio::time::Instant::now();
+    let mut last = None;
+    while start.elapsed() < limit {
+        last = d
+            .stats()
+            .await
+            .service("svc")
+            .and_then(|s| s.stream.clone());
+        if last.as_ref().is_some_and(&done) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    last
+}
