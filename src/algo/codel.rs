@@ -56,8 +56,12 @@
 //! instead when more tasks are ahead of it than the queue sends in half a
 //! `target` at its recent rate ([`Codel::on_sent`] counts the sends, per
 //! `interval`; half, because sends come in bursts). The caller of a refused
-//! task learns it in microseconds, not milliseconds. A refusal counts as a
-//! shed (it keeps the queue overloaded).
+//! task learns it in microseconds, not milliseconds. With priority classes
+//! ([`Codel::admits_in`]) a task is also refused when more of its own
+//! class wait than that class is sent in half a target
+//! ([`Codel::on_sent_in`] counts the sends per class): a less important
+//! class gets only the turns the more important ones leave. A refusal
+//! counts as a shed (it keeps the queue overloaded).
 //!
 //! What is admitted then waits in a short queue, for the next sends. Those
 //! come in bursts (a backend's workers end together), so at a few hundred
