@@ -211,7 +211,7 @@ pub struct Cli {
     #[arg(long)]
     pub engine_config: Vec<String>,
 
-    /// (peers, gateway) run only the contenders whose name contains this
+    /// (peers, gateway, overload) run only the contenders whose name contains this
     /// (for profiling one of them: `valgrind --tool=callgrind ... peers --only engine`).
     #[arg(long)]
     pub only: Option<String>,

@@ -313,7 +313,7 @@ async fn run_level(
     let mut max_lag = Duration::ZERO;
     for i in 0..n {
         let intended = t0 + Duration::from_secs_f64(i as f64 / rate);
-        actix_rt::time::sleep_until(intended).await;
+        pace_until(intended).await;
         let called = Instant::now();
         max_lag = max_lag.max(called.saturating_duration_since(intended));
         let class = classes.next();
@@ -341,6 +341,23 @@ async fn run_level(
     }
     let samples = std::mem::take(&mut *samples.borrow_mut());
     LevelRun { samples, max_lag }
+}
+
+/// Waits until `intended`, within microseconds rather than the timer's
+/// millisecond: tokio's timer fires on the first millisecond tick at or
+/// after a deadline, which alone would put up to 1 ms of the sender's own
+/// lag into every latency measured from the intended start. So the timer
+/// wakes the sender a tick early, and it yields to the other tasks of its
+/// thread (the contender's among them) until the instant comes.
+async fn pace_until(intended: Instant) {
+    const TICK: Duration = Duration::from_millis(1);
+    let now = Instant::now();
+    if intended > now + TICK {
+        actix_rt::time::sleep_until(intended - TICK).await;
+    }
+    while Instant::now() < intended {
+        tokio::task::yield_now().await;
+    }
 }
 
 // === impl Tally ===
@@ -644,6 +661,10 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
         ));
     }
 
+    if let Some(only) = &cli.only {
+        contenders.retain(|(name, _)| name.contains(only.as_str()));
+        rep.note(format!("Only the contenders named like `{only}`."));
+    }
     let mut results: Vec<LevelResult> = Vec::new();
     for (name, who) in &contenders {
         // Connections opened before the first level: a few rounds of one
