@@ -8,31 +8,13 @@
 //! `cargo bench --bench lease` runs them (about a minute).
 
 use std::hint::black_box;
-use std::rc::Rc;
-use std::sync::Arc;
 use std::time::Duration;
 
-use actix_dispatch::transport::{HttpReply, HttpRequest, Transport, TransportError};
 use actix_dispatch::{Config, Dispatcher, Instant, LeaseOptions, LeaseOutcome, Task};
 use criterion::{criterion_group, criterion_main, Criterion};
-use futures::future::LocalBoxFuture;
 
-/// Answers `200` at once, without I/O.
-struct Immediate;
-
-impl Transport for Immediate {
-    fn send(
-        &self,
-        _req: HttpRequest,
-    ) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
-        Box::pin(std::future::ready(Ok(HttpReply {
-            status: 200,
-            headers: Default::default(),
-            body: bytes::Bytes::from_static(b"ok"),
-            protocol: None,
-        })))
-    }
-}
+#[path = "../examples/loadbench/immediate.rs"]
+mod immediate;
 
 fn config() -> Criterion {
     Criterion::default()
@@ -51,7 +33,7 @@ fn lease_vs_submit(c: &mut Criterion) {
     .expect("bench config");
     let d = sys.block_on(async {
         Dispatcher::builder(cfg)
-            .transport(Arc::new(|_: &str| Rc::new(Immediate) as Rc<dyn Transport>))
+            .transport(immediate::immediate_factory())
             .without_metrics()
             .start()
             .expect("started")

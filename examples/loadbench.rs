@@ -30,6 +30,8 @@ mod common;
 mod gateway;
 #[path = "loadbench/haproxy.rs"]
 mod haproxy;
+#[path = "loadbench/immediate.rs"]
+mod immediate;
 #[path = "loadbench/memory.rs"]
 mod memory;
 #[path = "loadbench/micro.rs"]

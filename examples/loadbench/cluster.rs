@@ -109,7 +109,7 @@ mod imp {
         ] {
             let cfg = config(redis, per_node)?;
             let d = Dispatcher::builder(cfg)
-                .transport(common::immediate_factory())
+                .transport(crate::immediate::immediate_factory())
                 .start()
                 .map_err(|e| e.to_string())?;
             actix_rt::time::sleep(Duration::from_millis(200)).await;

@@ -1,18 +1,12 @@
-//! Shared pieces: histograms, load loops, process counters, engine configs,
-//! the in-process transport and the bare awc client.
+//! Shared pieces: histograms, load loops, process counters, engine configs
+//! and the bare awc client (the in-process transport is `immediate.rs`).
 
 use std::cell::RefCell;
 use std::future::Future;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::Duration;
 
-use actix_dispatch::transport::{
-    HttpReply, HttpRequest, Transport, TransportError, TransportFactory,
-};
 use actix_dispatch::{Config, Instant};
-use bytes::Bytes;
-use futures::future::LocalBoxFuture;
 use futures::StreamExt;
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -292,28 +286,6 @@ pub fn fake_urls(n: usize) -> Vec<String> {
             )
         })
         .collect()
-}
-
-/// A transport that answers `200 ok` at once, without I/O.
-pub struct ImmediateTransport;
-
-impl Transport for ImmediateTransport {
-    fn send(
-        &self,
-        _req: HttpRequest,
-    ) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
-        Box::pin(std::future::ready(Ok(HttpReply {
-            status: 200,
-            headers: Default::default(),
-            body: Bytes::from_static(b"ok"),
-            protocol: None,
-        })))
-    }
-}
-
-/// Factory of [`ImmediateTransport`]s.
-pub fn immediate_factory() -> TransportFactory {
-    Arc::new(|_addr: &str| Rc::new(ImmediateTransport) as Rc<dyn Transport>)
 }
 
 /// A bare awc client set up like the engine's transport: no redirects, no

@@ -99,7 +99,7 @@ pub fn start_engine_with(
         json!({"queue": {"capacity": 200_000}, "balancer": {"refresh_interval": "60s"}}),
     )?;
     let builder = Dispatcher::builder(cfg)
-        .transport(common::immediate_factory())
+        .transport(crate::immediate::immediate_factory())
         .node_threads(node_threads);
     let builder = if metrics {
         builder
