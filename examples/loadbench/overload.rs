@@ -680,10 +680,11 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
             if let (Some(a), Some(b)) = (sheds_before, engine_sheds(who).await) {
                 eprintln!(
                     "overload: {name}: {}: the engine shed {} at intake, {} after waiting or \
-                     displaced",
+                     displaced; the nodes' limits at the end: {:?}",
                     level.name,
                     b.1 - a.1,
-                    (b.0 - a.0) - (b.1 - a.1)
+                    (b.0 - a.0) - (b.1 - a.1),
+                    b.2
                 );
             }
             let peak = backend.peaks()?.into_iter().max().unwrap_or(0);
@@ -737,15 +738,17 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
     Ok(rep.finish())
 }
 
-/// The engine's sheds so far, and those made at intake (`None`: not the
-/// engine).
-async fn engine_sheds(who: &Contender) -> Option<(u64, u64)> {
+/// The engine's sheds so far, those made at intake, and each node's
+/// concurrency limit now (`None`: not the engine).
+async fn engine_sheds(who: &Contender) -> Option<(u64, u64, Vec<u32>)> {
     let Contender::Engine(d) = who else {
         return None;
     };
     let stats = d.stats().await;
-    let q = &stats.service("bench")?.queue;
-    Some((q.shed, q.shed_at_intake))
+    let svc = stats.service("bench")?;
+    let q = &svc.queue;
+    let limits = svc.nodes.iter().map(|n| n.concurrency_limit).collect();
+    Some((q.shed, q.shed_at_intake, limits))
 }
 
 /// One figure of a summary.
