@@ -11,11 +11,11 @@
 //!   connection is kept and every later request of the node is a stream on
 //!   it; requests that come while it is being made wait for it rather than
 //!   open their own. If the server chose `http/1.1`, that connection is
-//!   closed and the node goes through awc from then on (one handshake more,
-//!   once per node).
+//!   closed and the node's requests go over its HTTP/1 pool (module `h1`)
+//!   from then on (one handshake more, once per node).
 //! - An `http://` endpoint speaks h2c (HTTP/2 without TLS, "prior
-//!   knowledge") only when `http2.prior_knowledge` says so; otherwise awc
-//!   speaks HTTP/1.1 to it as before.
+//!   knowledge") only when `http2.prior_knowledge` says so; otherwise the
+//!   node's HTTP/1 pool speaks HTTP/1.1 to it.
 //! - With `http2.connections` above 1, a new connection is opened only when
 //!   every open one has a stream in flight and none is being made, so an
 //!   idle node keeps one. A stream goes on the connection with the fewest.
@@ -29,7 +29,7 @@
 //! (closed, GOAWAY) was not processed ([`ErrorKind::NotSent`], RFC 9113
 //! §8.7); a connection or stream broken after the request left is
 //! [`ErrorKind::Reset`]; a failed handshake is [`ErrorKind::Tls`] with the
-//! same words as awc's path. Dropping an attempt (its timeout, a cancel)
+//! same words as the HTTP/1 path's (module `connect` makes both). Dropping an attempt (its timeout, a cancel)
 //! resets its stream (`RST_STREAM CANCEL`), never the connection.
 
 use std::cell::{Cell, RefCell};
@@ -107,7 +107,7 @@ struct ConnState {
 pub(super) enum Route {
     /// A stream on this connection.
     H2(Conn),
-    /// awc: the server chose HTTP/1.1.
+    /// The node's HTTP/1 pool: the server chose HTTP/1.1.
     Http1,
 }
 
@@ -143,8 +143,8 @@ impl H2Pool {
         }
     }
 
-    /// Whether a request to `url` may go over HTTP/2 here (else awc as
-    /// is): `https://` until the server chose HTTP/1.1 (feature `tls`),
+    /// Whether a request to `url` may go over HTTP/2 here (else over
+    /// HTTP/1.1): `https://` until the server chose HTTP/1.1 (feature `tls`),
     /// `http://` with `prior_knowledge`.
     pub(super) fn takes(&self, url: &str) -> bool {
         if url.starts_with("https://") {
@@ -315,7 +315,7 @@ async fn connect(pool: Weak<Inner>, slot: usize, uri: Uri) -> Result<Option<Conn
         match &r {
             Ok(Some(_)) if uri.scheme_str() == Some("https") => inner.speaks.set(Speaks::H2),
             Ok(None) => {
-                log::debug!("node {uri}: the server chose HTTP/1.1 over ALPN; awc from now on");
+                log::debug!("node {uri}: the server chose HTTP/1.1 over ALPN; HTTP/1.1 from now on");
                 inner.speaks.set(Speaks::Http1);
             }
             _ => {}
@@ -324,77 +324,25 @@ async fn connect(pool: Weak<Inner>, slot: usize, uri: Uri) -> Result<Option<Conn
     r
 }
 
-/// TCP, TLS when `https`, then the HTTP/2 handshake; `None` when the
-/// server chose HTTP/1.1 over ALPN.
+/// TCP, TLS when `https` (module `connect`), then the HTTP/2 handshake;
+/// `None` when the server chose HTTP/1.1 over ALPN.
 async fn open(inner: &Inner, uri: &Uri) -> Result<Option<Conn>, TransportError> {
     let https = uri.scheme_str() == Some("https");
-    let host = uri
-        .host()
-        .unwrap_or_default()
-        .trim_start_matches('[')
-        .trim_end_matches(']');
-    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-    let limit = inner.connect_timeout;
-    let tcp = tokio::time::timeout(limit, actix_rt::net::TcpStream::connect((host, port)))
-        .await
-        .map_err(|_| {
-            TransportError::new(
-                ErrorKind::Connect,
-                format!("connect timeout after {limit:?}"),
-            )
-        })?
-        .map_err(|e| {
-            TransportError::new(ErrorKind::Connect, format!("connect to {host}:{port}: {e}"))
-        })?;
-    let _ = tcp.set_nodelay(true);
-    if !https {
-        return handshake(tcp).await.map(Some);
-    }
     #[cfg(feature = "tls")]
-    {
-        let endpoint = format!("{host}:{port}");
-        let Some(config) = inner.tls.clone() else {
-            return Ok(None);
-        };
-        let name = rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| {
-            TransportError::new(ErrorKind::Tls, format!("TLS with {endpoint}: {e}"))
-        })?;
-        let tls = tokio::time::timeout(
-            limit,
-            tokio_rustls::TlsConnector::from(config).connect(name, tcp),
-        )
-        .await
-        .map_err(|_| {
-            TransportError::new(
-                ErrorKind::Connect,
-                format!("TLS handshake timeout after {limit:?}"),
-            )
-        })?
-        .map_err(|e| tls_error(&endpoint, e))?;
-        if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
-            return Ok(None);
-        }
-        handshake(tls).await.map(Some)
+    if https && inner.tls.is_none() {
+        return Ok(None);
     }
-    #[cfg(not(feature = "tls"))]
-    {
-        let _ = tcp;
-        Ok(None)
+    let io = super::connect::open(
+        uri,
+        inner.connect_timeout,
+        #[cfg(feature = "tls")]
+        inner.tls.clone(),
+    )
+    .await?;
+    if https && !io.chose_h2() {
+        return Ok(None);
     }
-}
-
-#[cfg(feature = "tls")]
-fn tls_error(endpoint: &str, e: std::io::Error) -> TransportError {
-    match e
-        .get_ref()
-        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-    {
-        Some(t) => TransportError::new(
-            ErrorKind::Tls,
-            format!("TLS with {endpoint}: {}", super::tls::describe(t)),
-        ),
-        None => TransportError::new(ErrorKind::Connect, format!("TLS with {endpoint}: {e}")),
-    }
+    handshake(io).await.map(Some)
 }
 
 async fn handshake<T>(io: T) -> Result<Conn, TransportError>

@@ -122,10 +122,11 @@ use crate::config::TlsConfig;
 use crate::outcome::{ErrorKind, Protocol};
 
 mod awc;
+mod connect;
+mod h1;
 mod h2;
 #[cfg(feature = "tls")]
 mod tls;
-mod watch;
 
 pub(crate) use self::awc::caller_client;
 pub use self::awc::AwcTransport;

@@ -1,0 +1,567 @@
+//! HTTP/1.1 of the node's own: actix-http's client codec over the node's
+//! own pool of connections.
+//!
+//! - **One codec per connection.** Each connection is a
+//!   `Framed<Io, ClientCodec>` made once, when the connection is opened,
+//!   and kept with it in the pool. Every codec is made from the node's one
+//!   `ServiceConfig` (an `Rc`, cloned): that config's date task (the
+//!   request's `Date` header, a 500 ms interval) runs once per node, not
+//!   once per request as with a codec made per request.
+//! - **The exchange** follows awc's `h1proto`: the request's head goes into
+//!   the write buffer, then its body, one flush, then the answer's head;
+//!   the codec then says whether a body follows and whether the connection
+//!   may be kept. The body is read through the payload codec
+//!   (`into_payload_codec`) and the connection goes back to the pool with
+//!   its message codec (`into_message_codec`) only once the body's end has
+//!   been read and the codec says keep-alive. Anything else drops it:
+//!   a body cut short, an attempt dropped (its timeout, a cancel), a
+//!   streamed body dropped before its end.
+//! - **Host** is set as awc sets it (host, and the port unless 80 or 443),
+//!   and `accept-encoding: identity` unless the task set one (the engine
+//!   decodes no compression). `Expect: 100-continue` is honoured: the head
+//!   goes first, the body only after a `100 Continue`; any other answer is
+//!   final and the connection, its body unsent, is not kept. A request
+//!   with `Expect` and no body is refused, as awc refuses it.
+//! - **The pool** ([`idle`]): last in, first out, idle at most
+//!   `keep_alive`, at most `max_connection_age` old, no cap on the count.
+//!   Before an idle connection is lent, one read is polled on it, as awc's
+//!   pool does: a connection with EOF, an error or unexpected bytes waiting
+//!   is dropped and the next one tried.
+//!
+//! Errors follow the parent module's "Was the request sent?", with reuse
+//! known directly (a connection from the pool, or a new one).
+
+use std::cell::{OnceCell, RefCell};
+use std::future::poll_fn;
+use std::io;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use ::awc::http::header::{
+    HeaderMap, HeaderValue, ACCEPT_ENCODING, CONTENT_LENGTH, EXPECT, HOST, TRANSFER_ENCODING,
+};
+use ::awc::http::uri::Authority;
+use ::awc::http::{StatusCode, Uri};
+use actix_codec::Framed;
+use actix_http::body::BodySize;
+use actix_http::error::{ParseError, PayloadError};
+use actix_http::h1::{ClientCodec, ClientPayloadCodec, Message, MessageType};
+use actix_http::{RequestHead, RequestHeadType, ResponseHead, ServiceConfig};
+use bytes::{Bytes, BytesMut};
+use futures::stream::LocalBoxStream;
+use tokio::io::{AsyncRead, ReadBuf};
+use tokio::time::Instant;
+
+use super::connect::{self, Io};
+use super::{ConnectionSettings, HttpReply, HttpRequest, StreamedReply, TransportError};
+use crate::outcome::{ErrorKind, Protocol};
+
+mod idle;
+
+use idle::IdleList;
+
+/// Largest request written in one piece (the codec's write buffer's high
+/// water mark, as awc's): a failed write of one that fits sent nothing.
+const ONE_WRITE: usize = 8 * 1024;
+
+/// A node's HTTP/1 connections (a handle: clones share them).
+#[derive(Clone)]
+pub(super) struct H1Pool {
+    inner: Rc<Inner>,
+}
+
+struct Inner {
+    connect_timeout: Duration,
+    /// The node's rustls config, ALPN `http/1.1` only: a connection made
+    /// here speaks HTTP/1.1 whatever the server prefers.
+    #[cfg(feature = "tls")]
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// The codecs' config, made on the first request (it spawns its date
+    /// task, which needs the node's runtime).
+    config: OnceCell<ServiceConfig>,
+    idle: RefCell<IdleList<Key, Framed<Io, ClientCodec>>>,
+}
+
+/// Which backend a connection goes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Key {
+    https: bool,
+    authority: Authority,
+}
+
+/// A connection lent to one request.
+struct Conn {
+    framed: Framed<Io, ClientCodec>,
+    meta: Meta,
+}
+
+/// What the pool knows of a lent connection.
+struct Meta {
+    key: Key,
+    created: Instant,
+    /// It came from the pool (else it was opened for this request).
+    reused: bool,
+    /// Still in step with the server (false: the body of an `Expect`
+    /// request was not sent).
+    reusable: bool,
+}
+
+impl H1Pool {
+    /// The pool of a node with `settings` (feature `tls`: `tls` is the
+    /// node's rustls config; its ALPN is narrowed to `http/1.1` here).
+    pub(super) fn new(
+        settings: &ConnectionSettings,
+        connect_timeout: Duration,
+        #[cfg(feature = "tls")] tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    ) -> Self {
+        #[cfg(feature = "tls")]
+        let tls = tls.map(|c| {
+            let mut c = (*c).clone();
+            c.alpn_protocols = vec![b"http/1.1".to_vec()];
+            std::sync::Arc::new(c)
+        });
+        H1Pool {
+            inner: Rc::new(Inner {
+                connect_timeout,
+                #[cfg(feature = "tls")]
+                tls,
+                config: OnceCell::new(),
+                idle: RefCell::new(IdleList::new(
+                    settings.keep_alive,
+                    settings.max_connection_age,
+                )),
+            }),
+        }
+    }
+
+    /// How many connections are idle.
+    #[cfg(test)]
+    fn idle(&self) -> usize {
+        self.inner.idle.borrow().len()
+    }
+}
+
+impl Inner {
+    /// An idle connection to `key` that a read polled once finds quiet.
+    fn checkout(&self, key: &Key, cx: &mut Context<'_>) -> Option<Conn> {
+        let now = Instant::now();
+        let (framed, created) = self
+            .idle
+            .borrow_mut()
+            .take(key, now, |framed| quiet(framed, cx))?;
+        Some(Conn {
+            framed,
+            meta: Meta {
+                key: key.clone(),
+                created,
+                reused: true,
+                reusable: true,
+            },
+        })
+    }
+
+    /// Puts `conn` back, when its last answer was read to its end, left
+    /// nothing unread, and said keep-alive.
+    fn release(&self, conn: Conn) {
+        let Conn { framed, meta } = conn;
+        if meta.reusable && framed.codec_ref().keep_alive() && framed.is_read_buf_empty() {
+            let now = Instant::now();
+            let _ = self
+                .idle
+                .borrow_mut()
+                .put(meta.key, framed, meta.created, now);
+        }
+    }
+
+    async fn open(&self, uri: &Uri, key: Key) -> Result<Conn, TransportError> {
+        let io = connect::open(
+            uri,
+            self.connect_timeout,
+            #[cfg(feature = "tls")]
+            self.tls.clone(),
+        )
+        .await?;
+        let config = self.config.get_or_init(ServiceConfig::default).clone();
+        Ok(Conn {
+            framed: Framed::new(io, ClientCodec::new(config)),
+            meta: Meta {
+                key,
+                created: Instant::now(),
+                reused: false,
+                reusable: true,
+            },
+        })
+    }
+}
+
+/// Whether an idle connection is still usable: a read polled once finds
+/// nothing (no EOF, no error, no bytes the server should not have sent).
+fn quiet(framed: &mut Framed<Io, ClientCodec>, cx: &mut Context<'_>) -> bool {
+    if !framed.is_read_buf_empty() {
+        return false;
+    }
+    let mut buf = [0_u8; 2];
+    let mut read = ReadBuf::new(&mut buf);
+    matches!(
+        Pin::new(framed.io_mut()).poll_read(cx, &mut read),
+        Poll::Pending
+    )
+}
+
+// === the exchange ===
+
+/// Why an exchange failed before the answer's head, for [`kind`].
+#[derive(Debug)]
+enum Failure {
+    /// The write failed.
+    Write(io::Error),
+    /// EOF before the answer's head was complete.
+    Eof,
+    /// A read failed before the answer's head was complete.
+    Read(io::Error),
+    /// The answer's head made no sense.
+    Garbled(ParseError),
+}
+
+/// What a failure before the head means for a retry (the parent module's
+/// "Was the request sent?"): `reused` when the connection came from the
+/// pool, `one_write` when the request fits one write, `answered` when some
+/// bytes of the answer had arrived.
+fn kind(failure: &Failure, reused: bool, one_write: bool, answered: bool) -> ErrorKind {
+    match failure {
+        Failure::Write(_) if reused || one_write => ErrorKind::NotSent,
+        Failure::Eof | Failure::Read(_) if reused && !answered => ErrorKind::NotSent,
+        _ => ErrorKind::Reset,
+    }
+}
+
+fn failed(failure: Failure, conn: &Conn, one_write: bool) -> TransportError {
+    let answered = !conn.framed.is_read_buf_empty();
+    let kind = kind(&failure, conn.meta.reused, one_write, answered);
+    let what = match &failure {
+        Failure::Write(e) => format!("failed to send the request: {e}"),
+        Failure::Eof if answered => "the connection closed within the answer's head".to_owned(),
+        Failure::Eof => "the connection closed before the answer".to_owned(),
+        Failure::Read(e) => format!("read error before the answer's head: {e}"),
+        Failure::Garbled(e) => format!("a bad answer: {e}"),
+    };
+    let on = if conn.meta.reused { "reused" } else { "new" };
+    TransportError::new(kind, format!("{what} (on a {on} connection)"))
+}
+
+fn invalid(detail: impl Into<String>) -> TransportError {
+    TransportError::new(ErrorKind::Invalid, detail)
+}
+
+/// The answer's head, with the connection it came on: still lent when a
+/// body follows, already back in the pool (`None`) when none does.
+struct Answer {
+    head: ResponseHead,
+    body: Option<Conn>,
+}
+
+/// Sends `req` and reads the answer's head.
+async fn exchange(pool: &Inner, req: HttpRequest) -> Result<Answer, TransportError> {
+    let one_write = one_write(&req);
+    let uri = Uri::try_from(req.url).map_err(|e| invalid(e.to_string()))?;
+    let https = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
+        _ => return Err(invalid(format!("{uri}: not an http:// or https:// URL"))),
+    };
+    let Some(authority) = uri.authority().cloned() else {
+        return Err(invalid(format!("{uri}: no host")));
+    };
+    let key = Key { https, authority };
+    let mut head = RequestHead::default();
+    head.method = req.method;
+    let mut expect = false;
+    for (k, v) in req.headers {
+        expect |= k == EXPECT;
+        // Append, not insert: a task's repeated headers (two `accept`)
+        // are kept.
+        head.headers.append(k, v);
+    }
+    if expect && req.body.is_empty() {
+        return Err(invalid("`Expect` on a request without a body"));
+    }
+    if !head.headers.contains_key(HOST) {
+        head.headers.insert(HOST, host(&uri)?);
+    }
+    if !head.headers.contains_key(ACCEPT_ENCODING) {
+        head.headers
+            .insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    }
+    let idle = poll_fn(|cx| Poll::Ready(pool.checkout(&key, cx))).await;
+    let mut conn = match idle {
+        Some(conn) => conn,
+        None => pool.open(&uri, key).await?,
+    };
+    head.uri = uri;
+    let body = req.body;
+    let size = BodySize::Sized(body.len() as u64);
+    let mut framed = Pin::new(&mut conn.framed);
+    framed
+        .as_mut()
+        .write(Message::Item((RequestHeadType::Owned(head), size)))
+        .map_err(|e| invalid(format!("the request's head: {e}")))?;
+    let mut early = None;
+    if expect {
+        // The head alone, then its answer: `100 Continue` asks for the
+        // body, anything else is the final answer, and the connection,
+        // its body unsent, is out of step: not kept.
+        if let Err(e) = flush(framed.as_mut()).await {
+            return Err(failed(Failure::Write(e), &conn, one_write));
+        }
+        let head = read_head(&mut conn, one_write).await?;
+        if head.status != StatusCode::CONTINUE {
+            conn.meta.reusable = false;
+            early = Some(head);
+        }
+    }
+    let head = match early {
+        Some(head) => head,
+        None => {
+            let mut framed = Pin::new(&mut conn.framed);
+            if !body.is_empty() {
+                let write = |f: Pin<&mut Framed<Io, ClientCodec>>, m| {
+                    f.write(m)
+                        .map_err(|e| invalid(format!("the request's body: {e}")))
+                };
+                write(framed.as_mut(), Message::Chunk(Some(body)))?;
+                write(framed.as_mut(), Message::Chunk(None))?;
+            }
+            if let Err(e) = flush(framed).await {
+                return Err(failed(Failure::Write(e), &conn, one_write));
+            }
+            read_head(&mut conn, one_write).await?
+        }
+    };
+    if matches!(conn.framed.codec_ref().message_type(), MessageType::None) {
+        pool.release(conn);
+        return Ok(Answer { head, body: None });
+    }
+    Ok(Answer {
+        head,
+        body: Some(conn),
+    })
+}
+
+/// The value of the Host header for `uri`, as awc writes it.
+fn host(uri: &Uri) -> Result<HeaderValue, TransportError> {
+    let host = uri.host().unwrap_or_default();
+    let value = match uri.port_u16() {
+        None | Some(80) | Some(443) => HeaderValue::from_str(host),
+        Some(port) => HeaderValue::from_str(&format!("{host}:{port}")),
+    };
+    value.map_err(|e| invalid(format!("{uri}: host: {e}")))
+}
+
+/// Whether `req` fits the codec's write buffer (head estimated).
+fn one_write(req: &HttpRequest) -> bool {
+    req.body.len()
+        + req.url.len()
+        + req
+            .headers
+            .iter()
+            .map(|(k, v)| k.as_str().len() + v.len() + 4)
+            .sum::<usize>()
+        + 256
+        <= ONE_WRITE
+}
+
+async fn flush(mut framed: Pin<&mut Framed<Io, ClientCodec>>) -> io::Result<()> {
+    poll_fn(|cx| {
+        framed
+            .as_mut()
+            .flush::<Message<(RequestHeadType, BodySize)>>(cx)
+    })
+    .await
+}
+
+/// The next answer head on `conn` that is not informational (a `1xx`
+/// other than `101`), except that `100 Continue` is returned as it is.
+async fn read_head(conn: &mut Conn, one_write: bool) -> Result<ResponseHead, TransportError> {
+    loop {
+        let next = poll_fn(|cx| Pin::new(&mut conn.framed).next_item(cx)).await;
+        let failure = match next {
+            Some(Ok(head)) => {
+                let s = head.status;
+                if s.is_informational()
+                    && s != StatusCode::CONTINUE
+                    && s != StatusCode::SWITCHING_PROTOCOLS
+                {
+                    continue;
+                }
+                return Ok(head);
+            }
+            None => Failure::Eof,
+            Some(Err(ParseError::Io(e))) => Failure::Read(e),
+            Some(Err(e)) => Failure::Garbled(e),
+        };
+        return Err(failed(failure, conn, one_write));
+    }
+}
+
+// === the body ===
+
+/// A body being read, its connection back in the pool at its end.
+struct Body {
+    framed: Option<Framed<Io, ClientPayloadCodec>>,
+    meta: Option<Meta>,
+    pool: Rc<Inner>,
+    /// Framed by a length or chunks (not ended by the connection's close):
+    /// the close before its end cuts it.
+    framed_body: bool,
+}
+
+impl Body {
+    fn new(conn: Conn, pool: Rc<Inner>, headers: &HeaderMap) -> Self {
+        let framed_body =
+            headers.contains_key(CONTENT_LENGTH) || headers.contains_key(TRANSFER_ENCODING);
+        Body {
+            framed: Some(conn.framed.into_map_codec(ClientCodec::into_payload_codec)),
+            meta: Some(conn.meta),
+            pool,
+            framed_body,
+        }
+    }
+
+    /// The next chunk; `None` at the body's end (its connection then back
+    /// in the pool if it may be kept).
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, TransportError>>> {
+        let Some(framed) = self.framed.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let item = match Pin::new(framed).next_item(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(item) => item,
+        };
+        match item {
+            Some(Ok(Some(chunk))) => return Poll::Ready(Some(Ok(chunk))),
+            Some(Ok(None)) => {
+                if let (Some(framed), Some(meta)) = (self.framed.take(), self.meta.take()) {
+                    self.pool.release(Conn {
+                        framed: framed.into_map_codec(ClientPayloadCodec::into_message_codec),
+                        meta,
+                    });
+                }
+                return Poll::Ready(None);
+            }
+            _ => {}
+        }
+        self.framed = None;
+        Poll::Ready(match item {
+            None if self.framed_body => Some(Err(TransportError::new(
+                ErrorKind::Reset,
+                "the connection closed before the end of the body",
+            ))),
+            Some(Err(e)) => Some(Err(classify_payload(e))),
+            _ => None,
+        })
+    }
+}
+
+impl futures::Stream for Body {
+    type Item = Result<Bytes, TransportError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_chunk(cx)
+    }
+}
+
+fn classify_payload(e: PayloadError) -> TransportError {
+    let kind = match &e {
+        PayloadError::Overflow => ErrorKind::Body,
+        PayloadError::Incomplete(_) | PayloadError::Io(_) => ErrorKind::Reset,
+        _ => ErrorKind::Body,
+    };
+    TransportError::new(kind, e.to_string())
+}
+
+fn over(max_body: usize) -> TransportError {
+    TransportError::new(
+        ErrorKind::Body,
+        format!("response body over max_body ({max_body} bytes)"),
+    )
+}
+
+/// Sends `req` over `pool` and reads the whole answer under `max_body`.
+pub(super) async fn send(pool: H1Pool, req: HttpRequest) -> Result<HttpReply, TransportError> {
+    let max_body = req.max_body;
+    let Answer { mut head, body } = exchange(&pool.inner, req).await?;
+    let headers = std::mem::take(&mut head.headers);
+    let body = match body {
+        None => Bytes::new(),
+        Some(conn) => {
+            // A declared length over the limit is refused before a byte
+            // of it is read.
+            let declared = headers
+                .get(CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+            if declared.is_some_and(|n| n > max_body as u64) {
+                return Err(over(max_body));
+            }
+            read_whole(Body::new(conn, pool.inner.clone(), &headers), max_body).await?
+        }
+    };
+    Ok(HttpReply {
+        status: head.status.as_u16(),
+        headers,
+        body,
+        protocol: Protocol::of(head.version),
+    })
+}
+
+/// The whole body, under `max_body`; a body that comes in one chunk is
+/// not copied.
+async fn read_whole(mut body: Body, max_body: usize) -> Result<Bytes, TransportError> {
+    let mut first = None::<Bytes>;
+    let mut rest = BytesMut::new();
+    let mut len = 0;
+    while let Some(chunk) = poll_fn(|cx| body.poll_chunk(cx)).await {
+        let chunk = chunk?;
+        len += chunk.len();
+        if len > max_body {
+            return Err(over(max_body));
+        }
+        match &first {
+            None if rest.is_empty() => first = Some(chunk),
+            _ => {
+                if let Some(f) = first.take() {
+                    rest.extend_from_slice(&f);
+                }
+                rest.extend_from_slice(&chunk);
+            }
+        }
+    }
+    Ok(first.unwrap_or_else(|| rest.freeze()))
+}
+
+/// Sends `req` over `pool`; resolves at the answer's head, its body a
+/// stream read as the node polls it (dropping it closes the connection).
+pub(super) async fn send_streaming(
+    pool: H1Pool,
+    req: HttpRequest,
+) -> Result<StreamedReply, TransportError> {
+    let Answer { mut head, body } = exchange(&pool.inner, req).await?;
+    let headers = std::mem::take(&mut head.headers);
+    let body: LocalBoxStream<'static, _> = match body {
+        None => Box::pin(futures::stream::empty()),
+        Some(conn) => Box::pin(Body::new(conn, pool.inner.clone(), &headers)),
+    };
+    Ok(StreamedReply {
+        head: HttpReply {
+            status: head.status.as_u16(),
+            headers,
+            body: Bytes::new(),
+            protocol: Protocol::of(head.version),
+        },
+        body,
+    })
+}
+
+#[cfg(test)]
+mod tests;
