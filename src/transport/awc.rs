@@ -164,3 +164,11 @@ impl AwcTransport {
         })
     }
 }
+
+#[cfg(test)]
+impl AwcTransport {
+    /// The node's HTTP/1 pool (the one `configure` made last).
+    pub(super) fn h1_pool(&self) -> H1Pool {
+        self.h1.borrow().clone()
+    }
+}
