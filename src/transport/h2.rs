@@ -315,7 +315,9 @@ async fn connect(pool: Weak<Inner>, slot: usize, uri: Uri) -> Result<Option<Conn
         match &r {
             Ok(Some(_)) if uri.scheme_str() == Some("https") => inner.speaks.set(Speaks::H2),
             Ok(None) => {
-                log::debug!("node {uri}: the server chose HTTP/1.1 over ALPN; HTTP/1.1 from now on");
+                log::debug!(
+                    "node {uri}: the server chose HTTP/1.1 over ALPN; HTTP/1.1 from now on"
+                );
                 inner.speaks.set(Speaks::Http1);
             }
             _ => {}

@@ -1,59 +1,64 @@
-//! How one attempt reaches a backend: a small trait, and awc behind it.
+//! How one attempt reaches a backend: a small trait, and the engine's own
+//! HTTP client behind it.
 //!
 //! Every node actor owns one [`Transport`], made on the
-//! node's own thread by a [`TransportFactory`] (awc's `Client` is `!Send`)
-//! and then told its service's [`ConnectionSettings`] with
-//! [`Transport::configure`]. The default, [`AwcTransport`], disables
-//! redirects (the node that answers must be the node the task was sent to),
-//! lifts awc's 100-connection limit (`max_concurrent` is the cap), keeps idle
-//! connections `keep_alive` and any connection at most `max_connection_age`,
-//! reads the body under a size limit, and maps awc's errors onto
-//! [`ErrorKind`]s by what they mean for a retry.
+//! node's own thread by a [`TransportFactory`] (its connections are `Rc`s,
+//! `!Send`) and then told its service's [`ConnectionSettings`] with
+//! [`Transport::configure`]. The default, [`AwcTransport`], speaks
+//! HTTP/1.1 over the node's own connections with actix-http's codec
+//! (module `h1`) and HTTP/2 over the node's multiplexed connections
+//! (module `h2`). It follows no redirect (the node that answers must be the
+//! node the task was sent to), has no connection cap (`max_concurrent` is
+//! the cap), keeps idle connections `keep_alive` and any connection at most
+//! `max_connection_age`, reads the body under a size limit, and classifies
+//! its failures into [`ErrorKind`]s by what they mean for a retry. awc
+//! itself now serves only [`crate::Lease::client`]: the caller's own awc
+//! `Client`, connected as the engine's.
 //!
 //! # Was the request sent?
 //!
 //! A pooling client meets one race with every HTTP/1.1 server: it reuses an
 //! idle connection just as the server closes it. The request then fails,
 //! though the server never read it, and a POST may only be retried if the
-//! engine knows that. What awc 3 (its pool and h1 dispatcher) reports, and
-//! what the engine makes of it:
+//! engine knows that. What the HTTP/1 path sees, and what the engine makes
+//! of it:
 //!
 //! - **A pooled connection already seen closed** is never used: before
-//!   reusing one, awc's pool polls a read on it and drops it on EOF or error
-//!   (and on unexpected bytes). But it sees only what tokio's reactor has
-//!   noticed; a FIN that arrived since the last reactor turn is missed, so
-//!   the race remains.
-//! - **The write fails** (`SendRequestError::Send`): the connection was
-//!   already reset when the request was written. A request of at most 8 KiB
-//!   (awc's write buffer) goes out in one write, which then wrote nothing:
-//!   [`ErrorKind::NotSent`].
-//! - **EOF before any byte of the answer** (`SendRequestError::Connect(
-//!   ConnectError::Disconnected)`), or **a read error before the answer's
-//!   head** (`SendRequestError::Response(ParseError::Io)`, a reset): on a
+//!   reusing one, the pool polls a read on it and drops it on EOF or error
+//!   (and on unexpected bytes), as awc's pool does. But it sees only what
+//!   tokio's reactor has noticed; a FIN that arrived since the last reactor
+//!   turn is missed, so the race remains.
+//! - **The write fails**: the connection was already reset when the
+//!   request was written. A request of at most 8 KiB (the codec's write
+//!   buffer) goes out in one write, which then wrote nothing; on a reused
+//!   connection, the race: [`ErrorKind::NotSent`] either way.
+//! - **EOF or a read error before any byte of the answer's head**: on a
 //!   reused connection this is the race (the server closed an idle
 //!   connection, or reset it with our request unread), so
 //!   [`ErrorKind::NotSent`], the rule of Chromium's `ShouldResendRequest`
 //!   and Firefox for reused connections, and Envoy's `reset-before-request`
 //!   in spirit. On a new connection it is ambiguous (the server may have
-//!   read the request and died): [`ErrorKind::Reset`].
-//! - **After the head, while reading the body** (`PayloadError::Incomplete`
-//!   or `Io`): [`ErrorKind::Reset`], a node failure. A body over `max_body`
-//!   (`PayloadError::Overflow`) or one that cannot be decoded is
-//!   [`ErrorKind::Body`]: the task's failure, not the node's.
+//!   read the request and died): [`ErrorKind::Reset`]. So is a connection
+//!   that closes after part of the head came, reused or not: the server
+//!   read the request.
+//! - **After the head, while reading the body** (EOF before a framed
+//!   body's end, a read error): [`ErrorKind::Reset`], a node failure. A
+//!   body over `max_body` (a declared Content-Length over it is refused
+//!   before a byte of the body is read) is [`ErrorKind::Body`]: the task's
+//!   failure, not the node's.
 //! - Connect errors (refused, connect timeout, resolver) were never sent:
 //!   [`ErrorKind::Connect`].
 //!
-//! awc does not say whether it reused a connection. The engine learns it by
-//! wrapping awc's TCP connector: an attempt during whose polls no connection
-//! was opened went out on a pooled one (module `watch`).
+//! The pool knows whether it lent a connection from its idle list or
+//! opened one for the request, so reuse is known, not inferred.
 //!
 //! What the engine cannot tell: whether a server that closed a *reused*
 //! connection without answering had read the request (a server that reads a
 //! request, then dies before writing one byte of the answer, looks exactly
 //! like the race; such a request is retried, as browsers do), and, for a
 //! request over 8 KiB whose write failed on a new connection, how much of it
-//! left (then [`ErrorKind::Reset`]). HTTP/2 is not awc's (below): a stream
-//! the server refused was not processed ([`ErrorKind::NotSent`]), other
+//! left (then [`ErrorKind::Reset`]). For HTTP/2 (below), a stream the
+//! server refused was not processed ([`ErrorKind::NotSent`]), other
 //! errors after sending are [`ErrorKind::Reset`].
 //!
 //! The race itself is avoided where it can be: `keep_alive` defaults to
@@ -71,41 +76,43 @@
 //! that offers HTTP/2 gets it ([`HttpReply::protocol`] says which was used).
 //! A failed handshake (a certificate from an unknown authority, expired, or
 //! for another name; no common protocol) is [`ErrorKind::Tls`]; its detail
-//! names the endpoint and the reason.
+//! names the endpoint and the reason. Both paths connect through one
+//! function (module `connect`), so the words are the same on both.
 //!
 //! # HTTP/2
 //!
-//! awc's pool lends a connection to one request at a time, HTTP/2 or not,
-//! which would open a connection per concurrent request. So the node keeps
-//! its HTTP/2 connections itself (module `h2`, the `h2` crate): its
-//! requests are streams over one connection, or the few of
-//! `http2.connections`. An `https://` node's first connection learns the
-//! server's ALPN choice, the requests that arrive meanwhile waiting for it;
-//! a server that chose `http/1.1` is served by awc from then on. `http://`
-//! nodes speak h2c with `http2.prior_knowledge`.
+//! A pool that lends a connection to one request at a time would open a
+//! connection per concurrent request. So the node keeps its HTTP/2
+//! connections apart (module `h2`, the `h2` crate): its requests are
+//! streams over one connection, or the few of `http2.connections`. An
+//! `https://` node's first connection learns the server's ALPN choice, the
+//! requests that arrive meanwhile waiting for it; a server that chose
+//! `http/1.1` is served by the HTTP/1 path from then on (its connections
+//! offer only `http/1.1`). `http://` nodes speak h2c with
+//! `http2.prior_knowledge`, HTTP/1.1 otherwise.
 //!
 //! # Streamed bodies
 //!
 //! [`Transport::send_streaming`] resolves at the answer's head and hands
 //! over the unread body as a stream (the node forwards its chunks; see
-//! [`crate::Task::stream`]). awc's HTTP/1 payload ends such a stream
-//! cleanly when the connection closes before a chunked or length-framed
-//! body is complete (its decoder sees an empty buffer at EOF). The engine
-//! catches that as it catches reuse, by watching its connections' reads: a
-//! framed body that ends after a read found the connection closed is cut
-//! ([`ErrorKind::Reset`]). A complete body never reads the close: its
-//! decoder finds the body's end first.
+//! [`crate::Task::stream`]). The HTTP/1 codec's payload decoder knows
+//! where a body framed by its length or its chunks ends, so a connection
+//! that closes before that end is a cut body, an error item
+//! ([`ErrorKind::Reset`]); only a body with neither (an HTTP/1.0 answer
+//! read to the close) ends cleanly at the close. A stream dropped before
+//! its end closes its connection; one read to its end gives it back to the
+//! pool.
 //!
 //! Benchmarks and tests of pure scheduling may plug another transport with
 //! [`crate::DispatcherBuilder::transport`]; behaviour tests use the real one.
 //!
 //! # Layout
 //!
-//! `awc`: [`AwcTransport`], its client's setup, the exchange and the
-//! classification of awc's errors by the rules above; `watch`: the wrappers
-//! that tell a reused connection from a new one and a cut streamed body from
-//! a complete one; `h2`: the node's HTTP/2 connections and their streams;
-//! `tls`: the rustls config.
+//! `awc`: [`AwcTransport`] (the one place that chooses HTTP/1 or HTTP/2
+//! for a request) and awc's client for a lease's caller; `h1`: the node's
+//! HTTP/1.1 pool, exchange and body, and the classification of their
+//! failures; `h2`: the node's HTTP/2 connections and their streams;
+//! `connect`: TCP and TLS for both; `tls`: the rustls config.
 
 use std::rc::Rc;
 use std::sync::Arc;

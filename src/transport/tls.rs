@@ -8,8 +8,9 @@
 //! still checks the handshake's signatures against it. ALPN offers `h2`
 //! then `http/1.1`, so a server that offers HTTP/2 gets it.
 //!
-//! A failed handshake reaches the transport as rustls's error inside awc's
-//! `ConnectError::Io`; [`describe`] puts it in words for
+//! A failed handshake reaches the transport as rustls's error inside
+//! tokio-rustls's `io::Error` (module `connect`); [`describe`] puts it in
+//! words for
 //! [`ErrorKind::Tls`](crate::outcome::ErrorKind::Tls) (the transport adds
 //! the endpoint).
 
@@ -24,8 +25,9 @@ use crate::config::TlsConfig;
 
 /// A config for `tls` (the webpki roots, the configured CA, or no
 /// verification), offering h2 and http/1.1 over ALPN. `None` only if
-/// rustls refuses its own default protocol versions (then awc's
-/// default config is kept).
+/// rustls refuses its own default protocol versions (then the node's
+/// `https://` requests fail as TLS errors, and a lease's awc client keeps
+/// awc's default config).
 pub(super) fn client_config(tls: Option<&TlsConfig>) -> Option<Arc<ClientConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())

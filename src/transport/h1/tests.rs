@@ -147,9 +147,8 @@ fn serve(mut conn: TcpStream, requests: &AtomicUsize) {
         requests.fetch_add(1, Ordering::SeqCst);
         if expect {
             if path == "/refuse-expect" {
-                let _ = conn.write_all(
-                    b"HTTP/1.1 417 Expectation Failed\r\ncontent-length: 0\r\n\r\n",
-                );
+                let _ =
+                    conn.write_all(b"HTTP/1.1 417 Expectation Failed\r\ncontent-length: 0\r\n\r\n");
                 // The body was never asked for: wait for the close.
                 while conn.read(&mut [0; 64]).is_ok_and(|n| n > 0) {}
                 return;
@@ -165,7 +164,8 @@ fn serve(mut conn: TcpStream, requests: &AtomicUsize) {
         }
         let body: Vec<u8> = buf.drain(..length).collect();
         let ok = |b: &[u8]| {
-            let mut r = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", b.len()).into_bytes();
+            let mut r =
+                format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", b.len()).into_bytes();
             r.extend_from_slice(b);
             r
         };
@@ -182,7 +182,11 @@ fn serve(mut conn: TcpStream, requests: &AtomicUsize) {
                 false,
             ),
             "/cut" => (
-                [&b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n"[..], &[b'y'; 10]].concat(),
+                [
+                    &b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n"[..],
+                    &[b'y'; 10],
+                ]
+                .concat(),
                 true,
             ),
             "/chunked-cut" => (
@@ -243,9 +247,10 @@ fn get(url: String) -> HttpRequest {
 
 fn transport(keep_alive: Duration) -> (AwcTransport, H1Pool) {
     let t = AwcTransport::new(Duration::from_secs(1));
-    let mut s = ConnectionSettings::default();
-    s.keep_alive = keep_alive;
-    t.configure(&s);
+    t.configure(&ConnectionSettings {
+        keep_alive,
+        ..Default::default()
+    });
     let pool = t.h1_pool();
     (t, pool)
 }
@@ -321,10 +326,11 @@ async fn keep_alive_zero_reuses_nothing() {
 async fn a_connection_past_max_connection_age_is_not_reused() {
     let srv = Server::start();
     let t = AwcTransport::new(Duration::from_secs(1));
-    let mut s = ConnectionSettings::default();
-    s.keep_alive = Duration::from_secs(10);
-    s.max_connection_age = Duration::from_millis(50);
-    t.configure(&s);
+    t.configure(&ConnectionSettings {
+        keep_alive: Duration::from_secs(10),
+        max_connection_age: Duration::from_millis(50),
+        ..Default::default()
+    });
     send(&t, get(srv.url("/ok"))).await.unwrap();
     actix_rt::time::sleep(Duration::from_millis(100)).await;
     send(&t, get(srv.url("/ok"))).await.unwrap();
@@ -499,7 +505,8 @@ async fn expect_continue_sends_the_body_only_when_asked() {
     let expect = |path: &str, body: &'static [u8]| {
         let mut req = get(srv.url(path));
         req.method = Method::POST;
-        req.headers.push((EXPECT, HeaderValue::from_static("100-continue")));
+        req.headers
+            .push((EXPECT, HeaderValue::from_static("100-continue")));
         req.body = Bytes::from_static(body);
         req
     };
@@ -507,7 +514,9 @@ async fn expect_continue_sends_the_body_only_when_asked() {
     assert_eq!((r.status, text(&r)), (200, "payload"));
     assert_eq!(pool.idle(), 1);
     // Refused: the final answer, and a connection out of step is not kept.
-    let r = send(&t, expect("/refuse-expect", b"payload")).await.unwrap();
+    let r = send(&t, expect("/refuse-expect", b"payload"))
+        .await
+        .unwrap();
     assert_eq!(r.status, 417);
     assert_eq!(pool.idle(), 0);
     // Without a body, refused before anything is sent.
