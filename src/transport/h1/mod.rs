@@ -82,6 +82,8 @@ struct Inner {
     /// task, which needs the node's runtime).
     config: OnceCell<ServiceConfig>,
     idle: RefCell<IdleList<Key, Framed<Io, ClientCodec>>>,
+    /// The Host header of the last backend, made once (a node has one).
+    host: RefCell<Option<(Key, HeaderValue)>>,
 }
 
 /// Which backend a connection goes to.
@@ -128,6 +130,7 @@ impl H1Pool {
                 #[cfg(feature = "tls")]
                 tls,
                 config: OnceCell::new(),
+                host: RefCell::new(None),
                 idle: RefCell::new(IdleList::new(
                     settings.keep_alive,
                     settings.max_connection_age,
@@ -172,6 +175,19 @@ impl Inner {
                 .idle
                 .borrow_mut()
                 .put(meta.key, framed, meta.created, now);
+        }
+    }
+
+    /// The Host header for `key`'s `uri`.
+    fn host(&self, key: &Key, uri: &Uri) -> Result<HeaderValue, TransportError> {
+        let mut cached = self.host.borrow_mut();
+        match &*cached {
+            Some((k, v)) if k == key => Ok(v.clone()),
+            _ => {
+                let v = host(uri)?;
+                *cached = Some((key.clone(), v.clone()));
+                Ok(v)
+            }
         }
     }
 
@@ -288,7 +304,7 @@ async fn exchange(pool: &Inner, req: HttpRequest) -> Result<Answer, TransportErr
         return Err(invalid("`Expect` on a request without a body"));
     }
     if !head.headers.contains_key(HOST) {
-        head.headers.insert(HOST, host(&uri)?);
+        head.headers.insert(HOST, pool.host(&key, &uri)?);
     }
     if !head.headers.contains_key(ACCEPT_ENCODING) {
         head.headers
