@@ -154,12 +154,20 @@ impl AwcTransport {
                 return Box::pin(std::future::ready(Err(e)));
             }
         };
-        let route = self.h2.borrow().route(&uri);
+        let h2 = self.h2.borrow().clone();
+        let route = h2.route(&uri);
         let h1 = self.h1.borrow().clone();
         Box::pin(async move {
             match route.await? {
                 Route::H2(conn) => over_h2(conn, req).await,
-                Route::Http1 => over_h1(h1, req).await,
+                Route::Http1 => {
+                    // The connection that learnt the server's choice is
+                    // new: the first request over HTTP/1.1 goes on it.
+                    if let Some(io) = h2.take_http1() {
+                        h1.adopt(&uri, io);
+                    }
+                    over_h1(h1, req).await
+                }
             }
         })
     }

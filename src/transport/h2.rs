@@ -10,9 +10,9 @@
 //!   with ALPN `h2` then `http/1.1`). If the server chose `h2`, the
 //!   connection is kept and every later request of the node is a stream on
 //!   it; requests that come while it is being made wait for it rather than
-//!   open their own. If the server chose `http/1.1`, that connection is
-//!   closed and the node's requests go over its HTTP/1 pool (module `h1`)
-//!   from then on (one handshake more, once per node).
+//!   open their own. If the server chose `http/1.1`, the node's requests
+//!   go over its HTTP/1 pool (module `h1`) from then on, and that first
+//!   connection is handed to it.
 //! - An `http://` endpoint speaks h2c (HTTP/2 without TLS, "prior
 //!   knowledge") only when `http2.prior_knowledge` says so; otherwise the
 //!   node's HTTP/1 pool speaks HTTP/1.1 to it.
@@ -53,6 +53,7 @@ const STREAM_WINDOW: u32 = 1 << 20;
 const CONN_WINDOW: u32 = 2 << 20;
 
 /// The node's HTTP/2 connections.
+#[derive(Clone)]
 pub(super) struct H2Pool {
     inner: Rc<Inner>,
 }
@@ -67,6 +68,9 @@ struct Inner {
     /// What an `https://` endpoint chose over ALPN, once known.
     speaks: Cell<Speaks>,
     slots: RefCell<Vec<Slot>>,
+    /// The connection that learnt the server chose HTTP/1.1, left for the
+    /// node's HTTP/1 pool to take ([`H2Pool::take_http1`]).
+    http1: RefCell<Option<super::connect::Io>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,6 +138,7 @@ impl H2Pool {
                 #[cfg(feature = "tls")]
                 tls,
                 speaks: Cell::new(Speaks::Unknown),
+                http1: RefCell::new(None),
                 slots: RefCell::new(
                     (0..settings.http2.connections.max(1))
                         .map(|_| Slot::Empty)
@@ -152,6 +157,12 @@ impl H2Pool {
         } else {
             self.inner.prior_knowledge && url.starts_with("http://")
         }
+    }
+
+    /// The connection on which the server chose HTTP/1.1 over ALPN, once:
+    /// it is new and unused, so the HTTP/1 path may send on it.
+    pub(super) fn take_http1(&self) -> Option<super::connect::Io> {
+        self.inner.http1.borrow_mut().take()
     }
 
     /// The connection for a request to `uri`, made if need be; `Http1`
@@ -342,6 +353,7 @@ async fn open(inner: &Inner, uri: &Uri) -> Result<Option<Conn>, TransportError> 
     )
     .await?;
     if https && !io.chose_h2() {
+        *inner.http1.borrow_mut() = Some(io);
         return Ok(None);
     }
     handshake(io).await.map(Some)

@@ -87,8 +87,8 @@
 //! streams over one connection, or the few of `http2.connections`. An
 //! `https://` node's first connection learns the server's ALPN choice, the
 //! requests that arrive meanwhile waiting for it; a server that chose
-//! `http/1.1` is served by the HTTP/1 path from then on (its connections
-//! offer only `http/1.1`). `http://` nodes speak h2c with
+//! `http/1.1` is served by the HTTP/1 path from then on, starting on that
+//! first connection (the ones it makes itself offer only `http/1.1`). `http://` nodes speak h2c with
 //! `http2.prior_knowledge`, HTTP/1.1 otherwise.
 //!
 //! # Streamed bodies

@@ -84,6 +84,10 @@ struct Inner {
     idle: RefCell<IdleList<Key, Framed<Io, ClientCodec>>>,
     /// The Host header of the last backend, made once (a node has one).
     host: RefCell<Option<(Key, HeaderValue)>>,
+    /// A connection made elsewhere and not used yet (the HTTP/2 path's
+    /// first, on which the server chose HTTP/1.1): the next request to its
+    /// backend goes on it, as on a new connection.
+    unused: RefCell<Option<(Key, Io)>>,
 }
 
 /// Which backend a connection goes to.
@@ -131,11 +135,21 @@ impl H1Pool {
                 tls,
                 config: OnceCell::new(),
                 host: RefCell::new(None),
+                unused: RefCell::new(None),
                 idle: RefCell::new(IdleList::new(
                     settings.keep_alive,
                     settings.max_connection_age,
                 )),
             }),
+        }
+    }
+
+    /// Takes `io`, a new connection to `uri`'s backend that speaks
+    /// HTTP/1.1, for the next request there.
+    pub(super) fn adopt(&self, uri: &Uri, io: Io) {
+        if let Some(authority) = uri.authority().cloned() {
+            let https = uri.scheme_str() == Some("https");
+            *self.inner.unused.borrow_mut() = Some((Key { https, authority }, io));
         }
     }
 
@@ -192,13 +206,19 @@ impl Inner {
     }
 
     async fn open(&self, uri: &Uri, key: Key) -> Result<Conn, TransportError> {
-        let io = connect::open(
-            uri,
-            self.connect_timeout,
-            #[cfg(feature = "tls")]
-            self.tls.clone(),
-        )
-        .await?;
+        let unused = self.unused.borrow_mut().take();
+        let io = match unused {
+            Some((k, io)) if k == key => io,
+            _ => {
+                connect::open(
+                    uri,
+                    self.connect_timeout,
+                    #[cfg(feature = "tls")]
+                    self.tls.clone(),
+                )
+                .await?
+            }
+        };
         let config = self.config.get_or_init(ServiceConfig::default).clone();
         Ok(Conn {
             framed: Framed::new(io, ClientCodec::new(config)),
