@@ -22,7 +22,7 @@
 //!   goes first, the body only after a `100 Continue`; any other answer is
 //!   final and the connection, its body unsent, is not kept. A request
 //!   with `Expect` and no body is refused, as awc refuses it.
-//! - **The pool** ([`idle`]): last in, first out, idle at most
+//! - **The pool** (module `idle`): last in, first out, idle at most
 //!   `keep_alive`, at most `max_connection_age` old, no cap on the count.
 //!   Before an idle connection is lent, one read is polled on it, as awc's
 //!   pool does: a connection with EOF, an error or unexpected bytes waiting
@@ -30,6 +30,10 @@
 //!
 //! Errors follow the parent module's "Was the request sent?", with reuse
 //! known directly (a connection from the pool, or a new one).
+//!
+//! Here: the pool's handle and the exchange up to the answer's head;
+//! `idle`: the idle list, as plain data; `body`: the answer's body and the
+//! connection's return to the pool.
 
 use std::cell::{OnceCell, RefCell};
 use std::future::poll_fn;
@@ -39,17 +43,15 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use ::awc::http::header::{
-    HeaderMap, HeaderValue, ACCEPT_ENCODING, CONTENT_LENGTH, EXPECT, HOST, TRANSFER_ENCODING,
-};
+use ::awc::http::header::{HeaderValue, ACCEPT_ENCODING, CONTENT_LENGTH, EXPECT, HOST};
 use ::awc::http::uri::Authority;
 use ::awc::http::{StatusCode, Uri};
 use actix_codec::{Framed, FramedParts};
 use actix_http::body::BodySize;
-use actix_http::error::{ParseError, PayloadError};
-use actix_http::h1::{ClientCodec, ClientPayloadCodec, Message, MessageType};
+use actix_http::error::ParseError;
+use actix_http::h1::{ClientCodec, Message, MessageType};
 use actix_http::{RequestHead, RequestHeadType, ResponseHead, ServiceConfig};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::stream::LocalBoxStream;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::time::Instant;
@@ -58,8 +60,10 @@ use super::connect::{self, Io};
 use super::{ConnectionSettings, HttpReply, HttpRequest, StreamedReply, TransportError};
 use crate::outcome::{ErrorKind, Protocol};
 
+mod body;
 mod idle;
 
+use body::{over, read_whole, Body};
 use idle::IdleList;
 
 /// Largest request written in one piece (the codec's write buffer's high
@@ -453,89 +457,6 @@ async fn read_head(conn: &mut Conn, one_write: bool) -> Result<ResponseHead, Tra
     }
 }
 
-// === the body ===
-
-/// A body being read, its connection back in the pool at its end.
-struct Body {
-    framed: Option<Framed<Io, ClientPayloadCodec>>,
-    meta: Option<Meta>,
-    pool: Rc<Inner>,
-    /// Framed by a length or chunks (not ended by the connection's close):
-    /// the close before its end cuts it.
-    framed_body: bool,
-}
-
-impl Body {
-    fn new(conn: Conn, pool: Rc<Inner>, headers: &HeaderMap) -> Self {
-        let framed_body =
-            headers.contains_key(CONTENT_LENGTH) || headers.contains_key(TRANSFER_ENCODING);
-        Body {
-            framed: Some(conn.framed.into_map_codec(ClientCodec::into_payload_codec)),
-            meta: Some(conn.meta),
-            pool,
-            framed_body,
-        }
-    }
-
-    /// The next chunk; `None` at the body's end (its connection then back
-    /// in the pool if it may be kept).
-    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, TransportError>>> {
-        let Some(framed) = self.framed.as_mut() else {
-            return Poll::Ready(None);
-        };
-        let item = match Pin::new(framed).next_item(cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(item) => item,
-        };
-        match item {
-            Some(Ok(Some(chunk))) => return Poll::Ready(Some(Ok(chunk))),
-            Some(Ok(None)) => {
-                if let (Some(framed), Some(meta)) = (self.framed.take(), self.meta.take()) {
-                    self.pool.release(Conn {
-                        framed: framed.into_map_codec(ClientPayloadCodec::into_message_codec),
-                        meta,
-                    });
-                }
-                return Poll::Ready(None);
-            }
-            _ => {}
-        }
-        self.framed = None;
-        Poll::Ready(match item {
-            None if self.framed_body => Some(Err(TransportError::new(
-                ErrorKind::Reset,
-                "the connection closed before the end of the body",
-            ))),
-            Some(Err(e)) => Some(Err(classify_payload(e))),
-            _ => None,
-        })
-    }
-}
-
-impl futures::Stream for Body {
-    type Item = Result<Bytes, TransportError>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.get_mut().poll_chunk(cx)
-    }
-}
-
-fn classify_payload(e: PayloadError) -> TransportError {
-    let kind = match &e {
-        PayloadError::Overflow => ErrorKind::Body,
-        PayloadError::Incomplete(_) | PayloadError::Io(_) => ErrorKind::Reset,
-        _ => ErrorKind::Body,
-    };
-    TransportError::new(kind, e.to_string())
-}
-
-fn over(max_body: usize) -> TransportError {
-    TransportError::new(
-        ErrorKind::Body,
-        format!("response body over max_body ({max_body} bytes)"),
-    )
-}
-
 /// Sends `req` over `pool` and reads the whole answer under `max_body`.
 pub(super) async fn send(pool: H1Pool, req: HttpRequest) -> Result<HttpReply, TransportError> {
     let max_body = req.max_body;
@@ -561,31 +482,6 @@ pub(super) async fn send(pool: H1Pool, req: HttpRequest) -> Result<HttpReply, Tr
         body,
         protocol: Protocol::of(head.version),
     })
-}
-
-/// The whole body, under `max_body`; a body that comes in one chunk is
-/// not copied.
-async fn read_whole(mut body: Body, max_body: usize) -> Result<Bytes, TransportError> {
-    let mut first = None::<Bytes>;
-    let mut rest = BytesMut::new();
-    let mut len = 0;
-    while let Some(chunk) = poll_fn(|cx| body.poll_chunk(cx)).await {
-        let chunk = chunk?;
-        len += chunk.len();
-        if len > max_body {
-            return Err(over(max_body));
-        }
-        match &first {
-            None if rest.is_empty() => first = Some(chunk),
-            _ => {
-                if let Some(f) = first.take() {
-                    rest.extend_from_slice(&f);
-                }
-                rest.extend_from_slice(&chunk);
-            }
-        }
-    }
-    Ok(first.unwrap_or_else(|| rest.freeze()))
 }
 
 /// Sends `req` over `pool`; resolves at the answer's head, its body a

@@ -2,9 +2,11 @@
 //! real sockets (a scripted HTTP/1.1 server on a thread of its own, which
 //! counts the connections it accepted and the requests it read).
 
+use super::body::classify_payload;
 use super::*;
 use crate::transport::{AwcTransport, Transport};
 use ::awc::http::Method;
+use actix_http::error::PayloadError;
 use futures::StreamExt;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
