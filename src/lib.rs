@@ -8,8 +8,9 @@
 //! Each service is a pipeline of three kinds of actors: a `QueueActor` that
 //! holds the task stream and decides retries, a `BalancerActor` that picks a
 //! node for each task from its view of the nodes' load, and one `NodeActor`
-//! per backend that performs attempts with awc and owns that backend's load
-//! counters, breaker and token bucket.
+//! per backend that performs attempts over its own HTTP/1.1 and HTTP/2
+//! connections and owns that backend's load counters and breaker (its token
+//! bucket is the balancer's, which takes a token as it sends an attempt).
 //!
 //! ```
 //! use std::time::Duration;

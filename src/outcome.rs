@@ -151,7 +151,7 @@ pub enum Outcome {
 pub struct Response {
     /// Status code.
     pub status: u16,
-    /// Headers, as awc received them.
+    /// Headers, as the backend sent them.
     pub headers: HeaderMap,
     /// Body (up to the service's `max_body`); empty when the body is
     /// streamed (see `stream`).

@@ -25,13 +25,14 @@ impl DispatcherBuilder {
         self
     }
 
-    /// Uses `factory` to make each node's transport (default: awc).
+    /// Uses `factory` to make each node's transport (default:
+    /// [`crate::transport::AwcTransport`], its own HTTP/1.1 and HTTP/2).
     pub fn transport(mut self, factory: TransportFactory) -> Self {
         self.factory = Some(factory);
         self
     }
 
-    /// Runs the node actors (the HTTP attempts: awc, sockets, parsing) on
+    /// Runs the node actors (the HTTP attempts: sockets, parsing) on
     /// `n` threads of their own, nodes spread over them round robin, while
     /// the queues and balancers stay on the calling arbiter. Default 0: all
     /// on the calling arbiter. One thread moves the HTTP work off the
@@ -107,7 +108,7 @@ pub enum StartError {
 }
 
 impl Dispatcher {
-    /// Starts one pipeline per service with the default (awc) transport.
+    /// Starts one pipeline per service with the default transport.
     /// Must be called inside a running actix `System`.
     pub fn start(config: Config) -> Result<Dispatcher, StartError> {
         Self::builder(config).start()
