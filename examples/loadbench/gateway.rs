@@ -6,7 +6,8 @@
 //!   scenario, an actix-web server with `--gateway-workers` worker threads
 //!   (default 1), each running its own engine (service `bench`, p2c) on its
 //!   own arbiter, so a request never leaves the worker that took it; every
-//!   path under `/bench/` is [`actix_dispatch::web::forward`]ed;
+//!   path under `/bench/` is [`actix_dispatch::web::forward`]ed (the
+//!   default service of the scope `/bench`);
 //! - nginx: `least_conn`, `keepalive` 64 idle connections per worker,
 //!   `worker_processes` = the gateway's workers.
 //!
@@ -265,7 +266,8 @@ pub fn serve(cli: &Cli) -> Result<(), String> {
             App::new()
                 .app_data(web::Data::new(d))
                 .app_data(ForwardConfig::default())
-                .route("/bench/{tail:.*}", forward("bench"))
+                // A scope's prefix match, not a `{tail:.*}` route's regex.
+                .service(web::scope("/bench").default_service(forward("bench")))
         })
         .workers(workers)
         .backlog(4096)

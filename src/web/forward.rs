@@ -81,7 +81,7 @@ async fn forward_one(service: &str, req: HttpRequest, body: web::Payload) -> Htt
         task = task.stream(true);
     }
     let result = dispatcher.submit(task).await;
-    respond(result, &cfg)
+    respond(result, cfg)
 }
 
 /// The task's path: the route's tail (re-encoded where actix decoded it)
@@ -130,8 +130,9 @@ pub fn is_hop_by_hop(name: &HeaderName) -> bool {
     ) || n.starts_with("proxy-")
 }
 
-/// The headers named in `Connection` (lowercase).
-fn connection_listed(headers: &HeaderMap) -> Vec<String> {
+/// The headers named in `Connection` (lowercase); empty, and nothing
+/// allocated, when there is no `Connection` field.
+pub(super) fn connection_listed(headers: &HeaderMap) -> Vec<String> {
     headers
         .get_all(header::CONNECTION)
         .filter_map(|v| v.to_str().ok())
@@ -141,72 +142,89 @@ fn connection_listed(headers: &HeaderMap) -> Vec<String> {
         .collect()
 }
 
-/// The end-to-end headers of `headers`, each name once (repeated values
-/// joined, as RFC 9110 §5.3 allows), in order of first appearance.
-pub(super) fn end_to_end(headers: &HeaderMap) -> Vec<(HeaderName, Vec<&HeaderValue>)> {
+/// The request's headers as the task carries them: end to end only, each
+/// name once (repeated values joined, as RFC 9110 §5.3 allows), in order
+/// of first appearance, with the client's address appended to
+/// `X-Forwarded-For` and `Forwarded`.
+fn outgoing_headers(req: &HttpRequest) -> Result<Vec<(String, String)>, String> {
+    let headers = req.headers();
     let listed = connection_listed(headers);
-    let mut out: Vec<(HeaderName, Vec<&HeaderValue>)> = Vec::new();
+    let mut out: Vec<(String, String)> = Vec::with_capacity(headers.len() + 2);
+    let (mut xff, mut fwd): (Option<String>, Option<String>) = (None, None);
     for (name, value) in headers.iter() {
         if is_hop_by_hop(name) || listed.iter().any(|l| l == name.as_str()) {
             continue;
         }
-        match out.iter_mut().find(|(n, _)| n == name) {
-            Some((_, values)) => values.push(value),
-            None => out.push((name.clone(), vec![value])),
-        }
-    }
-    out
-}
-
-/// The request's headers as the task carries them: end to end only, with
-/// the client's address appended to `X-Forwarded-For` and `Forwarded`.
-fn outgoing_headers(req: &HttpRequest) -> Result<Vec<(String, String)>, String> {
-    let peer = req.peer_addr().map(|a| a.ip());
-    let mut out = Vec::new();
-    let (mut xff, mut fwd) = (None, None);
-    for (name, values) in end_to_end(req.headers()) {
-        let mut texts = Vec::with_capacity(values.len());
-        for v in values {
-            let text = v
-                .to_str()
-                .map_err(|_| format!("header {name} has a value that is not visible ASCII"))?;
-            texts.push(text);
-        }
+        let text = value
+            .to_str()
+            .map_err(|_| format!("header {name} has a value that is not visible ASCII"))?;
         let sep = if name == header::COOKIE { "; " } else { ", " };
-        let joined = texts.join(sep);
-        if name.as_str() == "x-forwarded-for" {
-            xff = Some(joined);
+        let slot = if name.as_str() == "x-forwarded-for" {
+            &mut xff
         } else if name == header::FORWARDED {
-            fwd = Some(joined);
+            &mut fwd
         } else {
-            out.push((name.as_str().to_owned(), joined));
+            // A repeated name's values come one after another from the map;
+            // the search is for a map that would not keep them together.
+            match out.iter_mut().rev().find(|(n, _)| n == name.as_str()) {
+                Some((_, joined)) => {
+                    joined.push_str(sep);
+                    joined.push_str(text);
+                }
+                None => out.push((name.as_str().to_owned(), text.to_owned())),
+            }
+            continue;
+        };
+        match slot {
+            Some(joined) => {
+                joined.push_str(sep);
+                joined.push_str(text);
+            }
+            None => *slot = Some(text.to_owned()),
         }
     }
-    if let Some(ip) = peer {
+    if let Some(ip) = req.peer_addr().map(|a| a.ip()) {
+        let mut node = String::with_capacity(48);
+        push_ip(ip, &mut node);
         let xff = match xff {
-            Some(prev) => format!("{prev}, {ip}"),
-            None => ip.to_string(),
+            Some(mut prev) => {
+                prev.push_str(", ");
+                prev.push_str(&node);
+                prev
+            }
+            None => node.clone(),
         };
         out.push(("x-forwarded-for".into(), xff));
-        let mut this = format!("for={}", forwarded_node(ip));
-        let host = req
-            .headers()
+        let host = headers
             .get(header::HOST)
-            .and_then(|h| h.to_str().ok());
-        if let Some(host) = host.filter(|h| is_token_or_host(h)) {
-            this.push_str(&format!(";host={host}"));
-        }
-        let proto = if req.app_config().secure() {
-            "https"
+            .and_then(|h| h.to_str().ok())
+            .filter(|h| is_token_or_host(h));
+        let mut this = fwd.map_or_else(
+            || String::with_capacity(64),
+            |mut prev| {
+                prev.push_str(", ");
+                prev
+            },
+        );
+        this.push_str("for=");
+        if ip.is_ipv6() {
+            // RFC 7239 §6: an IPv6 node is quoted and bracketed.
+            this.push_str("\"[");
+            this.push_str(&node);
+            this.push_str("]\"");
         } else {
-            "http"
-        };
-        this.push_str(&format!(";proto={proto}"));
-        let fwd = match fwd {
-            Some(prev) => format!("{prev}, {this}"),
-            None => this,
-        };
-        out.push(("forwarded".into(), fwd));
+            this.push_str(&node);
+        }
+        if let Some(host) = host {
+            this.push_str(";host=");
+            this.push_str(host);
+        }
+        this.push_str(if req.app_config().secure() {
+            ";proto=https"
+        } else {
+            ";proto=http"
+        });
+        out.push(("forwarded".into(), this));
     } else {
         out.extend(xff.map(|v| ("x-forwarded-for".to_owned(), v)));
         out.extend(fwd.map(|v| ("forwarded".to_owned(), v)));
@@ -214,11 +232,28 @@ fn outgoing_headers(req: &HttpRequest) -> Result<Vec<(String, String)>, String> 
     Ok(out)
 }
 
-/// RFC 7239 §6: an IPv6 node is quoted and bracketed.
-fn forwarded_node(ip: IpAddr) -> String {
+/// `ip` as text, an IPv4 address without the formatting machinery (it is
+/// written twice per request).
+fn push_ip(ip: IpAddr, out: &mut String) {
     match ip {
-        IpAddr::V4(v4) => v4.to_string(),
-        IpAddr::V6(v6) => format!("\"[{v6}]\""),
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                if octet >= 100 {
+                    out.push(char::from(b'0' + octet / 100));
+                }
+                if octet >= 10 {
+                    out.push(char::from(b'0' + octet / 10 % 10));
+                }
+                out.push(char::from(b'0' + octet % 10));
+            }
+        }
+        IpAddr::V6(v6) => {
+            use std::fmt::Write as _;
+            let _ = write!(out, "{v6}");
+        }
     }
 }
 
@@ -266,6 +301,38 @@ mod tests {
         assert_eq!(h["x-many"], "a, b");
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 192.0.2.7");
         assert_eq!(h["forwarded"], "for=192.0.2.7;host=gw.example;proto=http");
+    }
+
+    #[test]
+    fn ipv4_addresses_are_written_as_display_writes_them() {
+        for ip in [
+            "0.0.0.0",
+            "10.20.255.7",
+            "192.0.2.7",
+            "255.255.255.255",
+            "1.100.99.9",
+        ] {
+            let mut out = String::new();
+            push_ip(ip.parse().unwrap(), &mut out);
+            assert_eq!(out, ip);
+        }
+    }
+
+    #[test]
+    fn repeated_forwarding_headers_are_joined_before_the_client_is_added() {
+        let req = TestRequest::default()
+            .append_header(("x-forwarded-for", "10.0.0.1"))
+            .append_header(("x-forwarded-for", "10.0.0.2"))
+            .insert_header(("forwarded", "for=10.0.0.1"))
+            .append_header(("cookie", "a=1"))
+            .append_header(("cookie", "b=2"))
+            .peer_addr("192.0.2.7:5000".parse().unwrap())
+            .to_http_request();
+        let h: std::collections::BTreeMap<String, String> =
+            outgoing_headers(&req).unwrap().into_iter().collect();
+        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 10.0.0.2, 192.0.2.7");
+        assert_eq!(h["forwarded"], "for=10.0.0.1, for=192.0.2.7;proto=http");
+        assert_eq!(h["cookie"], "a=1; b=2");
     }
 
     #[test]

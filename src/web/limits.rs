@@ -27,13 +27,18 @@ pub(super) struct HeaderLimits {
     pub(super) count: usize,
 }
 
+impl HeaderLimits {
+    /// nginx's and Envoy's limits (the module docs).
+    pub(super) const DEFAULT: HeaderLimits = HeaderLimits {
+        line: MAX_HEADER_LINE,
+        total: MAX_HEADER_BYTES,
+        count: MAX_HEADERS,
+    };
+}
+
 impl Default for HeaderLimits {
     fn default() -> Self {
-        HeaderLimits {
-            line: MAX_HEADER_LINE,
-            total: MAX_HEADER_BYTES,
-            count: MAX_HEADERS,
-        }
+        HeaderLimits::DEFAULT
     }
 }
 

@@ -86,7 +86,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::body::BoxBody;
-use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use actix_web::http::header::{self, HeaderMap, HeaderName};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse, Responder, Route};
 use serde_json::json;
@@ -104,7 +104,7 @@ mod respond;
 pub use admin::{configure, health_of};
 pub use forward::{forward, is_hop_by_hop};
 
-use forward::end_to_end;
+use forward::connection_listed;
 use limits::HeaderLimits;
 use respond::{error, respond};
 
@@ -142,20 +142,24 @@ impl Default for ForwardConfig {
     /// request headers up to 100 fields, 8 KiB a field and 32 KiB in all
     /// (nginx's and Envoy's limits; see [`ForwardConfig::max_header_bytes`]).
     fn default() -> Self {
-        ForwardConfig {
-            max_body: 2 * 1024 * 1024,
-            deadline: None,
-            queue_full_status: StatusCode::SERVICE_UNAVAILABLE,
-            rate_limited_status: StatusCode::TOO_MANY_REQUESTS,
-            queue_full_retry_after: Duration::from_secs(1),
-            stream: StreamWhen::EventStream,
-            headers: HeaderLimits::default(),
-            priority_header: None,
-        }
+        ForwardConfig::DEFAULT
     }
 }
 
 impl ForwardConfig {
+    /// What [`ForwardConfig::default`] gives, as a constant: a request to
+    /// an app without a `ForwardConfig` borrows it instead of making one.
+    const DEFAULT: ForwardConfig = ForwardConfig {
+        max_body: 2 * 1024 * 1024,
+        deadline: None,
+        queue_full_status: StatusCode::SERVICE_UNAVAILABLE,
+        rate_limited_status: StatusCode::TOO_MANY_REQUESTS,
+        queue_full_retry_after: Duration::from_secs(1),
+        stream: StreamWhen::EventStream,
+        headers: HeaderLimits::DEFAULT,
+        priority_header: None,
+    };
+
     /// Largest request body forwarded, bytes; larger ones get a 413.
     pub fn max_body(mut self, bytes: usize) -> Self {
         self.max_body = bytes;
@@ -265,14 +269,14 @@ impl ForwardConfig {
         }
     }
 
-    fn of(req: &HttpRequest) -> ForwardConfig {
+    fn of(req: &HttpRequest) -> &ForwardConfig {
+        static DEFAULT: ForwardConfig = ForwardConfig::DEFAULT;
         req.app_data::<ForwardConfig>()
             .or_else(|| {
                 req.app_data::<web::Data<ForwardConfig>>()
                     .map(|d| d.get_ref())
             })
-            .cloned()
-            .unwrap_or_default()
+            .unwrap_or(&DEFAULT)
     }
 }
 

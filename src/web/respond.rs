@@ -8,12 +8,16 @@ impl Responder for TaskResult {
     type Body = BoxBody;
 
     fn respond_to(self, req: &HttpRequest) -> HttpResponse {
-        respond(self, &ForwardConfig::of(req))
+        respond(self, ForwardConfig::of(req))
     }
 }
 
 /// The response for a task's result (see the module docs' table).
-pub(super) fn respond(r: TaskResult, cfg: &ForwardConfig) -> HttpResponse {
+pub(super) fn respond(mut r: TaskResult, cfg: &ForwardConfig) -> HttpResponse {
+    // The common case first: nothing of the error's words is made for it.
+    if let Outcome::Success(resp) | Outcome::Fallback { response: resp, .. } = &mut r.outcome {
+        return proxied(resp);
+    }
     let code = reason_code(&r.outcome).unwrap_or("ok");
     let service = r.service.clone();
     let attempts = r.attempts.len();
@@ -76,16 +80,26 @@ pub(super) fn respond(r: TaskResult, cfg: &ForwardConfig) -> HttpResponse {
 /// through chunk by chunk (an error item ends the client's response early).
 pub(super) fn proxied(resp: &mut Response) -> HttpResponse {
     let status = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
-    let mut res = HttpResponse::build(status);
-    for (name, values) in end_to_end(&resp.headers) {
-        for v in values {
-            res.append_header((name.clone(), v.clone()));
+    // The answer's header map becomes the response's, less the hop-by-hop
+    // fields: no header is copied.
+    let mut headers = std::mem::take(&mut resp.headers);
+    let listed = connection_listed(&headers);
+    headers.retain(|name, _| !is_hop_by_hop(name) && !listed.iter().any(|l| l == name.as_str()));
+    let mut res = match resp.take_stream() {
+        Some(stream) => HttpResponse::build(status).streaming(stream),
+        None => {
+            HttpResponse::with_body(status, std::mem::take(&mut resp.body)).map_into_boxed_body()
+        }
+    };
+    // What the builder set (a streamed body's default `Content-Type`)
+    // stays only where the backend sent no such field.
+    let defaults = std::mem::replace(res.headers_mut(), headers);
+    for (name, value) in defaults {
+        if !res.headers().contains_key(&name) {
+            res.headers_mut().insert(name, value);
         }
     }
-    match resp.take_stream() {
-        Some(stream) => res.streaming(stream),
-        None => res.body(resp.body.clone()),
-    }
+    res
 }
 
 /// A JSON error the gateway makes itself.
