@@ -186,15 +186,6 @@ fn outgoing_headers(req: &HttpRequest) -> Result<Vec<(String, String)>, String> 
     if let Some(ip) = req.peer_addr().map(|a| a.ip()) {
         let mut node = String::with_capacity(48);
         push_ip(ip, &mut node);
-        let xff = match xff {
-            Some(mut prev) => {
-                prev.push_str(", ");
-                prev.push_str(&node);
-                prev
-            }
-            None => node.clone(),
-        };
-        out.push(("x-forwarded-for".into(), xff));
         let host = headers
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
@@ -224,6 +215,15 @@ fn outgoing_headers(req: &HttpRequest) -> Result<Vec<(String, String)>, String> 
         } else {
             ";proto=http"
         });
+        let xff = match xff {
+            Some(mut prev) => {
+                prev.push_str(", ");
+                prev.push_str(&node);
+                prev
+            }
+            None => node,
+        };
+        out.push(("x-forwarded-for".into(), xff));
         out.push(("forwarded".into(), this));
     } else {
         out.extend(xff.map(|v| ("x-forwarded-for".to_owned(), v)));
