@@ -9,6 +9,13 @@ use super::*;
 /// on a path with a tail, `{tail:.*}` or `{tail}*`: the tail and the query
 /// become the task's path. Without a `tail` parameter, the part of the path
 /// the routing has not consumed is the path (a scope's default service).
+///
+/// The scope is the cheaper of the two on a busy gateway:
+/// `web::scope("/inference").default_service(forward("inference"))` is
+/// matched as a prefix, where actix-web matches a route with a `{tail}` by
+/// a regular expression (without its `unicode` feature, `regex-lite`'s
+/// PikeVM, some 12 000 instructions for a short path: 15 % of what the
+/// gateway bench spent on a request).
 pub fn forward(service: impl Into<String>) -> Route {
     let service: Arc<str> = service.into().into();
     web::to(move |req: HttpRequest, body: web::Payload| {
@@ -333,6 +340,23 @@ mod tests {
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 10.0.0.2, 192.0.2.7");
         assert_eq!(h["forwarded"], "for=10.0.0.1, for=192.0.2.7;proto=http");
         assert_eq!(h["cookie"], "a=1; b=2");
+    }
+
+    #[actix_rt::test]
+    async fn under_a_scope_the_rest_of_the_path_is_the_tasks_path() {
+        use actix_web::{test, App};
+        let echo = |req: HttpRequest| async move { HttpResponse::Ok().body(task_path(&req)) };
+        let app = App::new().service(web::scope("/bench").default_service(web::to(echo)));
+        let app = test::init_service(app).await;
+        for (uri, want) in [
+            ("/bench/items/1?q=1", "/items/1?q=1"),
+            ("/bench/a%20b/%2F", "/a%20b/%2F"),
+            ("/bench", "/"),
+        ] {
+            let req = test::TestRequest::get().uri(uri).to_request();
+            let body = test::call_and_read_body(&app, req).await;
+            assert_eq!(body, want.as_bytes(), "{uri}");
+        }
     }
 
     #[test]

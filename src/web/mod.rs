@@ -70,7 +70,9 @@
 //!         App::new()
 //!             .app_data(data.clone())
 //!             .app_data(ForwardConfig::default().max_body(1 << 20))
-//!             .route("/inference/{tail:.*}", forward("inference"))
+//!             // Every path under /inference/ (a prefix match; a
+//!             // "/inference/{tail:.*}" route works too, at a regex's cost).
+//!             .service(web::scope("/inference").default_service(forward("inference")))
 //!             .configure(configure) // GET /stats, /health (and /metrics)
 //!     })
 //!     .bind(("127.0.0.1", 8080))?

@@ -109,3 +109,44 @@ pub(super) fn error(status: StatusCode, code: &str, message: &str, service: &str
         .content_type("application/json")
         .body(body.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::body::MessageBody;
+
+    #[test]
+    fn the_answers_hop_by_hop_fields_are_dropped_and_the_rest_kept_whole() {
+        let mut resp = Response::new(201, "hello");
+        let h = &mut resp.headers;
+        for (k, v) in [
+            ("connection", "keep-alive, x-hop"),
+            ("x-hop", "1"),
+            ("keep-alive", "timeout=5"),
+            ("transfer-encoding", "chunked"),
+            ("content-length", "5"),
+            ("proxy-authenticate", "Basic"),
+            ("content-type", "text/plain"),
+            ("set-cookie", "a=1"),
+            ("set-cookie", "b=2"),
+        ] {
+            h.append(
+                HeaderName::from_static(k),
+                actix_web::http::header::HeaderValue::from_static(v),
+            );
+        }
+        let res = proxied(&mut resp);
+        assert_eq!(res.status(), StatusCode::CREATED);
+        let mut names: Vec<&str> = res.headers().keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["content-type", "set-cookie"]);
+        let cookies: Vec<&[u8]> = res
+            .headers()
+            .get_all(header::SET_COOKIE)
+            .map(|v| v.as_bytes())
+            .collect();
+        assert_eq!(cookies, [&b"a=1"[..], &b"b=2"[..]]);
+        let body = res.into_body().try_into_bytes().ok().unwrap();
+        assert_eq!(&body[..], b"hello");
+    }
+}
