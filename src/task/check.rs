@@ -237,8 +237,13 @@ pub fn check_header_name(name: &str) -> Result<(), String> {
         "trailer",
         "keep-alive",
     ];
-    let lower = name.to_ascii_lowercase();
-    if ENGINE_OWNED.contains(&lower.as_str()) || lower.starts_with("proxy-") {
+    // Compared without a lower-case copy: this runs for every header of
+    // every task.
+    let owned = ENGINE_OWNED.iter().any(|h| h.eq_ignore_ascii_case(name));
+    let proxy = name
+        .get(..6)
+        .is_some_and(|p| p.eq_ignore_ascii_case("proxy-"));
+    if owned || proxy {
         return Err(format!(
             "header {name:?} changes how the request is routed or framed; \
              the engine sets it, not the task"
@@ -400,6 +405,7 @@ mod tests {
             "Keep-Alive",
             "Proxy-Authorization",
             "proxy-connection",
+            "PROXY-",
         ] {
             let e = check_header_name(h).expect_err(h);
             assert!(e.contains(h) && e.contains("routed or framed"), "{e}");
@@ -410,6 +416,9 @@ mod tests {
             "authorization",
             "cookie",
             "hostname",
+            "proxy",
+            "proxyx-a",
+            "prøxy-a",
         ] {
             assert!(check_header_name(h).is_ok(), "{h}");
         }
