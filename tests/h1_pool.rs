@@ -39,10 +39,12 @@ async fn sequential_requests_share_one_connection() {
 #[actix_rt::test]
 async fn an_idle_connection_past_keep_alive_is_replaced() {
     let echo = Echo::start(Mode::Plain);
-    let d = Dispatcher::start(config(&echo.url(false), r#","keep_alive":"50ms""#)).unwrap();
+    // 300 ms: the two requests of a pair share their connection even on a
+    // machine that stalls the test between them; the sleep is twice that.
+    let d = Dispatcher::start(config(&echo.url(false), r#","keep_alive":"300ms""#)).unwrap();
     get_n(&d, 2, Protocol::Http1).await;
     assert_eq!(echo.connections(), 1);
-    actix_rt::time::sleep(Duration::from_millis(100)).await;
+    actix_rt::time::sleep(Duration::from_millis(600)).await;
     get_n(&d, 2, Protocol::Http1).await;
     assert_eq!(echo.connections(), 2);
     d.shutdown(Duration::from_secs(1)).await;
