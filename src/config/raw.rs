@@ -427,7 +427,7 @@ fn default_keep_alive() -> Duration {
     Duration::from_secs(1)
 }
 /// 60 s: connections are renewed now and then (a moved or re-weighted
-/// backend behind a load balancer is seen), well under awc's 75 s.
+/// backend behind a load balancer is seen).
 fn default_max_connection_age() -> Duration {
     Duration::from_secs(60)
 }
