@@ -431,18 +431,8 @@ fn a_cluster_shares_the_limits_and_follows_a_moved_slot() {
                     let subs: Vec<_> = (0..300)
                         .map(|i| d.submit(Task::get("svc", format!("/t/{i}"))))
                         .collect();
-                    let mut marks = Vec::new();
                     // Failures seen by the test's marks (sent over `rx`).
-                    loop {
-                        let got = rx.lock().unwrap().try_recv();
-                        match got {
-                            Ok(()) => marks.push(d.stats().await.shared.expect("shared")),
-                            Err(mpsc::TryRecvError::Disconnected) => break,
-                            Err(mpsc::TryRecvError::Empty) => {}
-                        }
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
-                    marks.push(d.stats().await.shared.expect("shared"));
+                    let marks = redis_server::shared_at_marks(&d, &rx).await;
                     drop(subs);
                     marks
                 })

@@ -109,20 +109,7 @@ fn limits_hold_through_sentinel_and_follow_a_failover() {
                         .map(|i| d.submit(Task::get("svc", format!("/i{k}/t{i}"))))
                         .collect();
                     let all = futures::future::join_all(subs);
-                    let marks = async {
-                        let mut marks = Vec::new();
-                        loop {
-                            let got = rx.lock().unwrap().try_recv();
-                            match got {
-                                Ok(()) => marks.push(d.stats().await.shared.expect("shared")),
-                                Err(mpsc::TryRecvError::Disconnected) => break,
-                                Err(mpsc::TryRecvError::Empty) => {}
-                            }
-                            tokio::time::sleep(Duration::from_millis(10)).await;
-                        }
-                        marks.push(d.stats().await.shared.expect("shared"));
-                        marks
-                    };
+                    let marks = redis_server::shared_at_marks(&d, &rx);
                     let all = tokio::time::timeout(Duration::from_secs(30), all);
                     let (all, marks) = futures::future::join(all, marks).await;
                     let ok = all
@@ -384,17 +371,7 @@ fn sentinel_over_tls_with_a_ca_file_follows_a_failover() {
     assert_eq!((first, second), (20, 20));
     assert_eq!(before.failures, 0, "over TLS from the start: {before:?}");
     assert!(before.round_trips > 0, "{before:?}");
-    assert_eq!(
-        mid.failures, end.failures,
-        "through the new master: {end:?}"
-    );
-    assert!(end.round_trips > mid.round_trips, "{end:?}");
-    assert!(!end.down, "{end:?}");
-    let members: u64 = s.on_data(
-        s.replica.port(),
-        redis::cmd("ZCARD").arg(actix_dispatch::redis::members_key("st")),
-    );
-    assert_eq!(members, 1, "the instance heartbeats into the new master");
+    followed_the_new_master(&s, "st", &mid, &end);
     let lines = logs::lines();
     no_password_in(&lines);
     assert!(
@@ -516,17 +493,7 @@ fn a_paused_master_is_left_for_the_promoted_replica() {
     eprintln!("sentinel paused: {first} + {second} tasks; {mid:?} {end:?}");
     assert_eq!((first, second), (20, 20));
     assert!(mid.failures > 0, "the pause was seen: {mid:?}");
-    assert_eq!(
-        mid.failures, end.failures,
-        "through the new master: {end:?}"
-    );
-    assert!(end.round_trips > mid.round_trips, "{end:?}");
-    assert!(!end.down, "{end:?}");
-    let members: u64 = s.on_data(
-        s.replica.port(),
-        redis::cmd("ZCARD").arg(actix_dispatch::redis::members_key("sp")),
-    );
-    assert_eq!(members, 1, "the instance heartbeats into the new master");
+    followed_the_new_master(&s, "sp", &mid, &end);
     no_password_in(&logs::lines());
 }
 
@@ -540,4 +507,26 @@ async fn twenty(d: &Dispatcher, tag: &str, from: usize) -> usize {
         .await
         .expect("no task stuck");
     all.iter().filter(|r| r.is_success()).count()
+}
+
+/// After a failover: no call failed since `mid`, calls went on through the
+/// new master, Redis is not taken as down, and the instance of service
+/// `svc` heartbeats into the new master (the old replica).
+fn followed_the_new_master(
+    s: &RedisSentinel,
+    svc: &str,
+    mid: &actix_dispatch::redis::SharedStats,
+    end: &actix_dispatch::redis::SharedStats,
+) {
+    assert_eq!(
+        mid.failures, end.failures,
+        "through the new master: {end:?}"
+    );
+    assert!(end.round_trips > mid.round_trips, "{end:?}");
+    assert!(!end.down, "{end:?}");
+    let members: u64 = s.on_data(
+        s.replica.port(),
+        redis::cmd("ZCARD").arg(actix_dispatch::redis::members_key(svc)),
+    );
+    assert_eq!(members, 1, "the instance heartbeats into the new master");
 }

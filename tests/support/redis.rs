@@ -687,3 +687,24 @@ pub async fn stream_until(
     }
     last
 }
+
+/// The instance's shared-state stats at each mark the test sends over
+/// `marks` (polled every 10 ms), and once more when the test hangs up.
+pub async fn shared_at_marks(
+    d: &actix_dispatch::Dispatcher,
+    marks: &std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+) -> Vec<actix_dispatch::redis::SharedStats> {
+    use std::sync::mpsc::TryRecvError;
+    let mut seen = Vec::new();
+    loop {
+        let got = marks.lock().unwrap().try_recv();
+        match got {
+            Ok(()) => seen.push(d.stats().await.shared.expect("shared")),
+            Err(TryRecvError::Disconnected) => break,
+            Err(TryRecvError::Empty) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    seen.push(d.stats().await.shared.expect("shared"));
+    seen
+}
