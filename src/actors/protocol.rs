@@ -133,6 +133,23 @@ pub(crate) struct Route {
     pub at: Instant,
 }
 
+#[cfg(test)]
+impl Route {
+    /// A first-round route of task `task` (`GET /x` of service `svc`), sent
+    /// at `at`: the tests' stand-in for what the queue sends.
+    pub(crate) fn first(task: u64, at: Instant) -> Route {
+        let job = crate::Task::get("svc", "/x").prepare(task, at).unwrap();
+        Route {
+            seq: Seq { task, round: 1 },
+            job: Arc::new(job),
+            avoid: Vec::new(),
+            exclude: Vec::new(),
+            hedge: false,
+            at,
+        }
+    }
+}
+
 /// Queue to balancer: one turn of the queue, applied in field order.
 #[derive(Message, Default)]
 #[rtype(result = "()")]

@@ -9,7 +9,6 @@ use futures::future::LocalBoxFuture;
 
 use super::*;
 use crate::config::Config;
-use crate::task::Task;
 use crate::transport::{HttpReply, HttpRequest, Transport, TransportError};
 
 /// What the balancer told its queue.
@@ -83,15 +82,7 @@ fn start_with(
 }
 
 fn route(task: u64, at: Instant) -> Route {
-    let job = Task::get("svc", "/x").prepare(task, at).unwrap();
-    Route {
-        seq: Seq { task, round: 1 },
-        job: Arc::new(job),
-        avoid: Vec::new(),
-        exclude: Vec::new(),
-        hedge: false,
-        at,
-    }
+    Route::first(task, at)
 }
 
 /// One turn of the queue that only routes.

@@ -388,7 +388,6 @@ mod tests {
     use crate::actors::share::local::LocalStore;
     use crate::actors::share::{Grant, Settings};
     use crate::config::Config;
-    use crate::task::Task;
 
     /// A service sharing its bucket (rate 10/s, burst 5) with a store
     /// in `mode` (lease 100 ms, `on_down: local`).
@@ -412,15 +411,7 @@ mod tests {
     }
 
     fn route(task: u64, at: Instant) -> Route {
-        let job = Task::get("svc", "/x").prepare(task, at).unwrap();
-        Route {
-            seq: Seq { task, round: 1 },
-            job: Arc::new(job),
-            avoid: Vec::new(),
-            exclude: Vec::new(),
-            hedge: false,
-            at,
-        }
+        Route::first(task, at)
     }
 
     #[test]
