@@ -214,6 +214,18 @@ struct Report<'a> {
     verdict: Option<Verdict>,
 }
 
+impl<'a> Report<'a> {
+    /// The report of one call on connection generation `gen`; no verdict
+    /// yet (dropped so, the call got no answer).
+    fn on(sh: &'a Shared, gen: u64) -> Self {
+        Report {
+            sh,
+            gen,
+            verdict: None,
+        }
+    }
+}
+
 impl Drop for Report<'_> {
     fn drop(&mut self) {
         let v = self.verdict.unwrap_or(Verdict::NoAnswer);
@@ -232,11 +244,7 @@ impl ConnectionLike for SentinelConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
             let (gen, mut con) = self.connection().await?;
-            let mut report = Report {
-                sh: &self.0,
-                gen,
-                verdict: None,
-            };
+            let mut report = Report::on(&self.0, gen);
             let r = con.req_packed_command(cmd).await;
             report.verdict = Some(verdict(&r));
             r
@@ -251,11 +259,7 @@ impl ConnectionLike for SentinelConn {
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
             let (gen, mut con) = self.connection().await?;
-            let mut report = Report {
-                sh: &self.0,
-                gen,
-                verdict: None,
-            };
+            let mut report = Report::on(&self.0, gen);
             let r = con.req_packed_commands(pipeline, offset, count).await;
             report.verdict = Some(verdict(&r));
             r
