@@ -178,6 +178,11 @@ pub struct NodeStats {
     /// Requests it may have in flight now: `max_concurrent`, or the limit
     /// learned under it (`max_concurrent: "auto"`).
     pub concurrency_limit: u32,
+    /// Of `concurrency_limit`, what the backend serves without queueing
+    /// (the learned estimate; the whole limit when fixed). Only tasks of
+    /// the most important class that came lately take the rest (see
+    /// README, Overload).
+    pub free_limit: u32,
     /// Attempts finished.
     pub total: u64,
     /// Attempts that failed (connect, timeout, reset, 5xx).

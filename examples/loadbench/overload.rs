@@ -680,7 +680,7 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
             if let (Some(a), Some(b)) = (sheds_before, engine_sheds(who).await) {
                 eprintln!(
                     "overload: {name}: {}: the engine shed {} at intake, {} after waiting or \
-                     displaced; the nodes' limits at the end: {:?}",
+                     displaced; the nodes' free/whole limits at the end: {:?}",
                     level.name,
                     b.1 - a.1,
                     (b.0 - a.0) - (b.1 - a.1),
@@ -739,15 +739,19 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
 }
 
 /// The engine's sheds so far, those made at intake, and each node's
-/// concurrency limit now (`None`: not the engine).
-async fn engine_sheds(who: &Contender) -> Option<(u64, u64, Vec<u32>)> {
+/// free and whole concurrency limits now (`None`: not the engine).
+async fn engine_sheds(who: &Contender) -> Option<(u64, u64, Vec<String>)> {
     let Contender::Engine(d) = who else {
         return None;
     };
     let stats = d.stats().await;
     let svc = stats.service("bench")?;
     let q = &svc.queue;
-    let limits = svc.nodes.iter().map(|n| n.concurrency_limit).collect();
+    let limits = svc
+        .nodes
+        .iter()
+        .map(|n| format!("{}/{}", n.free_limit, n.concurrency_limit))
+        .collect();
     Some((q.shed, q.shed_at_intake, limits))
 }
 

@@ -38,13 +38,13 @@ use tokio::time::Instant;
 
 use super::inbox::{Inbox, InboxReady, InboxSender};
 use super::node::{NodeActor, NodeSpec};
-use super::nodeset::{NodeSet, Tuning};
+use super::nodeset::{NodeSet, Tier, Tuning};
 use super::protocol::*;
 use super::share::ServiceShare;
 use super::view::{Health, Mirror, NodeView};
 use crate::algo::limiter::TokenBucket;
 use crate::algo::strategy::{Member, Strategy};
-use crate::config::{EndpointConfig, OnAllOpen, OnLimit, ServiceConfig};
+use crate::config::{EndpointConfig, Mode, OnAllOpen, OnLimit, ServiceConfig};
 use crate::stats::NodeStats;
 use crate::transport::TransportFactory;
 use crate::Rejection;
@@ -64,6 +64,8 @@ pub struct BalancerActor {
     pub(super) strategy: Box<dyn Strategy>,
     /// Credit handed to the queue and not yet used.
     pub(super) granted: usize,
+    /// The reserve last told to the queue (see [`Room::reserve`]).
+    pub(super) reserve: usize,
     pub(super) service_bucket: Option<TokenBucket>,
     pub(super) gate: Gate,
     pub(super) wake: Option<(Instant, SpawnHandle)>,
@@ -122,6 +124,7 @@ impl BalancerActor {
             next_id: 0,
             strategy,
             granted: 0,
+            reserve: 0,
             // A shared service bucket lives in Redis (`shared`), not here.
             service_bucket: cfg
                 .rate_limit
@@ -181,6 +184,11 @@ impl BalancerActor {
             let arbiter = &self.arbiters[id.0 as usize % self.arbiters.len()];
             actix::Supervisor::start_in_arbiter(arbiter, make)
         };
+        let limit = if ep.learned {
+            self.cfg.concurrency.initial.min(max)
+        } else {
+            max
+        };
         let load = LoadReport {
             version: 0,
             in_flight: 0,
@@ -195,11 +203,9 @@ impl BalancerActor {
             trips: 0,
             restarts: 0,
             last_error: None,
-            limit: if ep.learned {
-                self.cfg.concurrency.initial.min(max)
-            } else {
-                max
-            },
+            limit,
+            free_limit: limit,
+            base_rtt: Duration::ZERO,
         };
         let bucket = self
             .cfg
@@ -293,13 +299,22 @@ impl BalancerActor {
 
     /// Tells the queue what it may send now, as one [`Room`]: the credit
     /// the nodes' room allows (after the turn's news so far: a bounced task
-    /// is back at the queue's front before the credit is spent), and the
-    /// gate when it changed; arms the timer.
+    /// is back at the queue's front before the credit is spent), the part
+    /// of it that is headroom, and the gate when it changed; arms the
+    /// timer.
     pub(super) fn grant(&mut self, ctx: &mut Context<Self>, now: Instant) {
         let credit = self.take_credit(now);
         let gate = self.settle_gate(ctx, now);
-        if credit > 0 || gate.is_some() {
-            self.answer(ToQueue::Room(Room { credit, gate }), ctx);
+        let (cap, _) = self.capacity_now(now);
+        let reserve = (self.nodes.capacity() - self.nodes.capacity_below()).min(cap);
+        if credit > 0 || gate.is_some() || reserve != self.reserve {
+            self.reserve = reserve;
+            let room = Room {
+                credit,
+                reserve,
+                gate,
+            };
+            self.answer(ToQueue::Room(room), ctx);
         }
     }
 
@@ -416,11 +431,22 @@ impl BalancerActor {
             true => self.working.get(&route.seq).map_or(&[], Vec::as_slice),
             false => &[],
         };
-        let i = self.nodes.pick(
+        let tier = Tier {
+            headroom: route.headroom,
+            soonest: !route.hedge
+                && match self.cfg.mode {
+                    Mode::P2c | Mode::LeastLoad => true,
+                    Mode::ConsistentHash => route.job.affinity.is_none(),
+                    _ => false,
+                },
+        };
+        let i = self.nodes.pick_for(
             &mut *self.strategy,
+            tier,
             route.job.affinity,
             working,
             &route.avoid,
+            route.at,
         )?;
         if route.exclude.is_empty() || !route.exclude.contains(&self.nodes.node(i).id) {
             return Some(i);

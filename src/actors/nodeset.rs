@@ -9,6 +9,9 @@
 //!
 //! * `capacity` is the sum of the nodes' rooms (free slots, probes, tokens:
 //!   see [`NodeView::room_and_flags`]), as of each node's last refresh;
+//! * `below` is the part of `capacity` under the nodes' free limits, which
+//!   any class may take (the rest is headroom, see [`crate::algo::headroom`]),
+//!   and `headroom_only` the number of nodes whose room is all headroom;
 //! * `counts` is the sum of the nodes' [`Flags`], as of the same refresh;
 //! * `cands[i]` is node `i`'s [`Candidate`] for the strategy, eligible
 //!   exactly when its room is positive;
@@ -53,6 +56,7 @@ pub(crate) struct Tuning {
 #[derive(Debug, Clone, Copy, Default)]
 struct Slot {
     room: usize,
+    below: usize,
     flags: Flags,
 }
 
@@ -66,9 +70,26 @@ pub(crate) struct NodeSet {
     /// once or twice per task.
     index: crate::FastMap<NodeId, usize>,
     capacity: usize,
+    below: usize,
+    headroom_only: usize,
     /// Nodes whose room is positive.
     eligible: usize,
     counts: Counts,
+}
+
+/// Pools up to this size are scanned for the node that frees a worker
+/// first; larger ones leave the pick to the strategy (a scan per task
+/// would cost a 1 000-node pool too much).
+const SOONEST_SCAN: usize = 64;
+
+/// How a route may be placed (see [`NodeSet::pick_for`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tier {
+    /// Of the top class: may take headroom.
+    pub headroom: bool,
+    /// The strategy weighs load: when every worker is busy, the node that
+    /// frees one first may be chosen instead.
+    pub soonest: bool,
 }
 
 /// What the balancer needs to send a dispatch to the node it picked.
@@ -88,6 +109,8 @@ impl NodeSet {
             slots: Vec::new(),
             index: crate::FastMap::default(),
             capacity: 0,
+            below: 0,
+            headroom_only: 0,
             eligible: 0,
             counts: Counts::default(),
         }
@@ -100,6 +123,12 @@ impl NodeSet {
     /// Sum of the nodes' rooms: how many tasks the pool can take now.
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// The part of [`capacity`](Self::capacity) under the nodes' free
+    /// limits: what a task below the top class may take.
+    pub fn capacity_below(&self) -> usize {
+        self.below
     }
 
     /// Pool-wide sums of the nodes' flags.
@@ -157,6 +186,8 @@ impl NodeSet {
     pub fn remove(&mut self, i: usize) -> NodeView {
         let slot = self.slots.remove(i);
         self.capacity -= slot.room;
+        self.below -= slot.below;
+        self.headroom_only -= usize::from(slot.room > 0 && slot.below == 0);
         self.eligible -= usize::from(slot.room > 0);
         self.counts.remove(slot.flags);
         self.cands.remove(i);
@@ -181,12 +212,15 @@ impl NodeSet {
         let t = self.tuning;
         let n = &mut self.views[i];
         n.expire(now, t.probes);
-        let (room, flags) = n.room_and_flags(now);
+        let (room, below, flags) = n.room_and_flags(now);
         let slot = &mut self.slots[i];
         self.capacity = self.capacity - slot.room + room;
+        self.below = self.below - slot.below + below;
+        self.headroom_only = self.headroom_only - usize::from(slot.room > 0 && slot.below == 0)
+            + usize::from(room > 0 && below == 0);
         self.eligible = self.eligible - usize::from(slot.room > 0) + usize::from(room > 0);
         self.counts.swap(slot.flags, flags);
-        *slot = Slot { room, flags };
+        *slot = Slot { room, below, flags };
         let w = n.effective_weight(now, t.ramp);
         self.cands[i] = n.candidate(room > 0, w, now, t.decay);
     }
@@ -248,6 +282,8 @@ impl NodeSet {
     ) -> bool {
         let n = &mut self.views[i];
         n.in_flight = n.in_flight.saturating_sub(count);
+        n.sent.ended(count);
+        n.sent.keep(n.in_flight);
         let changed = load.is_some_and(|l| self.apply_report(i, l, now));
         if changed {
             self.refresh_all(now);
@@ -261,6 +297,8 @@ impl NodeSet {
     pub fn dispatch(&mut self, i: usize, now: Instant) -> Placed {
         let n = &mut self.views[i];
         n.in_flight += 1;
+        n.sent.sent(now);
+        n.sent.keep(n.in_flight);
         if let Mirror::HalfOpen { probes } = &mut n.mirror {
             *probes = probes.saturating_sub(1);
         }
@@ -313,6 +351,69 @@ impl NodeSet {
             self.cands[i].eligible = true;
         }
         pick.filter(|&i| self.cands[i].eligible && !exclude.contains(&self.views[i].id))
+    }
+
+    /// As [`pick`](Self::pick), for a route of `tier` at `now`:
+    ///
+    /// * a node whose room is all headroom is taken only when no other has
+    ///   room below its free limit (a worker free): then a lower class
+    ///   takes headroom only when its credit outran the view;
+    /// * when no node has a worker free and the route is of the top class
+    ///   and the strategy weighs load, the node expected to free one first
+    ///   is taken ([`DispatchTimes::wait`](crate::algo::headroom::DispatchTimes::wait)),
+    ///   in pools of up to [`SOONEST_SCAN`] nodes whose service times are
+    ///   known.
+    pub fn pick_for(
+        &mut self,
+        strategy: &mut dyn Strategy,
+        tier: Tier,
+        affinity: Option<u64>,
+        exclude: &[NodeId],
+        avoid: &[NodeId],
+        now: Instant,
+    ) -> Option<usize> {
+        if self.below == 0 && tier.headroom && tier.soonest && self.len() <= SOONEST_SCAN {
+            if let Some(i) = self.soonest(exclude, avoid, now) {
+                return Some(i);
+            }
+        }
+        if self.headroom_only == 0 || self.below == 0 {
+            return self.pick(strategy, affinity, exclude, avoid);
+        }
+        // Masks the nodes with only headroom: an O(n) pass, made only while
+        // some node has room in both tiers' sense and another only headroom.
+        let mut masked = Vec::new();
+        for (i, s) in self.slots.iter().enumerate() {
+            if s.room > 0 && s.below == 0 && self.cands[i].eligible {
+                self.cands[i].eligible = false;
+                masked.push(i);
+            }
+        }
+        self.eligible -= masked.len();
+        let pick = self.pick(strategy, affinity, exclude, avoid);
+        self.eligible += masked.len();
+        for i in masked {
+            self.cands[i].eligible = true;
+        }
+        pick
+    }
+
+    /// The eligible node (not in `exclude`, and not in `avoid` unless only
+    /// those are left) whose wait for a worker is the least; `None` if a
+    /// candidate's service time is not known yet.
+    fn soonest(&self, exclude: &[NodeId], avoid: &[NodeId], now: Instant) -> Option<usize> {
+        let mut best: Option<(bool, Duration, usize)> = None;
+        for (i, n) in self.views.iter().enumerate() {
+            if !self.cands[i].eligible || exclude.contains(&n.id) {
+                continue;
+            }
+            let wait = n.sent.wait(n.free_limit(), n.service_time()?, now);
+            let key = (avoid.contains(&n.id), wait, i);
+            if best.is_none_or(|b| key < b) {
+                best = Some(key);
+            }
+        }
+        best.map(|(.., i)| i)
     }
 
     /// Makes the eligible nodes of `ids` ineligible, noting them in `masked`.
@@ -386,6 +487,18 @@ mod tests {
         }
         let rooms: usize = set.slots.iter().map(|s| s.room).sum();
         assert_eq!(set.capacity(), rooms, "capacity is the sum of rooms");
+        let below: usize = set.slots.iter().map(|s| s.below).sum();
+        assert_eq!(set.capacity_below(), below, "below is the sum of its parts");
+        let only = set
+            .slots
+            .iter()
+            .filter(|s| s.room > 0 && s.below == 0)
+            .count();
+        assert_eq!(set.headroom_only, only);
+        for (s, n) in set.slots.iter().zip(&set.views) {
+            assert!(s.below <= s.room);
+            assert!(n.sent.len() <= n.in_flight as usize);
+        }
         let eligible = set.slots.iter().filter(|s| s.room > 0).count();
         assert_eq!(
             set.eligible, eligible,
@@ -408,6 +521,8 @@ mod tests {
         check(set);
         for (i, n) in set.views.iter().enumerate() {
             assert_eq!(set.slots[i].room, n.compute_room(now));
+            let free = n.free_limit().saturating_sub(n.in_flight) as usize;
+            assert_eq!(set.slots[i].below, n.compute_room(now).min(free));
             assert_eq!(set.slots[i].flags, n.flags(now));
         }
     }
@@ -423,6 +538,7 @@ mod tests {
         SetActive(usize, bool),
         Drain(usize),
         SetMax(usize, u32),
+        SetFree(usize, u32),
         Advance(u64),
         RefreshAll,
     }
@@ -443,6 +559,7 @@ mod tests {
             (0usize..8, any::<bool>()).prop_map(|(i, a)| Op::SetActive(i, a)),
             (0usize..8).prop_map(Op::Drain),
             (0usize..8, 1u32..4).prop_map(|(i, m)| Op::SetMax(i, m)),
+            (0usize..8, 1u32..4).prop_map(|(i, f)| Op::SetFree(i, f)),
             (1u64..300).prop_map(Op::Advance),
             Just(Op::RefreshAll),
         ]
@@ -476,8 +593,13 @@ mod tests {
                         rr.rebuild(&set.members());
                     }
                     Op::Dispatch => {
-                        if let Some(i) = set.pick(&mut rr, None, &[], &[]) {
+                        let below = set.capacity_below() > 0;
+                        let tier = Tier { headroom: false, soonest: false };
+                        if let Some(i) = set.pick_for(&mut rr, tier, None, &[], &[], now) {
                             prop_assert!(set.slots[i].room > 0);
+                            // Below the top class, headroom only when no
+                            // node has room below its free limit.
+                            prop_assert!(!below || set.slots[i].below > 0);
                             set.dispatch(i, now);
                         }
                     }
@@ -503,6 +625,10 @@ mod tests {
                         set.node_mut(i).max_concurrent = m;
                         set.refresh(i, now);
                     }
+                    Op::SetFree(i, f) if i < len => {
+                        set.node_mut(i).load.free_limit = f;
+                        set.refresh(i, now);
+                    }
                     Op::Advance(ms) => now += Duration::from_millis(ms),
                     Op::RefreshAll => {
                         set.refresh_all(now);
@@ -515,6 +641,118 @@ mod tests {
             set.refresh_all(now);
             check_fresh(&set, now);
         }
+    }
+
+    /// A set of `n` nodes of limit 5, each of whose backends serves 4 at
+    /// once (a learned free limit of 4) in 20 ms.
+    fn tiered(n: u32, now: Instant) -> NodeSet {
+        let mut set = NodeSet::new(tuning());
+        for id in 0..n {
+            let mut v = view(id, 1, 5, now);
+            v.load.free_limit = 4;
+            v.load.base_rtt = Duration::from_millis(20);
+            set.push(v, now);
+        }
+        set
+    }
+
+    const LOWER: Tier = Tier {
+        headroom: false,
+        soonest: true,
+    };
+    const TOP: Tier = Tier {
+        headroom: true,
+        soonest: true,
+    };
+
+    #[test]
+    fn below_the_top_class_a_node_is_filled_to_its_free_limit_only() {
+        let t0 = Instant::now();
+        let mut set = tiered(2, t0);
+        assert_eq!((set.capacity(), set.capacity_below()), (10, 8));
+        let mut rr = RoundRobin::new();
+        rr.rebuild(&set.members());
+        // Node 0 holds 4: its one slot left is headroom.
+        for _ in 0..4 {
+            set.dispatch(0, t0);
+        }
+        assert_eq!(
+            (set.capacity(), set.capacity_below(), set.headroom_only),
+            (6, 4, 1)
+        );
+        // Round robin would take node 0 every other time: a lower route
+        // never does while node 1 has room below its free limit.
+        for k in 0..4 {
+            let i = set.pick_for(&mut rr, LOWER, None, &[], &[], t0);
+            assert_eq!(i, Some(1), "pick {k}");
+            set.dispatch(1, t0);
+        }
+        check(&set);
+        // No room below a free limit is left: a lower route that comes
+        // anyway (the queue's view lagged) takes headroom rather than
+        // going back.
+        assert_eq!((set.capacity(), set.capacity_below()), (2, 0));
+        assert!(set.pick_for(&mut rr, LOWER, None, &[], &[], t0).is_some());
+        assert!(set.cands.iter().all(|c| c.eligible), "masks are lifted");
+    }
+
+    #[test]
+    fn a_top_class_route_goes_where_a_worker_frees_first() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut set = tiered(3, t0);
+        let mut rr = RoundRobin::new();
+        rr.rebuild(&set.members());
+        // Each backend's four workers took requests 1 ms apart; node 1's
+        // first is the oldest.
+        for (i, start) in [(0, 3), (1, 0), (2, 6)] {
+            for k in 0..4 {
+                set.dispatch(i, t0 + ms(start + k));
+            }
+        }
+        assert_eq!(set.capacity_below(), 0);
+        let now = t0 + ms(10);
+        // Node 1's first request ends at 20 ms, node 0's at 23, node 2's at 26.
+        assert_eq!(set.pick_for(&mut rr, TOP, None, &[], &[], now), Some(1));
+        // Not one it must not use, and one it should avoid only if no other.
+        let one = [NodeId(1)];
+        assert_eq!(set.pick_for(&mut rr, TOP, None, &one, &[], now), Some(0));
+        assert_eq!(set.pick_for(&mut rr, TOP, None, &[], &one, now), Some(0));
+        // A lower class, or a strategy that does not weigh load, keeps the
+        // strategy's pick.
+        let plain = Tier {
+            soonest: false,
+            ..TOP
+        };
+        for tier in [LOWER, plain] {
+            let picks: Vec<_> = (0..3)
+                .map(|_| set.pick_for(&mut rr, tier, None, &[], &[], now))
+                .collect();
+            assert!(
+                picks.contains(&Some(0)) && picks.contains(&Some(2)),
+                "{picks:?}"
+            );
+        }
+        // Once a node has a worker free, the strategy picks among those
+        // that have: node 1 (none free) is not taken.
+        set.attempt_ended(2, None, now);
+        set.attempt_ended(0, None, now);
+        assert_eq!(set.node(2).sent.len(), 3);
+        for _ in 0..4 {
+            let i = set.pick_for(&mut rr, TOP, None, &[], &[], now);
+            assert!(matches!(i, Some(0 | 2)), "{i:?}");
+        }
+        // Before any latency is known the strategy picks.
+        let mut fresh = NodeSet::new(tuning());
+        let mut v = view(9, 1, 5, t0);
+        v.load.free_limit = 4;
+        fresh.push(v, t0);
+        for _ in 0..4 {
+            fresh.dispatch(0, t0);
+        }
+        let mut rr = RoundRobin::new();
+        rr.rebuild(&fresh.members());
+        assert_eq!(fresh.pick_for(&mut rr, TOP, None, &[], &[], t0), Some(0));
     }
 
     #[test]

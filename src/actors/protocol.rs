@@ -95,6 +95,12 @@ pub struct LoadReport {
     /// The node's concurrency limit now: `max_concurrent`, or the learned
     /// limit under it (`max_concurrent: "auto"`).
     pub limit: u32,
+    /// Of `limit`, what the backend serves without queueing (the learned
+    /// estimate; `limit` itself when fixed): the rest is headroom for the
+    /// top class (`algo::headroom`).
+    pub free_limit: u32,
+    /// The learned latency with nothing queued (zero when not learned).
+    pub base_rtt: Duration,
     /// The last attempt that counted against the node, in words (its
     /// transport error, or its 5xx status): why its breaker opened.
     pub last_error: Option<Arc<str>>,
@@ -129,6 +135,8 @@ pub(crate) struct Route {
     /// used again; when only they can take it, the route is refused.
     pub exclude: Vec<NodeId>,
     pub hedge: bool,
+    /// The task is of the top class: it may take a node's headroom.
+    pub headroom: bool,
     /// When the queue sent it: the time the balancer and node decide at.
     pub at: Instant,
 }
@@ -145,6 +153,7 @@ impl Route {
             avoid: Vec::new(),
             exclude: Vec::new(),
             hedge: false,
+            headroom: true,
             at,
         }
     }
@@ -328,12 +337,16 @@ pub(crate) enum ToQueue {
 }
 
 /// Balancer to queue: what the queue may send now, in one type: `credit`
-/// more tasks (the nodes' room, capped by the service's tokens), then the
-/// service's gate when it changed (the balancer judges both at once; the
-/// queue takes the credit, then the gate, then pumps once for the turn).
+/// more tasks (the nodes' room, capped by the service's tokens), how much
+/// of the room is headroom, then the service's gate when it changed (the
+/// balancer judges all at once; the queue takes the credit and reserve,
+/// then the gate, then pumps once for the turn).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Room {
     pub credit: usize,
+    /// Of the room the nodes have now, the headroom: only top-class tasks
+    /// may take it (`algo::headroom`). A level, not an increment.
+    pub reserve: usize,
     pub gate: Option<Gate>,
 }
 
@@ -343,6 +356,7 @@ impl Room {
     pub(crate) fn credit(n: usize) -> ToQueue {
         ToQueue::Room(Room {
             credit: n,
+            reserve: 0,
             gate: None,
         })
     }

@@ -27,6 +27,7 @@ use super::node::NodeActor;
 use super::protocol::{LoadReport, NodeId};
 use super::share::NodeTokens;
 use crate::algo::breaker::BreakerState;
+use crate::algo::headroom::DispatchTimes;
 use crate::algo::limiter::TokenBucket;
 use crate::algo::strategy::{Candidate, LeastLoad};
 use crate::config::{EndpointConfig, ServiceConfig};
@@ -105,6 +106,9 @@ pub(crate) struct NodeView {
     pub shared_tokens: NodeTokens,
     /// Dispatches placed this turn, sent together when it ends.
     pub outbox: Vec<super::protocol::Dispatch>,
+    /// When its attempts in flight were sent, for the wait a request sent
+    /// now would have (`algo::headroom`).
+    pub sent: DispatchTimes,
 }
 
 /// A node's contribution to the balancer's counts, kept so that deciding
@@ -166,6 +170,7 @@ impl NodeView {
             shared: SharedMirror::Closed,
             shared_tokens: NodeTokens::Off,
             outbox: Vec::new(),
+            sent: DispatchTimes::default(),
         }
     }
 
@@ -189,9 +194,10 @@ impl NodeView {
         }
     }
 
-    /// Room (see [`NodeView::compute_room`]) and flags (see
+    /// Room (see [`NodeView::compute_room`]), the part of it under the
+    /// node's free limit (see [`NodeView::free_limit`]) and flags (see
     /// [`NodeView::flags`]) at `now`, reading the slots and tokens once.
-    pub fn room_and_flags(&self, now: Instant) -> (usize, Flags) {
+    pub fn room_and_flags(&self, now: Instant) -> (usize, usize, Flags) {
         let slots = self.slots(now);
         let tokens = match &self.bucket {
             Some(b) if slots > 0 => Some(b.available(now) as usize),
@@ -209,7 +215,25 @@ impl NodeView {
             open: in_service && self.is_open(now),
             token_blocked: tokens == Some(0),
         };
-        (room, flags)
+        let below = room.min(self.free_limit().saturating_sub(self.in_flight) as usize);
+        (room, below, flags)
+    }
+
+    /// Of [`NodeView::limit`], what the backend serves without queueing,
+    /// as the node last reported it: the rest is headroom.
+    pub fn free_limit(&self) -> u32 {
+        self.load.free_limit.clamp(1, self.limit())
+    }
+
+    /// What a request takes on this node with nothing queued: the learned
+    /// base latency, else the latency EWMA; `None` before any answer.
+    pub fn service_time(&self) -> Option<Duration> {
+        let t = if self.load.base_rtt.is_zero() {
+            Duration::try_from_secs_f64(self.load.latency_ewma).unwrap_or(Duration::ZERO)
+        } else {
+            self.load.base_rtt
+        };
+        (!t.is_zero()).then_some(t)
     }
 
     /// Attempts the node may have in flight: `max_concurrent`, or the
@@ -401,6 +425,7 @@ impl NodeView {
             in_flight: n.in_flight,
             max_concurrent: n.max_concurrent,
             concurrency_limit: n.limit(),
+            free_limit: n.free_limit(),
             total: n.load.total,
             errors: n.load.errors,
             error_rate: n.load.error_rate,
@@ -454,6 +479,8 @@ pub(crate) mod tests {
             last_error: None,
             // No learned limit: `max_concurrent` (the view clamps to it).
             limit: u32::MAX,
+            free_limit: u32::MAX,
+            base_rtt: Duration::ZERO,
         }
     }
 

@@ -63,9 +63,12 @@
 //!   timeouts' latency became the new normal). A timeout is no latency
 //!   sample; a window with any timeout does not grow, and a window mostly of
 //!   timeouts (a hung backend) cuts the limit by `backoff`, as pushback does.
-//! * **No growth while the node is not used**: a window whose highest
-//!   in-flight count stayed below `limit / 2` does not grow (Gradient2's
-//!   rule), so a quiet period does not leave a huge limit behind.
+//! * **No growth while the limit does not bind**: in slow start a window
+//!   whose highest in-flight count stayed below `limit / 2` does not grow
+//!   (Gradient2's rule), and past it one that never reached the limit
+//!   does not (TCP's congestion window validation, RFC 7661), so a quiet
+//!   period does not leave a huge limit behind, nor does a limit that only
+//!   the top class may fill ([`crate::algo::headroom`]).
 //! * **Slow start** (vector #7371 ramps too slowly): from `initial`, the
 //!   limit doubles each window until the first queue, timeout or pushback,
 //!   as in TCP's slow start. In the simulation below (64 slots, 20 ms) it
@@ -241,6 +244,8 @@ struct Window {
     timeouts: usize,
     failures: usize,
     max_in_flight: u32,
+    /// Sum of the in-flight counts the outcomes ended at.
+    in_flight_sum: u64,
 }
 
 impl Window {
@@ -330,6 +335,19 @@ impl LearnedLimit {
         }
     }
 
+    /// The part of the limit that tasks below the top class may fill
+    /// (see [`crate::algo::headroom`]): the limit less the least queue the
+    /// band keeps inside the backend, `alpha` rounded up (1 for a limit
+    /// under 20, 3 at 50); the whole limit when it is 1. At the Vegas point
+    /// the backend serves about `limit - queue` at once, so a node filled
+    /// to this queues next to nothing inside its backend, and the rest of
+    /// the limit is the top class's.
+    pub fn free_limit(&self) -> u32 {
+        let limit = self.limit();
+        let headroom = (f64::from(limit) / 20.0).max(MIN_ALPHA).ceil() as u32;
+        limit.saturating_sub(headroom).max(1)
+    }
+
     /// The current phase, for stats.
     pub fn phase(&self) -> Phase {
         self.phase
@@ -380,6 +398,7 @@ impl LearnedLimit {
             SampleKind::NodeFailure => self.window.failures += 1,
         }
         self.window.max_in_flight = self.window.max_in_flight.max(in_flight);
+        self.window.in_flight_sum += u64::from(in_flight);
         let needed = (self.limit() as usize).max(MIN_WINDOW_SAMPLES);
         let long = now.saturating_duration_since(self.window_start) >= MAX_WINDOW;
         if self.window.outcomes() < needed && !long {
@@ -494,9 +513,26 @@ impl LearnedLimit {
         self.last_queue = queue;
         let alpha = (limit / 20.0).max(MIN_ALPHA);
         let beta = (2.0 * alpha).max(alpha + 1.0);
-        let may_grow = window.timeouts == 0
-            && window.failures * 2 <= window.outcomes()
-            && f64::from(window.max_in_flight) * 2.0 >= limit;
+        let healthy = window.timeouts == 0 && window.failures * 2 <= window.outcomes();
+        // Slow start explores: it doubles while the node is at least half
+        // used (Gradient2's rule). Past it the limit grows only when the
+        // window reached it (TCP's congestion window validation, RFC 7661):
+        // a limit that did not bind, as when only the top class may take
+        // the headroom, says nothing about one above it.
+        let used = f64::from(window.max_in_flight);
+        let may_grow = healthy
+            && match self.phase {
+                Phase::SlowStart => used * 2.0 >= limit,
+                _ => used >= limit.floor(),
+            };
+        // A limit reached only now and then, as when only the top class
+        // may fill its headroom, grows only on no sign of a queue at all:
+        // the few requests at the limit that waited are the sign.
+        let mean_in_flight = window.in_flight_sum as f64 / window.outcomes().max(1) as f64;
+        let alpha_up = match mean_in_flight < limit.floor() - 0.5 {
+            true => alpha / 4.0,
+            false => alpha,
+        };
         let next = if queue > beta {
             self.phase = Phase::Avoidance;
             let step = ((queue - (alpha + beta) / 2.0) / 2.0).max(1.0);
@@ -512,7 +548,7 @@ impl LearnedLimit {
             } else {
                 limit
             }
-        } else if queue < alpha && may_grow {
+        } else if queue < alpha_up && may_grow {
             limit + (alpha - queue).max(1.0)
         } else {
             limit
@@ -682,6 +718,8 @@ mod tests {
         assert_eq!(limits, [4, 8, 6, 5, 5, 5, 5, 5, 5, 5, 5, 5]);
         let queue = l.queue_estimate();
         assert!((0.5..=1.5).contains(&queue), "{queue}");
+        // The backend serves 4 at once: the fifth slot is headroom.
+        assert_eq!(l.free_limit(), 4);
 
         // At 6 in flight two wait: queue 6 * (1 - 21.5/31.5) = 1.9 (with
         // 1.5 ms of the way there and back), over 1.5, so it is lowered to
@@ -705,6 +743,73 @@ mod tests {
         // At 5 one waits: queue 5 * (1 - 21.5/26.5) = 0.94, held.
         let (_, last) = feed(&mut m, 6, base + 5 * MS, 5, now + base);
         assert_eq!((last, m.limit()), (None, 5));
+        // The one request the band keeps waiting is headroom: 4 are free.
+        assert_eq!(m.free_limit(), 4);
+    }
+
+    #[test]
+    fn a_limit_only_the_top_class_reaches_does_not_creep_up() {
+        // A backend of 4 workers, 20 ms a request, at its learned 5 (as in
+        // `a_small_backend_keeps_one_request_waiting`).
+        let t0 = Instant::now();
+        let mut l = LearnedLimit::with_seed(
+            LearnedLimitConfig {
+                initial: 2,
+                ..cfg()
+            },
+            1,
+            t0,
+        );
+        let rtt_at = |limit: u32| 20 * MS * limit.max(4) / 4;
+        let mut sent = t0;
+        for _ in 0..8 {
+            let limit = l.limit();
+            let (now, _) = feed(&mut l, limit.max(4), rtt_at(limit), limit, sent);
+            sent = now + rtt_at(limit);
+        }
+        assert_eq!((l.limit(), l.free_limit()), (5, 4));
+        // Lower classes fill it to 4; now and then a critical task takes
+        // the fifth slot and waits 5 ms for a worker. The limit was
+        // reached and the queue (5 * (1 - 20/21) = 0.24) is under alpha,
+        // but it binds only now and then: it holds.
+        for _ in 0..6 {
+            let now = sent + 25 * MS;
+            for _ in 0..4 {
+                l.on_sample(20 * MS, 4, SampleKind::Success, now);
+            }
+            l.on_sample(25 * MS, 5, SampleKind::Success, now);
+            sent = now + 25 * MS;
+        }
+        assert_eq!(l.limit(), 5);
+        // Cut to 4 (pushback), lower classes fill 3 and the top class the
+        // fourth, and nothing ever waits: it grows back.
+        l.on_pushback(sent);
+        assert_eq!((l.limit(), l.free_limit()), (4, 3));
+        sent += 25 * MS;
+        for _ in 0..3 {
+            let now = sent + 20 * MS;
+            for _ in 0..3 {
+                l.on_sample(20 * MS, 3, SampleKind::Success, now);
+            }
+            l.on_sample(20 * MS, 4, SampleKind::Success, now);
+            sent = now + 20 * MS;
+        }
+        assert_eq!(l.limit(), 5);
+    }
+
+    #[test]
+    fn the_free_limit_leaves_the_least_queue_of_the_band_as_headroom() {
+        let t0 = Instant::now();
+        let free = |limit: u32| {
+            let c = LearnedLimitConfig {
+                initial: limit,
+                ..cfg()
+            };
+            LearnedLimit::with_seed(c, 1, t0).free_limit()
+        };
+        // The limit less alpha = max(0.5, limit / 20), rounded up.
+        let seen: Vec<u32> = [1, 2, 5, 20, 21, 50, 1000].map(free).to_vec();
+        assert_eq!(seen, [1, 1, 4, 19, 19, 47, 950]);
     }
 
     #[test]

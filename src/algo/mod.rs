@@ -10,6 +10,7 @@ pub mod budget;
 pub mod codel;
 pub mod concurrency;
 pub mod ewma;
+pub mod headroom;
 pub mod limiter;
 pub mod policy;
 pub mod priority;

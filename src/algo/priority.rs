@@ -281,15 +281,22 @@ impl<T> ClassQueues<T> {
     /// shares and then priority, at the end `order` says: `None` only when
     /// nothing waits.
     pub fn pop(&mut self, order: Order) -> Option<(Priority, T)> {
-        let first = (0..CLASSES).find(|&c| !self.queues[c].is_empty())?;
-        for c in 0..CLASSES {
+        self.pop_within(order, Priority::Sheddable)
+    }
+
+    /// As [`pop`](Self::pop), among `lowest` and the classes more important
+    /// than it (the others neither earn nor pay: they are not asked).
+    pub fn pop_within(&mut self, order: Order, lowest: Priority) -> Option<(Priority, T)> {
+        let n = lowest.index() + 1;
+        let first = (0..n).find(|&c| !self.queues[c].is_empty())?;
+        for c in 0..n {
             if self.queues[c].is_empty() {
                 self.owed[c] = 0;
             } else {
                 self.owed[c] = self.owed[c].saturating_add(self.shares[c]);
             }
         }
-        let c = (0..CLASSES)
+        let c = (0..n)
             .find(|&c| !self.queues[c].is_empty() && self.owed[c] >= WHOLE)
             .unwrap_or(first);
         self.owed[c] = self.owed[c].saturating_sub(WHOLE);
@@ -310,9 +317,20 @@ impl<T> ClassQueues<T> {
     pub fn pop_live(
         &mut self,
         order: Order,
+        live: impl FnMut(&T) -> bool,
+    ) -> Option<(Priority, T)> {
+        self.pop_live_within(order, Priority::Sheddable, live)
+    }
+
+    /// As [`pop_live`](Self::pop_live), among `lowest` and the classes more
+    /// important than it.
+    pub fn pop_live_within(
+        &mut self,
+        order: Order,
+        lowest: Priority,
         mut live: impl FnMut(&T) -> bool,
     ) -> Option<(Priority, T)> {
-        for q in &mut self.queues {
+        for q in &mut self.queues[..=lowest.index()] {
             match order {
                 Order::Fifo => {
                     while q.front().is_some_and(|t| !live(t)) {
@@ -326,7 +344,7 @@ impl<T> ClassQueues<T> {
                 }
             }
         }
-        self.pop(order)
+        self.pop_within(order, lowest)
     }
 
     /// The oldest item of `class` that `live` accepts, left in place (the
@@ -458,6 +476,33 @@ mod tests {
             sheddable: 0.1,
         };
         assert_eq!(tenths.validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_pop_within_serves_only_the_classes_asked() {
+        let mut q = ClassQueues::new(PriorityConfig::default());
+        q.push(Sheddable, 1);
+        q.push(Normal, 2);
+        // Only critical asked, and none waits: nothing, and nothing moves.
+        assert_eq!(q.pop_within(Order::Fifo, Critical), None);
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.pop_within(Order::Fifo, Normal), Some((Normal, 2)));
+        assert_eq!(q.pop_within(Order::Fifo, Normal), None);
+        q.push(Critical, 3);
+        q.push(Critical, 4);
+        assert_eq!(q.pop_within(Order::Lifo, Critical), Some((Critical, 4)));
+        // Sheddable earned nothing while it was not asked: critical first.
+        assert_eq!(q.pop(Order::Fifo), Some((Critical, 3)));
+        assert_eq!(q.pop(Order::Fifo), Some((Sheddable, 1)));
+        // The live filter drops dead items of the classes asked only.
+        q.push(Sheddable, 5);
+        q.push(Normal, 6);
+        q.push(Normal, 7);
+        assert_eq!(
+            q.pop_live_within(Order::Fifo, Normal, |&i| i != 6),
+            Some((Normal, 7))
+        );
+        assert_eq!(q.len(), 1);
     }
 
     #[test]

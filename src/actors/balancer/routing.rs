@@ -131,6 +131,7 @@ impl BalancerActor {
             // them would be skipped by a merge, so only credit merges).
             (Some(ToQueue::Room(last)), ToQueue::Room(next)) if last.gate.is_none() => {
                 last.credit = last.credit.saturating_add(next.credit);
+                last.reserve = next.reserve;
                 last.gate = next.gate;
             }
             (_, a) => self.answered.push(a),

@@ -82,6 +82,15 @@ impl NodeCore {
             restarts: self.restarts,
             last_error: self.last_error.clone(),
             limit: self.limit(),
+            free_limit: match &self.learned {
+                Some(l) => l.free_limit().min(self.limit()),
+                None => self.limit(),
+            },
+            base_rtt: self
+                .learned
+                .as_ref()
+                .and_then(LearnedLimit::base_rtt)
+                .unwrap_or(Duration::ZERO),
         }
     }
 

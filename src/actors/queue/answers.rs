@@ -303,6 +303,7 @@ impl QueueActor {
                 // buckets at the route's time).
                 self.tick(None);
                 self.credit = self.credit.saturating_add(room.credit);
+                self.reserve = room.reserve;
                 if let Some(gate) = room.gate {
                     self.set_gate(gate, ctx);
                 }

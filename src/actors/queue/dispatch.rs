@@ -34,7 +34,10 @@ impl QueueActor {
         // Sends per class, for the delay control's intake bounds.
         let mut sent = [0u64; Priority::ALL.len()];
         while self.credit > 0 && self.gate == Gate::Open {
-            let Some(no) = self.tasks.next_ready(order) else {
+            // Credit beyond the reserve serves any class; the reserve only
+            // the top class (`algo::headroom`).
+            let lowest = self.classes.lowest(self.credit, self.reserve, now);
+            let Some(no) = self.tasks.next_ready_within(order, lowest) else {
                 break;
             };
             let Some(p) = self.tasks.get(&no) else {
@@ -75,16 +78,23 @@ impl QueueActor {
                 // when queued, so a deep queue neither floods nor starves it.
                 self.policy.sent(now);
             }
-            sent[p.job().priority.index()] += 1;
+            let class = p.job().priority;
+            sent[class.index()] += 1;
             let route = Route {
                 seq: Seq { task: no, round },
                 job: p.job().clone(),
                 avoid: p.avoid(),
                 exclude: p.exclude(),
                 hedge: false,
+                headroom: self
+                    .classes
+                    .top(now)
+                    .is_none_or(|t| class.index() <= t.index()),
                 at: now,
             };
             self.credit -= 1;
+            // A top-class task sent out of the reserve spends it.
+            self.reserve = self.reserve.min(self.credit);
             self.out.routes.push(route);
             if let Some(d) = hedge_after {
                 self.push_timer(time::add(now, d), no, Timer::Hedge(round), ctx);
@@ -293,6 +303,7 @@ impl QueueActor {
             avoid: p.avoid(),
             exclude: p.exclude(),
             hedge: true,
+            headroom: true,
             at: now,
         };
         self.out.routes.push(route);

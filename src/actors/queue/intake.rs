@@ -39,6 +39,7 @@ impl QueueActor {
             return false;
         }
         let class = msg.task.job().priority;
+        self.classes.seen(class, now);
         // A full queue with no line of parked tasks makes room for a more
         // important task: the oldest ready task of a lower class goes.
         if !self.has_room() && self.tasks.counts().parked == 0 {
@@ -84,8 +85,17 @@ impl QueueActor {
     /// first), so it would only wait to be shed.
     fn refuses_at_intake(&mut self, class: Priority, now: Instant) -> bool {
         let c = self.tasks.counts();
-        let ahead = c.ready_from(class).saturating_sub(self.credit);
-        let of_class = c.ready_in[class.index()].saturating_sub(self.credit);
+        // Below the top class, the headroom in hand is not for it.
+        let below_top = self
+            .classes
+            .top(now)
+            .is_some_and(|t| t.index() < class.index());
+        let credit = match below_top {
+            true => self.credit.saturating_sub(self.reserve),
+            false => self.credit,
+        };
+        let ahead = c.ready_from(class).saturating_sub(credit);
+        let of_class = c.ready_in[class.index()].saturating_sub(credit);
         let Some(d) = self.delay.as_mut().filter(|d| d.overloaded_at(now)) else {
             return false;
         };

@@ -87,6 +87,10 @@ pub struct QueueActor {
     timers: TimerStore<TaskNo, Timer>,
     timer: Option<(Instant, SpawnHandle)>,
     credit: usize,
+    /// Of `credit`, the headroom: only top-class tasks may spend it.
+    reserve: usize,
+    /// Which classes came lately: the top one may take the headroom.
+    classes: crate::algo::headroom::ClassReserve,
     gate: Gate,
     pub(super) closed: bool,
     policy: RetryPolicy,
@@ -153,6 +157,8 @@ impl QueueActor {
             timers: TimerStore::default(),
             timer: None,
             credit: 0,
+            reserve: 0,
+            classes: Default::default(),
             gate: Gate::Open,
             closed: false,
             policy: RetryPolicy::new(

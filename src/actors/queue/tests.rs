@@ -14,6 +14,8 @@ use crate::outcome::AttemptOutcome;
 #[derive(Default)]
 struct Seen {
     routes: Vec<(Seq, bool)>,
+    /// Each route's `headroom` flag, in order.
+    headroom: Vec<bool>,
     cancels: Vec<Seq>,
 }
 
@@ -31,6 +33,7 @@ impl Handler<QueueTurn> for FakeBalancer {
         seen.cancels.extend(msg.cancels);
         seen.routes
             .extend(msg.routes.iter().map(|r| (r.seq, r.hedge)));
+        seen.headroom.extend(msg.routes.iter().map(|r| r.headroom));
     }
 }
 
@@ -490,4 +493,75 @@ async fn a_task_abandoned_while_queued_is_never_routed() {
     assert_eq!(routes.len(), 1, "only the kept task goes");
     let stats = queue.addr.send(GetQueueStats).await.unwrap();
     assert_eq!((stats.cancelled, stats.in_flight, stats.queued), (1, 1, 0));
+}
+
+/// Room with `credit` more, of which the nodes' headroom is `reserve`.
+fn room(credit: usize, reserve: usize) -> Vec<ToQueue> {
+    vec![ToQueue::Room(Room {
+        credit,
+        reserve,
+        gate: None,
+    })]
+}
+
+/// Headroom (`algo::headroom`): while critical tasks come, the credit that
+/// is the nodes' headroom goes to them only; a sheddable task waits for
+/// credit beyond it, and takes it again once critical tasks stop coming.
+#[actix_rt::test]
+async fn the_reserve_is_spent_on_the_top_class_only() {
+    tokio::time::pause();
+    let (queue, seen) =
+        start(r#"{"services":[{"name":"svc","endpoints":[{"address":"http://127.0.0.1:9/"}]}]}"#);
+    let task = |p: Priority| Task::get("svc", "/x").priority(p);
+    queue.news(room(1, 0));
+    let _c1 = submit(&queue, task(Priority::Critical), 1);
+    let _s1 = submit(&queue, task(Priority::Sheddable), 2);
+    let _s2 = submit(&queue, task(Priority::Sheddable), 3);
+    settle().await;
+    assert_eq!(
+        seen.lock().unwrap().routes.len(),
+        1,
+        "one credit: the critical task"
+    );
+    // Three more, two of them headroom: one sheddable task goes.
+    queue.news(room(3, 2));
+    settle().await;
+    assert_eq!(seen.lock().unwrap().routes.len(), 2);
+    // A critical task takes the reserve at once...
+    let _c2 = submit(&queue, task(Priority::Critical), 4);
+    settle().await;
+    assert_eq!(seen.lock().unwrap().routes.len(), 3);
+    // ...which leaves one credit, of which one is headroom: s2 waits
+    // until the balancer says the headroom is gone.
+    queue.news(room(0, 1));
+    settle().await;
+    assert_eq!(seen.lock().unwrap().routes.len(), 3);
+    queue.news(room(0, 0));
+    settle().await;
+    {
+        let s = seen.lock().unwrap();
+        let tasks: Vec<u64> = s.routes.iter().map(|(seq, _)| seq.task).collect();
+        assert_eq!(tasks.len(), 4);
+        // Critical routes may take headroom, sheddable ones may not.
+        assert_eq!(s.headroom, [true, false, true, false]);
+    }
+    // No critical task for the hold: the sheddable class is the top one.
+    queue.news(room(1, 1));
+    let _s3 = submit(&queue, task(Priority::Sheddable), 5);
+    settle().await;
+    assert_eq!(
+        seen.lock().unwrap().routes.len(),
+        4,
+        "critical tasks came within the hold"
+    );
+    tokio::time::advance(crate::algo::headroom::HOLD).await;
+    let _s4 = submit(&queue, task(Priority::Sheddable), 6);
+    settle().await;
+    let s = seen.lock().unwrap();
+    assert_eq!(
+        s.routes.len(),
+        5,
+        "the reserve is the sheddable class's now"
+    );
+    assert!(s.headroom[4]);
 }

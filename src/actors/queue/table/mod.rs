@@ -202,9 +202,17 @@ impl TaskTable {
     /// caller sends it with [`send`](Self::send) or answers it): of the
     /// class the shares choose, at the end `order` says.
     pub fn next_ready(&mut self, order: Order) -> Option<TaskNo> {
+        self.next_ready_within(order, Priority::Sheddable)
+    }
+
+    /// As [`next_ready`](Self::next_ready), among `lowest` and the classes
+    /// more important than it.
+    pub fn next_ready_within(&mut self, order: Order, lowest: Priority) -> Option<TaskNo> {
         let tasks = &self.tasks;
         let live = |no: &TaskNo| tasks.get(no).is_some_and(|p| p.state == State::Ready);
-        self.ready.pop_live(order, live).map(|(_, no)| no)
+        self.ready
+            .pop_live_within(order, lowest, live)
+            .map(|(_, no)| no)
     }
 
     /// The oldest ready task of `class`, left on its list.
