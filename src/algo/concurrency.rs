@@ -689,10 +689,11 @@ mod tests {
         assert_eq!(l.limit(), 33); // 42 - 8.925 = 33.075
     }
 
-    #[test]
-    fn a_small_backend_keeps_one_request_waiting() {
-        // A backend of 4 workers and 20 ms a request: at `limit` in flight
-        // a request takes 20 ms * max(limit, 4) / 4 (Little's law).
+    /// A limit from 2 on a backend of 4 workers and 20 ms a request, kept
+    /// full for `windows` windows: at `limit` in flight a request takes
+    /// 20 ms * max(limit, 4) / 4 (Little's law). Returns it, when the next
+    /// window's requests are sent, and the limit after each window.
+    fn small_backend(windows: usize) -> (LearnedLimit, Instant, Vec<u32>) {
         let t0 = Instant::now();
         let mut l = LearnedLimit::with_seed(
             LearnedLimitConfig {
@@ -705,12 +706,19 @@ mod tests {
         let rtt_at = |limit: u32| 20 * MS * limit.max(4) / 4;
         let mut sent = t0;
         let mut limits = Vec::new();
-        for _ in 0..12 {
+        for _ in 0..windows {
             let limit = l.limit();
             let (now, _) = feed(&mut l, limit.max(4), rtt_at(limit), limit, sent);
             limits.push(l.limit());
             sent = now + rtt_at(limit);
         }
+        (l, sent, limits)
+    }
+
+    #[test]
+    fn a_small_backend_keeps_one_request_waiting() {
+        let t0 = Instant::now();
+        let (l, _, limits) = small_backend(12);
         // Slow start to 8 (a queue of 4), lowered to 6, then to 5, where
         // one request waits (queue about 5 * (1 - 20/25) = 1, inside
         // [0.5, 1.5]) and the limit holds: not 4, where a worker that ends
@@ -749,24 +757,8 @@ mod tests {
 
     #[test]
     fn a_limit_only_the_top_class_reaches_does_not_creep_up() {
-        // A backend of 4 workers, 20 ms a request, at its learned 5 (as in
-        // `a_small_backend_keeps_one_request_waiting`).
-        let t0 = Instant::now();
-        let mut l = LearnedLimit::with_seed(
-            LearnedLimitConfig {
-                initial: 2,
-                ..cfg()
-            },
-            1,
-            t0,
-        );
-        let rtt_at = |limit: u32| 20 * MS * limit.max(4) / 4;
-        let mut sent = t0;
-        for _ in 0..8 {
-            let limit = l.limit();
-            let (now, _) = feed(&mut l, limit.max(4), rtt_at(limit), limit, sent);
-            sent = now + rtt_at(limit);
-        }
+        // A backend of 4 workers, 20 ms a request, at its learned 5.
+        let (mut l, mut sent, _) = small_backend(8);
         assert_eq!((l.limit(), l.free_limit()), (5, 4));
         // Lower classes fill it to 4; now and then a critical task takes
         // the fifth slot and waits 5 ms for a worker. The limit was
