@@ -7,12 +7,13 @@
 //! It runs on its own thread and `actix_rt::System`, on 127.0.0.1 with an
 //! ephemeral port, and stops when dropped.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use actix_web::{web, App, HttpResponse, HttpServer};
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use tokio::sync::Semaphore;
 
 struct State {
@@ -21,6 +22,9 @@ struct State {
     served: AtomicU64,
     busy: AtomicU64,
     peak_busy: AtomicU64,
+    /// By the first segment of their path, the requests that found no
+    /// worker free and waited inside.
+    waited: Mutex<HashMap<String, u64>>,
 }
 
 /// A running fixed-capacity backend.
@@ -40,6 +44,7 @@ impl Capped {
             served: AtomicU64::new(0),
             busy: AtomicU64::new(0),
             peak_busy: AtomicU64::new(0),
+            waited: Mutex::new(HashMap::new()),
         });
         let shared = Arc::clone(&state);
         let (tx, rx) = mpsc::channel();
@@ -87,10 +92,26 @@ impl Capped {
     pub fn peak_busy(&self) -> u64 {
         self.state.peak_busy.load(Ordering::SeqCst)
     }
+
+    /// Requests whose path starts with `/{first}/` that found no worker
+    /// free and waited inside for one.
+    pub fn waited(&self, first: &str) -> u64 {
+        let waited = self.state.waited.lock().unwrap();
+        waited.get(first).copied().unwrap_or(0)
+    }
 }
 
-async fn serve(state: web::Data<State>) -> HttpResponse {
-    let Ok(_worker) = state.workers.acquire().await else {
+async fn serve(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
+    let worker = match state.workers.try_acquire() {
+        Ok(w) => Ok(w),
+        Err(_) => {
+            let first = req.path().trim_start_matches('/').split('/').next();
+            let key = first.unwrap_or("").to_owned();
+            *state.waited.lock().unwrap().entry(key).or_default() += 1;
+            state.workers.acquire().await
+        }
+    };
+    let Ok(_worker) = worker else {
         return HttpResponse::ServiceUnavailable().finish();
     };
     let busy = state.busy.fetch_add(1, Ordering::SeqCst) + 1;
