@@ -250,47 +250,52 @@ fn outgoing_headers(
     }
     let xff_name = HeaderName::from_static("x-forwarded-for");
     if let Some(ip) = req.peer_addr().map(|a| a.ip()) {
-        let mut node = String::with_capacity(48);
-        push_ip(ip, &mut node);
         let host = headers
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
             .filter(|h| is_token_or_host(h));
-        let mut this = fwd.map_or_else(
-            || String::with_capacity(64),
-            |mut prev| {
-                prev.push_str(", ");
-                prev
-            },
-        );
-        this.push_str("for=");
-        if ip.is_ipv6() {
-            // RFC 7239 §6: an IPv6 node is quoted and bracketed.
-            this.push_str("\"[");
-            this.push_str(&node);
-            this.push_str("]\"");
-        } else {
-            this.push_str(&node);
-        }
-        if let Some(host) = host {
-            this.push_str(";host=");
-            this.push_str(host);
-        }
-        this.push_str(if req.app_config().secure() {
+        let proto = if req.app_config().secure() {
             ";proto=https"
         } else {
             ";proto=http"
-        });
-        let xff = match xff {
-            Some(mut prev) => {
-                prev.push_str(", ");
-                prev.push_str(&node);
-                prev
-            }
-            None => node,
         };
-        out.push((xff_name.clone(), text_value(&xff_name, xff)?));
-        out.push((header::FORWARDED, text_value(&header::FORWARDED, this)?));
+        // Both values are written into one buffer and split: one
+        // allocation (and one shared count) for the pair.
+        let prev = |v: &Option<String>| v.as_ref().map_or(0, |v| v.len() + 2);
+        let room = prev(&xff) + prev(&fwd) + 2 * 48 + 24 + host.map_or(0, |h| h.len() + 6);
+        let mut buf = BytesMut::with_capacity(room);
+        if let Some(prev) = &xff {
+            buf.extend_from_slice(prev.as_bytes());
+            buf.extend_from_slice(b", ");
+        }
+        let node_at = buf.len();
+        push_ip(ip, &mut buf);
+        let xff = buf.split().freeze();
+        let node = &xff[node_at..];
+        if let Some(prev) = &fwd {
+            buf.extend_from_slice(prev.as_bytes());
+            buf.extend_from_slice(b", ");
+        }
+        buf.extend_from_slice(b"for=");
+        if ip.is_ipv6() {
+            // RFC 7239 §6: an IPv6 node is quoted and bracketed.
+            buf.extend_from_slice(b"\"[");
+            buf.extend_from_slice(node);
+            buf.extend_from_slice(b"]\"");
+        } else {
+            buf.extend_from_slice(node);
+        }
+        if let Some(host) = host {
+            buf.extend_from_slice(b";host=");
+            buf.extend_from_slice(host.as_bytes());
+        }
+        buf.extend_from_slice(proto.as_bytes());
+        let invalid = |name: &HeaderName| format!("header {name}: its joined value is not valid");
+        let xff = HeaderValue::from_maybe_shared(xff).map_err(|_| invalid(&xff_name))?;
+        let fwd = HeaderValue::from_maybe_shared(buf.freeze())
+            .map_err(|_| invalid(&header::FORWARDED))?;
+        out.push((xff_name, xff));
+        out.push((header::FORWARDED, fwd));
     } else {
         if let Some(v) = xff {
             out.push((xff_name.clone(), text_value(&xff_name, v)?));
@@ -309,21 +314,21 @@ fn text_value(name: &HeaderName, text: String) -> Result<HeaderValue, String> {
 }
 
 /// `ip` as text, an IPv4 address without the formatting machinery (it is
-/// written twice per request).
-fn push_ip(ip: IpAddr, out: &mut String) {
+/// written on every request).
+fn push_ip(ip: IpAddr, out: &mut BytesMut) {
     match ip {
         IpAddr::V4(v4) => {
             for (i, octet) in v4.octets().into_iter().enumerate() {
                 if i > 0 {
-                    out.push('.');
+                    out.extend_from_slice(b".");
                 }
                 if octet >= 100 {
-                    out.push(char::from(b'0' + octet / 100));
+                    out.extend_from_slice(&[b'0' + octet / 100]);
                 }
                 if octet >= 10 {
-                    out.push(char::from(b'0' + octet / 10 % 10));
+                    out.extend_from_slice(&[b'0' + octet / 10 % 10]);
                 }
-                out.push(char::from(b'0' + octet % 10));
+                out.extend_from_slice(&[b'0' + octet % 10]);
             }
         }
         IpAddr::V6(v6) => {
@@ -394,7 +399,7 @@ mod tests {
             "255.255.255.255",
             "1.100.99.9",
         ] {
-            let mut out = String::new();
+            let mut out = BytesMut::new();
             push_ip(ip.parse().unwrap(), &mut out);
             assert_eq!(out, ip);
         }
