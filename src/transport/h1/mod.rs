@@ -374,7 +374,10 @@ async fn exchange(pool: &Inner, req: HttpRequest) -> Result<Answer, TransportErr
     let idle = poll_fn(|cx| Poll::Ready(pool.checkout(&key, cx))).await;
     let mut conn = match idle {
         Some(conn) => conn,
-        None => pool.open(&uri, key).await?,
+        // Boxed: the connect's state (a resolver, a timeout, TLS) would be
+        // a third of this future, which the node boxes for every request;
+        // only a new connection pays for this box.
+        None => Box::pin(pool.open(&uri, key)).await?,
     };
     let mut rc = pool.head();
     let head = Rc::make_mut(&mut rc);
