@@ -64,6 +64,9 @@ pub struct Task {
     service: String,
     /// Headers as given (checked and parsed at submit).
     headers: Vec<(String, String)>,
+    /// Headers given already parsed ([`Task::typed_header`]): checked at
+    /// submit, not parsed again, sent after `headers`.
+    typed: Vec<(HeaderName, HeaderValue)>,
     req: Request,
 }
 
@@ -105,6 +108,7 @@ impl Task {
         Task {
             service: service.into(),
             headers: Vec::new(),
+            typed: Vec::new(),
             req: Request {
                 method,
                 path: path.into(),
@@ -140,6 +144,44 @@ impl Task {
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Task {
         self.headers.push((name.into(), value.into()));
         self
+    }
+
+    /// Adds a header already parsed, as a gateway has its request's: it is
+    /// checked at submit as [`Task::header`]'s are (a name the engine sets,
+    /// such as `Host`, is refused; so is a value holding CR, LF or NUL),
+    /// but not parsed again. Typed headers are sent after the ones given as
+    /// text, each kind in the order given.
+    ///
+    /// ```
+    /// use actix_dispatch::Task;
+    /// use awc::http::header::{HeaderName, HeaderValue};
+    /// let t = Task::get("s", "/")
+    ///     .typed_header(HeaderName::from_static("x-request-id"), HeaderValue::from_static("42"));
+    /// assert_eq!(t.typed_headers_given().len(), 1);
+    /// ```
+    pub fn typed_header(mut self, name: HeaderName, value: HeaderValue) -> Task {
+        self.typed.push((name, value));
+        self
+    }
+
+    /// Adds headers already parsed, as [`Task::typed_header`] does for one
+    /// (a `Vec` given to a task without typed headers is kept as it is).
+    pub fn typed_headers(
+        mut self,
+        headers: impl IntoIterator<Item = (HeaderName, HeaderValue)>,
+    ) -> Task {
+        if self.typed.is_empty() {
+            self.typed = headers.into_iter().collect();
+        } else {
+            self.typed.extend(headers);
+        }
+        self
+    }
+
+    /// The headers given with [`Task::typed_header`] and
+    /// [`Task::typed_headers`], in order.
+    pub fn typed_headers_given(&self) -> &[(HeaderName, HeaderValue)] {
+        &self.typed
     }
 
     /// Sets the body.
@@ -278,15 +320,20 @@ impl Task {
     }
 
     /// Checks the task and freezes it into the engine's form.
-    pub(crate) fn prepare(self, id: TaskId, now: Instant) -> Result<Job, (TaskId, String)> {
-        match self.check(now) {
+    pub(crate) fn prepare(mut self, id: TaskId, now: Instant) -> Result<Job, (TaskId, String)> {
+        let typed = std::mem::take(&mut self.typed);
+        let has_typed = !typed.is_empty();
+        match self.check(typed, now) {
             Ok((headers, deadline)) => {
                 // The header strings are dropped when the parsed headers
-                // give them back exactly (names in lower case, as is usual).
-                let rebuilt = self
-                    .headers
-                    .iter()
-                    .all(|(k, _)| !k.bytes().any(|b| b.is_ascii_uppercase()));
+                // give them back exactly (names in lower case, as is usual)
+                // and alone (with typed ones too, the strings say how many
+                // of the job's headers were text).
+                let rebuilt = (!has_typed || self.headers.is_empty())
+                    && self
+                        .headers
+                        .iter()
+                        .all(|(k, _)| !k.bytes().any(|b| b.is_ascii_uppercase()));
                 let id = self.given_id().unwrap_or(id);
                 let idempotent = self.is_idempotent();
                 let affinity = self
@@ -303,6 +350,7 @@ impl Task {
                     priority,
                     affinity,
                     slash,
+                    has_typed,
                     headers,
                     raw_headers,
                     deadline,
@@ -318,6 +366,7 @@ impl Task {
     #[allow(clippy::type_complexity)]
     fn check(
         &self,
+        typed: Vec<(HeaderName, HeaderValue)>,
         now: Instant,
     ) -> Result<(Vec<(HeaderName, HeaderValue)>, Option<Instant>), String> {
         let extra = self.req.extra();
@@ -328,7 +377,21 @@ impl Task {
             return Err("service name is empty".into());
         }
         check_path(&self.req.path)?;
-        let mut headers = Vec::with_capacity(self.headers.len());
+        for (k, v) in &typed {
+            check_header_name(k.as_str())?;
+            // A `HeaderValue` made without its checks
+            // (`from_maybe_shared_unchecked`) could hold them.
+            if v.as_bytes()
+                .iter()
+                .any(|b| matches!(b, b'\r' | b'\n' | b'\0'))
+            {
+                return Err(format!("header {:?} contains CR, LF or NUL", k.as_str()));
+            }
+        }
+        if self.headers.is_empty() {
+            return Ok((typed, self.checked_deadline(now)?));
+        }
+        let mut headers = Vec::with_capacity(self.headers.len() + typed.len());
         for (k, v) in &self.headers {
             let name = HeaderName::from_bytes(k.as_bytes())
                 .map_err(|_| format!("header name {k:?} is not a valid HTTP header name"))?;
@@ -340,6 +403,13 @@ impl Task {
                 .map_err(|_| format!("header {k:?} has a value that is not valid in HTTP"))?;
             headers.push((name, value));
         }
+        headers.extend(typed);
+        Ok((headers, self.checked_deadline(now)?))
+    }
+
+    /// The task's timeout checked, and its deadline resolved at `now`.
+    fn checked_deadline(&self, now: Instant) -> Result<Option<Instant>, String> {
+        let extra = self.req.extra();
         if let Some(t) = extra.and_then(|x| x.timeout) {
             if t.is_zero() {
                 return Err("timeout must be greater than zero".into());
@@ -354,7 +424,7 @@ impl Task {
                 Some(t)
             }
         };
-        Ok((headers, deadline))
+        Ok(deadline)
     }
 
     fn extra_mut(&mut self) -> &mut Extra {
@@ -425,6 +495,9 @@ pub(crate) struct Job {
     pub priority: Priority,
     /// Whether `task.path` starts with `/` (dropped when appended).
     slash: bool,
+    /// Whether some of `headers` were given typed: those after the text
+    /// ones (as many as `raw_headers` holds, or none without it).
+    has_typed: bool,
     /// Where the task's result goes (the caller's `Submission` waits on it).
     pub reply: ReplySlot,
 }
@@ -437,10 +510,15 @@ impl Job {
 
     /// The task as submitted to `service` (for the shutdown report).
     pub(crate) fn to_task(&self, service: &str) -> Task {
+        let text = match (&self.raw_headers, self.has_typed) {
+            (Some(raw), _) => raw.len(),
+            (None, true) => 0,
+            (None, false) => self.headers.len(),
+        };
+        let (given_as_text, typed) = self.headers.split_at(text);
         let headers = match &self.raw_headers {
             Some(raw) => (**raw).clone(),
-            None => self
-                .headers
+            None => given_as_text
                 .iter()
                 .map(|(k, v)| {
                     // Checked at submit: made from a `&str`, so UTF-8.
@@ -452,6 +530,7 @@ impl Job {
         Task {
             service: service.to_owned(),
             headers,
+            typed: typed.to_vec(),
             req: self.task.clone(),
         }
     }
@@ -586,6 +665,44 @@ mod tests {
             assert_eq!(back.body_bytes(), t.body_bytes());
             assert_eq!(back.given_id(), t.given_id());
             assert_eq!(back.is_stream(), t.is_stream());
+        }
+    }
+
+    /// Typed headers: the engine's own names refused as in text, sent
+    /// after the text ones, and given back as they were given (typed
+    /// alone, or with text headers in any case).
+    #[test]
+    fn typed_headers_are_checked_ordered_and_given_back() {
+        let name = |n: &'static str| HeaderName::from_static(n);
+        let value = |v: &'static str| HeaderValue::from_static(v);
+        let e = reason(Task::get("s", "/").typed_header(awc::http::header::HOST, value("x")));
+        assert!(e.contains("host") && e.contains("routed or framed"), "{e}");
+        let e = reason(Task::get("s", "/").typed_header(name("proxy-x"), value("1")));
+        assert!(e.contains("proxy-x"), "{e}");
+        let j = Task::get("s", "/")
+            .typed_header(name("x-b"), value("2"))
+            .header("x-a", "1")
+            .typed_headers([(name("x-c"), value("3"))])
+            .prepare(1, Instant::now())
+            .unwrap();
+        let got: Vec<(&str, &[u8])> = j
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_bytes()))
+            .collect();
+        assert_eq!(got, [("x-a", &b"1"[..]), ("x-b", b"2"), ("x-c", b"3")]);
+        for t in [
+            Task::get("s", "/").typed_headers(vec![(name("x-b"), value("2"))]),
+            Task::get("s", "/")
+                .header("x-a", "1")
+                .typed_header(name("x-b"), value("2")),
+            Task::get("s", "/")
+                .header("X-A", "1")
+                .typed_header(name("x-b"), value("2")),
+        ] {
+            let back = t.clone().prepare(1, Instant::now()).unwrap().to_task("s");
+            assert_eq!(back.headers, t.headers);
+            assert_eq!(back.typed, t.typed);
         }
     }
 

@@ -1,6 +1,11 @@
 //! [`forward`]: an incoming request becomes a task (path tail, query,
 //! end-to-end headers, `X-Forwarded-For` and `Forwarded`, body).
 
+use actix_web::error::PayloadError;
+use actix_web::http::header::HeaderValue;
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt as _;
+
 use super::*;
 
 // === forward ===
@@ -55,32 +60,26 @@ async fn forward_one(service: &str, req: HttpRequest, body: web::Payload) -> Htt
     if declared.is_some_and(|n| n > cfg.max_body as u64) {
         return too_large();
     }
-    let body = match body.to_bytes_limited(cfg.max_body).await {
-        Ok(Ok(body)) => body,
-        Ok(Err(e)) => {
+    let body = match read_body(body, cfg.max_body).await {
+        Ok(body) => body,
+        Err(BodyError::Read(e)) => {
             let msg = format!("cannot read the request body: {e}");
             return error(StatusCode::BAD_REQUEST, "bad_body", &msg, service);
         }
-        Err(_) => return too_large(),
+        Err(BodyError::Over) => return too_large(),
     };
     let priority = match cfg.priority(&req) {
         Ok(p) => p,
         Err(msg) => return error(StatusCode::BAD_REQUEST, "bad_priority", &msg, service),
     };
+    let headers = match outgoing_headers(&req, cfg.priority_header.as_ref()) {
+        Ok(headers) => headers,
+        Err(msg) => return error(StatusCode::BAD_REQUEST, "bad_header", &msg, service),
+    };
     let mut task = Task::new(service, req.method().clone(), task_path(&req))
         .body(body)
-        .priority(priority);
-    match outgoing_headers(&req) {
-        Ok(headers) => {
-            let own = cfg.priority_header.as_ref().map(HeaderName::as_str);
-            for (k, v) in headers {
-                if Some(k.as_str()) != own {
-                    task = task.header(k, v);
-                }
-            }
-        }
-        Err(msg) => return error(StatusCode::BAD_REQUEST, "bad_header", &msg, service),
-    }
+        .priority(priority)
+        .typed_headers(headers);
     if let Some(d) = cfg.deadline {
         task = task.deadline_in(d);
     }
@@ -89,6 +88,45 @@ async fn forward_one(service: &str, req: HttpRequest, body: web::Payload) -> Htt
     }
     let result = dispatcher.submit(task).await;
     respond(result, cfg)
+}
+
+/// Why a request's body was not read.
+enum BodyError {
+    /// Over the limit.
+    Over,
+    /// The client's stream failed.
+    Read(PayloadError),
+}
+
+/// The request's body, whole, at most `limit` bytes. A body of one chunk
+/// (or none, as a GET's) is taken as it came; only a longer one is copied
+/// into a buffer, of the size it reaches (actix-web's `to_bytes_limited`
+/// starts every body, an empty one too, with a 32 KiB buffer).
+async fn read_body(mut body: web::Payload, limit: usize) -> Result<Bytes, BodyError> {
+    let Some(first) = next(&mut body).await? else {
+        return Ok(Bytes::new());
+    };
+    if first.len() > limit {
+        return Err(BodyError::Over);
+    }
+    let Some(second) = next(&mut body).await? else {
+        return Ok(first);
+    };
+    let mut buf = BytesMut::with_capacity(first.len() + second.len());
+    buf.extend_from_slice(&first);
+    let mut chunk = Some(second);
+    while let Some(c) = chunk {
+        if buf.len() + c.len() > limit {
+            return Err(BodyError::Over);
+        }
+        buf.extend_from_slice(&c);
+        chunk = next(&mut body).await?;
+    }
+    Ok(buf.freeze())
+}
+
+async fn next(body: &mut web::Payload) -> Result<Option<Bytes>, BodyError> {
+    body.next().await.transpose().map_err(BodyError::Read)
 }
 
 /// The task's path: the route's tail (re-encoded where actix decoded it)
@@ -149,17 +187,24 @@ pub(super) fn connection_listed(headers: &HeaderMap) -> Vec<String> {
         .collect()
 }
 
-/// The request's headers as the task carries them: end to end only, each
-/// name once (repeated values joined, as RFC 9110 §5.3 allows), in order
-/// of first appearance, with the client's address appended to
-/// `X-Forwarded-For` and `Forwarded`.
-fn outgoing_headers(req: &HttpRequest) -> Result<Vec<(String, String)>, String> {
+/// The request's headers as the task carries them: end to end only (and
+/// not `own`, the priority header), each name once (repeated values
+/// joined, as RFC 9110 §5.3 allows), in order of first appearance, with
+/// the client's address appended to `X-Forwarded-For` and `Forwarded`.
+/// A value that comes once is passed on as it is (its bytes shared, not
+/// copied).
+fn outgoing_headers(
+    req: &HttpRequest,
+    own: Option<&HeaderName>,
+) -> Result<Vec<(HeaderName, HeaderValue)>, String> {
     let headers = req.headers();
     let listed = connection_listed(headers);
-    let mut out: Vec<(String, String)> = Vec::with_capacity(headers.len() + 2);
+    let mut out: Vec<(HeaderName, HeaderValue)> = Vec::with_capacity(headers.len() + 2);
+    // The joined values of repeated names, by their index in `out`.
+    let mut joined: Vec<(usize, String)> = Vec::new();
     let (mut xff, mut fwd): (Option<String>, Option<String>) = (None, None);
     for (name, value) in headers.iter() {
-        if is_hop_by_hop(name) || listed.iter().any(|l| l == name.as_str()) {
+        if is_hop_by_hop(name) || Some(name) == own || listed.iter().any(|l| l == name.as_str()) {
             continue;
         }
         let text = value
@@ -173,88 +218,117 @@ fn outgoing_headers(req: &HttpRequest) -> Result<Vec<(String, String)>, String> 
         } else {
             // A repeated name's values come one after another from the map;
             // the search is for a map that would not keep them together.
-            match out.iter_mut().rev().find(|(n, _)| n == name.as_str()) {
-                Some((_, joined)) => {
-                    joined.push_str(sep);
-                    joined.push_str(text);
+            match out.iter().rposition(|(n, _)| n == name) {
+                Some(i) => {
+                    let at = match joined.iter().position(|(j, _)| *j == i) {
+                        Some(at) => at,
+                        None => {
+                            // Checked visible ASCII when it was pushed.
+                            let first = out[i].1.to_str().unwrap_or_default().to_owned();
+                            joined.push((i, first));
+                            joined.len() - 1
+                        }
+                    };
+                    let all = &mut joined[at].1;
+                    all.push_str(sep);
+                    all.push_str(text);
                 }
-                None => out.push((name.as_str().to_owned(), text.to_owned())),
+                None => out.push((name.clone(), value.clone())),
             }
             continue;
         };
         match slot {
-            Some(joined) => {
-                joined.push_str(sep);
-                joined.push_str(text);
+            Some(all) => {
+                all.push_str(sep);
+                all.push_str(text);
             }
             None => *slot = Some(text.to_owned()),
         }
     }
+    for (i, all) in joined {
+        out[i].1 = text_value(&out[i].0, all)?;
+    }
+    let xff_name = HeaderName::from_static("x-forwarded-for");
     if let Some(ip) = req.peer_addr().map(|a| a.ip()) {
-        let mut node = String::with_capacity(48);
-        push_ip(ip, &mut node);
         let host = headers
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
             .filter(|h| is_token_or_host(h));
-        let mut this = fwd.map_or_else(
-            || String::with_capacity(64),
-            |mut prev| {
-                prev.push_str(", ");
-                prev
-            },
-        );
-        this.push_str("for=");
-        if ip.is_ipv6() {
-            // RFC 7239 §6: an IPv6 node is quoted and bracketed.
-            this.push_str("\"[");
-            this.push_str(&node);
-            this.push_str("]\"");
-        } else {
-            this.push_str(&node);
-        }
-        if let Some(host) = host {
-            this.push_str(";host=");
-            this.push_str(host);
-        }
-        this.push_str(if req.app_config().secure() {
+        let proto = if req.app_config().secure() {
             ";proto=https"
         } else {
             ";proto=http"
-        });
-        let xff = match xff {
-            Some(mut prev) => {
-                prev.push_str(", ");
-                prev.push_str(&node);
-                prev
-            }
-            None => node,
         };
-        out.push(("x-forwarded-for".into(), xff));
-        out.push(("forwarded".into(), this));
+        // Both values are written into one buffer and split: one
+        // allocation (and one shared count) for the pair.
+        let prev = |v: &Option<String>| v.as_ref().map_or(0, |v| v.len() + 2);
+        let room = prev(&xff) + prev(&fwd) + 2 * 48 + 24 + host.map_or(0, |h| h.len() + 6);
+        let mut buf = BytesMut::with_capacity(room);
+        if let Some(prev) = &xff {
+            buf.extend_from_slice(prev.as_bytes());
+            buf.extend_from_slice(b", ");
+        }
+        let node_at = buf.len();
+        push_ip(ip, &mut buf);
+        let xff = buf.split().freeze();
+        let node = &xff[node_at..];
+        if let Some(prev) = &fwd {
+            buf.extend_from_slice(prev.as_bytes());
+            buf.extend_from_slice(b", ");
+        }
+        buf.extend_from_slice(b"for=");
+        if ip.is_ipv6() {
+            // RFC 7239 §6: an IPv6 node is quoted and bracketed.
+            buf.extend_from_slice(b"\"[");
+            buf.extend_from_slice(node);
+            buf.extend_from_slice(b"]\"");
+        } else {
+            buf.extend_from_slice(node);
+        }
+        if let Some(host) = host {
+            buf.extend_from_slice(b";host=");
+            buf.extend_from_slice(host.as_bytes());
+        }
+        buf.extend_from_slice(proto.as_bytes());
+        let invalid = |name: &HeaderName| format!("header {name}: its joined value is not valid");
+        let xff = HeaderValue::from_maybe_shared(xff).map_err(|_| invalid(&xff_name))?;
+        let fwd = HeaderValue::from_maybe_shared(buf.freeze())
+            .map_err(|_| invalid(&header::FORWARDED))?;
+        out.push((xff_name, xff));
+        out.push((header::FORWARDED, fwd));
     } else {
-        out.extend(xff.map(|v| ("x-forwarded-for".to_owned(), v)));
-        out.extend(fwd.map(|v| ("forwarded".to_owned(), v)));
+        if let Some(v) = xff {
+            out.push((xff_name.clone(), text_value(&xff_name, v)?));
+        }
+        if let Some(v) = fwd {
+            out.push((header::FORWARDED, text_value(&header::FORWARDED, v)?));
+        }
     }
     Ok(out)
 }
 
+/// `text` (made of visible ASCII values) as `name`'s value, its bytes
+/// moved, not copied.
+fn text_value(name: &HeaderName, text: String) -> Result<HeaderValue, String> {
+    HeaderValue::try_from(text).map_err(|_| format!("header {name}: its joined value is not valid"))
+}
+
 /// `ip` as text, an IPv4 address without the formatting machinery (it is
-/// written twice per request).
-fn push_ip(ip: IpAddr, out: &mut String) {
+/// written on every request).
+fn push_ip(ip: IpAddr, out: &mut BytesMut) {
     match ip {
         IpAddr::V4(v4) => {
             for (i, octet) in v4.octets().into_iter().enumerate() {
                 if i > 0 {
-                    out.push('.');
+                    out.extend_from_slice(b".");
                 }
                 if octet >= 100 {
-                    out.push(char::from(b'0' + octet / 100));
+                    out.extend_from_slice(&[b'0' + octet / 100]);
                 }
                 if octet >= 10 {
-                    out.push(char::from(b'0' + octet / 10 % 10));
+                    out.extend_from_slice(&[b'0' + octet / 10 % 10]);
                 }
-                out.push(char::from(b'0' + octet % 10));
+                out.extend_from_slice(&[b'0' + octet % 10]);
             }
         }
         IpAddr::V6(v6) => {
@@ -275,6 +349,13 @@ fn is_token_or_host(h: &str) -> bool {
 mod tests {
     use super::*;
     use actix_web::test::TestRequest;
+    use std::collections::BTreeMap;
+
+    fn as_text(h: Vec<(HeaderName, HeaderValue)>) -> BTreeMap<String, String> {
+        h.into_iter()
+            .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap().to_owned()))
+            .collect()
+    }
 
     #[test]
     fn decoded_specials_are_encoded_again() {
@@ -301,8 +382,7 @@ mod tests {
             .insert_header(("x-forwarded-for", "10.0.0.1"))
             .peer_addr("192.0.2.7:5000".parse().unwrap())
             .to_http_request();
-        let h: std::collections::BTreeMap<String, String> =
-            outgoing_headers(&req).unwrap().into_iter().collect();
+        let h = as_text(outgoing_headers(&req, None).unwrap());
         let names: Vec<&str> = h.keys().map(String::as_str).collect();
         assert_eq!(names, ["forwarded", "x-forwarded-for", "x-keep", "x-many"]);
         assert_eq!(h["x-many"], "a, b");
@@ -319,7 +399,7 @@ mod tests {
             "255.255.255.255",
             "1.100.99.9",
         ] {
-            let mut out = String::new();
+            let mut out = BytesMut::new();
             push_ip(ip.parse().unwrap(), &mut out);
             assert_eq!(out, ip);
         }
@@ -335,8 +415,7 @@ mod tests {
             .append_header(("cookie", "b=2"))
             .peer_addr("192.0.2.7:5000".parse().unwrap())
             .to_http_request();
-        let h: std::collections::BTreeMap<String, String> =
-            outgoing_headers(&req).unwrap().into_iter().collect();
+        let h = as_text(outgoing_headers(&req, None).unwrap());
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 10.0.0.2, 192.0.2.7");
         assert_eq!(h["forwarded"], "for=10.0.0.1, for=192.0.2.7;proto=http");
         assert_eq!(h["cookie"], "a=1; b=2");
@@ -359,13 +438,76 @@ mod tests {
         }
     }
 
+    /// The body of `chunks` (then an error, when `fail`) read under `limit`.
+    async fn body_of(
+        chunks: &[&'static str],
+        fail: bool,
+        limit: usize,
+    ) -> Result<Bytes, BodyError> {
+        use actix_web::FromRequest as _;
+        let (mut tx, rx) = actix_http::h1::Payload::create(false);
+        for c in chunks {
+            tx.feed_data(Bytes::from_static(c.as_bytes()));
+        }
+        if fail {
+            tx.set_error(PayloadError::Incomplete(None));
+        } else {
+            tx.feed_eof();
+        }
+        let req = TestRequest::default().to_http_request();
+        let mut dev = actix_web::dev::Payload::from(rx);
+        let body = web::Payload::from_request(&req, &mut dev).await.unwrap();
+        read_body(body, limit).await
+    }
+
+    #[actix_rt::test]
+    async fn bodies_are_read_whole_under_the_limit() {
+        let ok = |r: Result<Bytes, BodyError>| match r {
+            Ok(b) => b,
+            Err(BodyError::Over) => panic!("over"),
+            Err(BodyError::Read(e)) => panic!("{e}"),
+        };
+        assert_eq!(ok(body_of(&[], false, 0).await), "");
+        assert_eq!(ok(body_of(&["abc"], false, 3).await), "abc");
+        assert_eq!(ok(body_of(&["ab", "cd", "e"], false, 5).await), "abcde");
+        assert!(matches!(
+            body_of(&["abc"], false, 2).await,
+            Err(BodyError::Over)
+        ));
+        assert!(matches!(
+            body_of(&["ab", "cd", "ef"], false, 5).await,
+            Err(BodyError::Over)
+        ));
+        assert!(matches!(
+            body_of(&["ab"], true, 5).await,
+            Err(BodyError::Read(_))
+        ));
+        assert!(matches!(
+            body_of(&["ab", "c"], true, 5).await,
+            Err(BodyError::Read(_))
+        ));
+        // A GET's payload: none at all.
+        let req = TestRequest::default().to_http_request();
+        let body = {
+            use actix_web::FromRequest as _;
+            web::Payload::from_request(&req, &mut actix_web::dev::Payload::None)
+                .await
+                .unwrap()
+        };
+        assert_eq!(ok(read_body(body, 10).await), "");
+    }
+
     #[test]
     fn ipv6_clients_are_quoted_in_forwarded() {
         let req = TestRequest::default()
             .peer_addr("[2001:db8::1]:443".parse().unwrap())
             .to_http_request();
-        let h = outgoing_headers(&req).unwrap();
-        assert_eq!(h[0], ("x-forwarded-for".into(), "2001:db8::1".into()));
+        let h = outgoing_headers(&req, None).unwrap();
+        let h: Vec<(&str, &str)> = h
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(h[0], ("x-forwarded-for", "2001:db8::1"));
         assert_eq!(h[1].1, "for=\"[2001:db8::1]\";proto=http");
     }
 }

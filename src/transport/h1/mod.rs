@@ -88,6 +88,10 @@ struct Inner {
     idle: RefCell<IdleList<Key, Framed<Io, ClientCodec>>>,
     /// The Host header of the last backend, made once (a node has one).
     host: RefCell<Option<(Key, HeaderValue)>>,
+    /// The request head of the last exchange, written and given back, for
+    /// the next one: its header map keeps its room (`RequestHead`'s own
+    /// default allocates a map for 16 headers, some 6 KiB, per request).
+    spare_head: RefCell<Option<Rc<RequestHead>>>,
     /// A connection made elsewhere and not used yet (the HTTP/2 path's
     /// first, on which the server chose HTTP/1.1): the next request to its
     /// backend goes on it, as on a new connection.
@@ -95,11 +99,23 @@ struct Inner {
 }
 
 /// Which backend a connection goes to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 struct Key {
     https: bool,
     authority: Authority,
 }
+
+/// Byte for byte: a node's URLs all start with its one address, so the
+/// case-insensitive comparison of `Authority`'s own `eq` (a few hundred
+/// instructions per request, the pool's and the Host cache's) finds
+/// nothing more.
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.https == other.https && self.authority.as_str() == other.authority.as_str()
+    }
+}
+
+impl Eq for Key {}
 
 /// A connection lent to one request.
 struct Conn {
@@ -139,6 +155,7 @@ impl H1Pool {
                 tls,
                 config: OnceCell::new(),
                 host: RefCell::new(None),
+                spare_head: RefCell::new(None),
                 unused: RefCell::new(None),
                 idle: RefCell::new(IdleList::new(
                     settings.keep_alive,
@@ -207,6 +224,22 @@ impl Inner {
                 Ok(v)
             }
         }
+    }
+
+    /// A request head with no headers: the spare one when it is free.
+    fn head(&self) -> Rc<RequestHead> {
+        match self.spare_head.borrow_mut().take() {
+            Some(mut rc) if Rc::strong_count(&rc) == 1 => {
+                Rc::make_mut(&mut rc).headers.clear();
+                rc
+            }
+            _ => Rc::new(RequestHead::default()),
+        }
+    }
+
+    /// Keeps `head`, written, for the next request.
+    fn give_back(&self, head: Rc<RequestHead>) {
+        *self.spare_head.borrow_mut() = Some(head);
     }
 
     async fn open(&self, uri: &Uri, key: Key) -> Result<Conn, TransportError> {
@@ -327,38 +360,50 @@ async fn exchange(pool: &Inner, req: HttpRequest) -> Result<Answer, TransportErr
         return Err(invalid(format!("{uri}: no host")));
     };
     let key = Key { https, authority };
-    let mut head = RequestHead::default();
+    let has = |name| req.headers.iter().any(|(k, _)| *k == name);
+    let expect = has(EXPECT);
+    if expect && req.body.is_empty() {
+        return Err(invalid("`Expect` on a request without a body"));
+    }
+    let host = if has(HOST) {
+        None
+    } else {
+        Some(pool.host(&key, &uri)?)
+    };
+    let identity = !has(ACCEPT_ENCODING);
+    let idle = poll_fn(|cx| Poll::Ready(pool.checkout(&key, cx))).await;
+    let mut conn = match idle {
+        Some(conn) => conn,
+        // Boxed: the connect's state (a resolver, a timeout, TLS) would be
+        // a third of this future, which the node boxes for every request;
+        // only a new connection pays for this box.
+        None => Box::pin(pool.open(&uri, key)).await?,
+    };
+    let mut rc = pool.head();
+    let head = Rc::make_mut(&mut rc);
     head.method = req.method;
-    let mut expect = false;
+    head.uri = uri;
     for (k, v) in req.headers {
-        expect |= k == EXPECT;
         // Append, not insert: a task's repeated headers (two `accept`)
         // are kept.
         head.headers.append(k, v);
     }
-    if expect && req.body.is_empty() {
-        return Err(invalid("`Expect` on a request without a body"));
+    if let Some(host) = host {
+        head.headers.insert(HOST, host);
     }
-    if !head.headers.contains_key(HOST) {
-        head.headers.insert(HOST, pool.host(&key, &uri)?);
-    }
-    if !head.headers.contains_key(ACCEPT_ENCODING) {
+    if identity {
         head.headers
             .insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
     }
-    let idle = poll_fn(|cx| Poll::Ready(pool.checkout(&key, cx))).await;
-    let mut conn = match idle {
-        Some(conn) => conn,
-        None => pool.open(&uri, key).await?,
-    };
-    head.uri = uri;
     let body = req.body;
     let size = BodySize::Sized(body.len() as u64);
     let mut framed = Pin::new(&mut conn.framed);
-    framed
-        .as_mut()
-        .write(Message::Item((RequestHeadType::Owned(head), size)))
-        .map_err(|e| invalid(format!("the request's head: {e}")))?;
+    let written = framed.as_mut().write(Message::Item((
+        RequestHeadType::Rc(Rc::clone(&rc), None),
+        size,
+    )));
+    pool.give_back(rc);
+    written.map_err(|e| invalid(format!("the request's head: {e}")))?;
     let mut early = None;
     if expect {
         // The head alone, then its answer: `100 Continue` asks for the
