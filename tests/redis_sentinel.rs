@@ -324,8 +324,10 @@ fn sentinel_over_tls_with_a_ca_file_follows_a_failover() {
         return;
     };
     let backend = Backend::start();
+    // Two TLS handshakes (a sentinel's, then the master's) in a debug build
+    // on a busy machine took over 500 ms once: a call's bound of 2 s.
     let extra = format!(
-        r#","prefix":"st","timeout":"500ms","ca_file":"{}""#,
+        r#","prefix":"st","timeout":"2s","ca_file":"{}""#,
         s.ca_file()
     );
     let cfg = config(
