@@ -306,7 +306,11 @@ impl BalancerActor {
         let credit = self.take_credit(now);
         let gate = self.settle_gate(ctx, now);
         let (cap, _) = self.capacity_now(now);
-        let reserve = (self.nodes.capacity() - self.nodes.capacity_below()).min(cap);
+        let reserve = (self
+            .nodes
+            .capacity()
+            .saturating_sub(self.nodes.capacity_below()))
+        .min(cap);
         if credit > 0 || gate.is_some() || reserve != self.reserve {
             self.reserve = reserve;
             let room = Room {
