@@ -282,7 +282,8 @@ impl NodeSet {
     ) -> bool {
         let n = &mut self.views[i];
         n.in_flight = n.in_flight.saturating_sub(count);
-        n.sent.ended(count);
+        let (free, service) = (n.free_limit(), n.service_time().unwrap_or_default());
+        n.sent.ended(count, free, service, now);
         n.sent.keep(n.in_flight);
         let changed = load.is_some_and(|l| self.apply_report(i, l, now));
         if changed {
@@ -297,7 +298,8 @@ impl NodeSet {
     pub fn dispatch(&mut self, i: usize, now: Instant) -> Placed {
         let n = &mut self.views[i];
         n.in_flight += 1;
-        n.sent.sent(now);
+        let (free, service) = (n.free_limit(), n.service_time().unwrap_or_default());
+        n.sent.sent(now, free, service);
         n.sent.keep(n.in_flight);
         if let Mirror::HalfOpen { probes } = &mut n.mirror {
             *probes = probes.saturating_sub(1);
@@ -360,7 +362,7 @@ impl NodeSet {
     ///   takes headroom only when its credit outran the view;
     /// * when no node has a worker free and the route is of the top class
     ///   and the strategy weighs load, the node expected to free one first
-    ///   is taken ([`DispatchTimes::wait`](crate::algo::headroom::DispatchTimes::wait)),
+    ///   is taken ([`DispatchTimes::frees_at`](crate::algo::headroom::DispatchTimes::frees_at)),
     ///   in pools of up to [`SOONEST_SCAN`] nodes whose service times are
     ///   known.
     pub fn pick_for(
@@ -402,13 +404,13 @@ impl NodeSet {
     /// those are left) whose wait for a worker is the least; `None` if a
     /// candidate's service time is not known yet.
     fn soonest(&self, exclude: &[NodeId], avoid: &[NodeId], now: Instant) -> Option<usize> {
-        let mut best: Option<(bool, Duration, usize)> = None;
+        let mut best: Option<(bool, Option<Instant>, usize)> = None;
         for (i, n) in self.views.iter().enumerate() {
             if !self.cands[i].eligible || exclude.contains(&n.id) {
                 continue;
             }
-            let wait = n.sent.wait(n.free_limit(), n.service_time()?, now);
-            let key = (avoid.contains(&n.id), wait, i);
+            let frees = n.sent.frees_at(n.free_limit(), n.service_time()?, now);
+            let key = (avoid.contains(&n.id), frees, i);
             if best.is_none_or(|b| key < b) {
                 best = Some(key);
             }

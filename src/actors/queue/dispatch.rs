@@ -35,8 +35,16 @@ impl QueueActor {
         let mut sent = [0u64; Priority::ALL.len()];
         while self.credit > 0 && self.gate == Gate::Open {
             // Credit beyond the reserve serves any class; the reserve only
-            // the top class (`algo::headroom`).
-            let lowest = self.classes.lowest(self.credit, self.reserve, now);
+            // the top class, and only while no lower class waits
+            // (`algo::headroom`).
+            let c = self.tasks.counts();
+            let waits_below = |top| c.shields(top);
+            let Some(lowest) = self
+                .classes
+                .lowest(self.credit, self.reserve, waits_below, now)
+            else {
+                break;
+            };
             let Some(no) = self.tasks.next_ready_within(order, lowest) else {
                 break;
             };

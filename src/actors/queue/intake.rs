@@ -85,14 +85,11 @@ impl QueueActor {
     /// first), so it would only wait to be shed.
     fn refuses_at_intake(&mut self, class: Priority, now: Instant) -> bool {
         let c = self.tasks.counts();
-        // Below the top class, the headroom in hand is not for it.
-        let below_top = self
-            .classes
-            .top(now)
-            .is_some_and(|t| t.index() < class.index());
-        let credit = match below_top {
-            true => self.credit.saturating_sub(self.reserve),
-            false => self.credit,
+        // The headroom in hand is only the top class's, while nothing
+        // below it waits.
+        let credit = match self.classes.may_take_headroom(class, |t| c.shields(t), now) {
+            true => self.credit,
+            false => self.credit.saturating_sub(self.reserve),
         };
         let ahead = c.ready_from(class).saturating_sub(credit);
         let of_class = c.ready_in[class.index()].saturating_sub(credit);

@@ -505,63 +505,67 @@ fn room(credit: usize, reserve: usize) -> Vec<ToQueue> {
 }
 
 /// Headroom (`algo::headroom`): while critical tasks come, the credit that
-/// is the nodes' headroom goes to them only; a sheddable task waits for
-/// credit beyond it, and takes it again once critical tasks stop coming.
+/// is the nodes' headroom goes to them only, and only while no sheddable
+/// task waits (else a critical task waits for credit below the free limits,
+/// which it gets ahead of them); a sheddable task waits for credit beyond
+/// it, and takes it again once critical tasks stop coming.
 #[actix_rt::test]
 async fn the_reserve_is_spent_on_the_top_class_only() {
     tokio::time::pause();
     let (queue, seen) =
         start(r#"{"services":[{"name":"svc","endpoints":[{"address":"http://127.0.0.1:9/"}]}]}"#);
     let task = |p: Priority| Task::get("svc", "/x").priority(p);
+    let routes = || seen.lock().unwrap().routes.len();
     queue.news(room(1, 0));
     let _c1 = submit(&queue, task(Priority::Critical), 1);
     let _s1 = submit(&queue, task(Priority::Sheddable), 2);
     let _s2 = submit(&queue, task(Priority::Sheddable), 3);
     settle().await;
-    assert_eq!(
-        seen.lock().unwrap().routes.len(),
-        1,
-        "one credit: the critical task"
-    );
+    assert_eq!(routes(), 1, "one credit: the critical task");
     // Three more, two of them headroom: one sheddable task goes.
     queue.news(room(3, 2));
     settle().await;
-    assert_eq!(seen.lock().unwrap().routes.len(), 2);
-    // A critical task takes the reserve at once...
+    assert_eq!(routes(), 2);
+    // A critical task does not take the headroom while s2 waits...
     let _c2 = submit(&queue, task(Priority::Critical), 4);
     settle().await;
-    assert_eq!(seen.lock().unwrap().routes.len(), 3);
-    // ...which leaves one credit, of which one is headroom: s2 waits
-    // until the balancer says the headroom is gone.
-    queue.news(room(0, 1));
+    assert_eq!(routes(), 2, "the critical task waits for a free worker");
+    // ...but the next credit below the free limits is its, ahead of s2.
+    queue.news(room(1, 2));
     settle().await;
-    assert_eq!(seen.lock().unwrap().routes.len(), 3);
+    assert_eq!(routes(), 3);
+    // The balancer says the headroom is gone: s2 goes.
     queue.news(room(0, 0));
+    settle().await;
+    assert_eq!(routes(), 4);
+    // Nothing below waits: a critical task takes the headroom.
+    queue.news(room(0, 1));
+    let _c3 = submit(&queue, task(Priority::Critical), 5);
     settle().await;
     {
         let s = seen.lock().unwrap();
-        let tasks: Vec<u64> = s.routes.iter().map(|(seq, _)| seq.task).collect();
-        assert_eq!(tasks.len(), 4);
+        // c2 (numbered after s2: numbers grow with arrival) went ahead.
+        let no: Vec<u64> = s.routes.iter().map(|(seq, _)| seq.task).collect();
+        assert!(
+            no[0] < no[1] && no[1] < no[3] && no[3] < no[2] && no[2] < no[4],
+            "{no:?}"
+        );
         // Critical routes may take headroom, sheddable ones may not.
-        assert_eq!(s.headroom, [true, false, true, false]);
+        assert_eq!(s.headroom, [true, false, true, false, true]);
     }
     // No critical task for the hold: the sheddable class is the top one.
     queue.news(room(1, 1));
-    let _s3 = submit(&queue, task(Priority::Sheddable), 5);
+    let _s3 = submit(&queue, task(Priority::Sheddable), 6);
     settle().await;
-    assert_eq!(
-        seen.lock().unwrap().routes.len(),
-        4,
-        "critical tasks came within the hold"
-    );
+    assert_eq!(routes(), 5, "critical tasks came within the hold");
     tokio::time::advance(crate::algo::headroom::HOLD).await;
-    let _s4 = submit(&queue, task(Priority::Sheddable), 6);
+    let _s4 = submit(&queue, task(Priority::Sheddable), 7);
     settle().await;
     let s = seen.lock().unwrap();
     assert_eq!(
         s.routes.len(),
-        5,
+        6,
         "the reserve is the sheddable class's now"
     );
-    assert!(s.headroom[4]);
+    assert!(s.headroom[5]);
 }
