@@ -69,6 +69,24 @@
 //!   does not (TCP's congestion window validation, RFC 7661), so a quiet
 //!   period does not leave a huge limit behind, nor does a limit that only
 //!   the top class may fill ([`crate::algo::headroom`]).
+//! * **A free tier that queues comes down, and stays down.** Where the
+//!   limit seldom binds (the window's mean in flight under `limit - 0.5`,
+//!   as when lower classes fill only the free limit), the band's test at
+//!   the whole limit says little; the queue at the mean in flight does.
+//!   When more than `alpha + 0.25` wait there in two windows in a row (a
+//!   free tier at the right level queues about 0.1, one a request too high
+//!   about 1; one slow sample in a window of five reads as 0.6), one
+//!   request of the free tier waits inside the backend most of the time, a
+//!   critical task behind it, and the limit is lowered by one. A window
+//!   that seldom binds and shows no queue says nothing about the level
+//!   above (only the top class reaches it), so once a limit was lowered
+//!   from a level, growth in such windows stays below that level until
+//!   the next probe, as TCP keeps `ssthresh`. Measured with `loadbench
+//!   overload` at the mixed level: without these, each backend of 4
+//!   workers went from 5 to 6 and back about 16 times in 10 s, each time
+//!   with a sheddable request waiting inside it, and the critical tasks'
+//!   p99 was 36.6-38.8 ms; with them, once or twice, and 33.8-35.7 ms
+//!   (a fixed limit of 4, 32.9-37.4 ms in the same runs).
 //! * **Slow start** (vector #7371 ramps too slowly): from `initial`, the
 //!   limit doubles each window until the first queue, timeout or pushback,
 //!   as in TCP's slow start. In the simulation below (64 slots, 20 ms) it
@@ -279,6 +297,11 @@ pub struct LearnedLimit {
     last_queue: f64,
     next_probe: Instant,
     last_cut: Option<Instant>,
+    /// Windows in a row whose free tier queued (see the module docs).
+    tier_queued: u8,
+    /// The limit at which the free tier last queued: where the limit seldom
+    /// binds it grows only below this, until the next probe.
+    tier_ceiling: Option<f64>,
 }
 
 impl LearnedLimit {
@@ -317,6 +340,8 @@ impl LearnedLimit {
             last_queue: 0.0,
             next_probe: now,
             last_cut: None,
+            tier_queued: 0,
+            tier_ceiling: None,
         };
         this.next_probe = this.draw_probe_time(now);
         this
@@ -529,10 +554,31 @@ impl LearnedLimit {
         // may fill its headroom, grows only on no sign of a queue at all:
         // the few requests at the limit that waited are the sign.
         let mean_in_flight = window.in_flight_sum as f64 / window.outcomes().max(1) as f64;
-        let alpha_up = match mean_in_flight < limit.floor() - 0.5 {
+        let seldom_binds = mean_in_flight < limit.floor() - 0.5;
+        let alpha_up = match seldom_binds {
             true => alpha / 4.0,
             false => alpha,
         };
+        // Where the limit seldom binds, the queue the backend holds is the
+        // one at what is in flight (Little's law, as above, with the mean
+        // in flight for the limit). The tier below the free limit should
+        // queue next to nothing; when a request of it waits most of the
+        // time, the limit (and with it the free limit) is one too high: a
+        // lower class would keep a request waiting inside every backend,
+        // where a critical task waits behind it.
+        let queued = (mean_in_flight * (1.0 - base.as_secs_f64() / rtt.as_secs_f64())).max(0.0);
+        // Two windows in a row: one slow sample in a window of five reads
+        // as a queue of 0.7.
+        self.tier_queued = match seldom_binds && queued > alpha + 0.25 {
+            true => self.tier_queued.saturating_add(1),
+            false => 0,
+        };
+        let free_tier_queues = self.tier_queued >= 2;
+        // Below the limit the free tier queued at, a window of no queue
+        // says nothing new: the tier that was one too high is not tried
+        // again until the next probe.
+        let ceiling = self.tier_ceiling.filter(|_| seldom_binds);
+        let under_ceiling = |next: f64| ceiling.is_none_or(|c| next.floor() < c.floor());
         let next = if queue > beta {
             self.phase = Phase::Avoidance;
             let step = ((queue - (alpha + beta) / 2.0) / 2.0).max(1.0);
@@ -548,11 +594,19 @@ impl LearnedLimit {
             } else {
                 limit
             }
-        } else if queue < alpha_up && may_grow {
+        } else if free_tier_queues && self.phase == Phase::Avoidance {
+            self.tier_queued = 0;
+            limit - 1.0
+        } else if queue < alpha_up && may_grow && under_ceiling(limit + (alpha - queue).max(1.0)) {
             limit + (alpha - queue).max(1.0)
         } else {
             limit
         };
+        // A limit that queued is not tried again where the limit seldom
+        // binds until the next probe, however it came down.
+        if next.floor() < limit.floor() {
+            self.tier_ceiling = Some(limit);
+        }
         self.set_limit(next);
         if self.limit != limit {
             self.new_epoch(now);
@@ -563,6 +617,7 @@ impl LearnedLimit {
     }
 
     fn start_probe(&mut self, queue: f64, now: Instant) {
+        self.tier_ceiling = None;
         let free = (self.limit - queue).max(0.0) * (1.0 - PROBE_UNDERSHOOT);
         // `as` saturates; the probe never runs above the steady limit.
         let probe = (free.ceil() as u32).clamp(self.config.min, self.steady_limit());
@@ -787,6 +842,53 @@ mod tests {
             sent = now + 20 * MS;
         }
         assert_eq!(l.limit(), 5);
+    }
+
+    #[test]
+    fn a_free_tier_that_queues_inside_the_backend_comes_down() {
+        // A backend of 4 workers, 20 ms a request, at its learned 5.
+        let (mut l, mut sent, _) = small_backend(8);
+        assert_eq!(l.limit(), 5);
+        // A window where nothing waited at 5 raises it to 6 (noise, or the
+        // backend was faster for a while): lower classes may fill 5.
+        let now = sent + 20 * MS;
+        for _ in 0..5 {
+            l.on_sample(20 * MS, 5, SampleKind::Success, now);
+        }
+        sent = now + 20 * MS;
+        assert_eq!((l.limit(), l.free_limit()), (6, 5));
+        // Lower classes fill 5, so one waits inside the backend and each
+        // takes 25 ms; a critical task now and then takes the sixth slot.
+        // The limit seldom binds and its queue (6 * (1 - 20/25) = 1.2) is
+        // inside the band, but at what is in flight one request waits
+        // (5.17 * (1 - 20/25) = 1.03, over alpha = 0.5). Once is noise;
+        // twice in a row, it comes down.
+        let tiered = |l: &mut LearnedLimit, sent: Instant, rtt: Duration, low: u32| {
+            let now = sent + rtt;
+            for _ in 0..5 {
+                l.on_sample(rtt, low, SampleKind::Success, now);
+            }
+            l.on_sample(rtt, low + 1, SampleKind::Success, now);
+            now + rtt
+        };
+        sent = tiered(&mut l, sent, 25 * MS, 5);
+        assert_eq!(l.limit(), 6);
+        sent = tiered(&mut l, sent, 25 * MS, 5);
+        assert_eq!((l.limit(), l.free_limit()), (5, 4));
+        // Back at 4 below, with no queue to see: it holds at 5, and does
+        // not try 6 again before the next probe...
+        for _ in 0..6 {
+            sent = tiered(&mut l, sent, 20 * MS, 4);
+        }
+        assert_eq!(l.limit(), 5);
+        // ...which starts a new base period, and growth is free again.
+        assert!(sent < l.next_probe());
+        let mut grown = false;
+        for _ in 0..400 {
+            sent = tiered(&mut l, sent, 20 * MS, 4);
+            grown |= l.limit() == 6;
+        }
+        assert!(grown, "tried again after the probe");
     }
 
     #[test]
