@@ -85,8 +85,10 @@
 //!   overload` at the mixed level: without these, each backend of 4
 //!   workers went from 5 to 6 and back about 16 times in 10 s, each time
 //!   with a sheddable request waiting inside it, and the critical tasks'
-//!   p99 was 36.6-38.8 ms; with them, once or twice, and 33.8-35.7 ms
-//!   (a fixed limit of 4, 32.9-37.4 ms in the same runs).
+//!   p99 was 36.6-38.8 ms, where a fixed limit of 4 got 29-32 ms; with
+//!   them, a backend goes to 6 about once per 20 s, and `"auto"` is level
+//!   with the fixed limit (32.8 against 31.3 ms in one run, 34.8-39.9
+//!   against 34.7-40.8 ms in three on a busy machine).
 //! * **Slow start** (vector #7371 ramps too slowly): from `initial`, the
 //!   limit doubles each window until the first queue, timeout or pushback,
 //!   as in TCP's slow start. In the simulation below (64 slots, 20 ms) it
