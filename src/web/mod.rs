@@ -93,7 +93,7 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse, Responder, Route};
 use serde_json::json;
 
-use crate::codec::{error_message, reason_code, rejection_code};
+use crate::codec::{error_message, reason_code};
 use crate::outcome::{FailReason, Outcome, Rejection, Response, TaskResult};
 use crate::stats::{NodeStats, Stats};
 use crate::{Dispatcher, Task};

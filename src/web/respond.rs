@@ -14,54 +14,21 @@ impl Responder for TaskResult {
 
 /// The response for a task's result (see the module docs' table).
 pub(super) fn respond(mut r: TaskResult, cfg: &ForwardConfig) -> HttpResponse {
-    // The common case first: nothing of the error's words is made for it.
-    if let Outcome::Success(resp) | Outcome::Fallback { response: resp, .. } = &mut r.outcome {
-        return proxied(resp);
-    }
-    let code = reason_code(&r.outcome).unwrap_or("ok");
-    let service = r.service.clone();
-    let attempts = r.attempts.len();
-    let words = error_message(&r).unwrap_or_default();
-    let (status, message, retry_after) = match r.outcome {
-        Outcome::Success(mut resp)
-        | Outcome::Fallback {
-            response: mut resp, ..
-        } => return proxied(&mut resp),
-        Outcome::Failure(f) => {
-            let message = words;
-            match (f.reason, f.response) {
-                (FailReason::NotRetryable, Some(mut resp)) => return proxied(&mut resp),
-                (FailReason::DeadlineExceeded, _) => (StatusCode::GATEWAY_TIMEOUT, message, None),
-                _ => (StatusCode::BAD_GATEWAY, message, None),
-            }
-        }
-        Outcome::Rejected(why) => {
-            let (status, after) = match &why {
-                Rejection::QueueFull => (cfg.queue_full_status, Some(cfg.queue_full_retry_after)),
-                Rejection::RateLimited { retry_after } => {
-                    (cfg.rate_limited_status, Some(*retry_after))
-                }
-                Rejection::CircuitOpen { retry_after, .. }
-                | Rejection::Overloaded { retry_after } => {
-                    (StatusCode::SERVICE_UNAVAILABLE, Some(*retry_after))
-                }
-                Rejection::ShuttingDown | Rejection::UnknownService(_) | Rejection::Internal(_) => {
-                    (StatusCode::SERVICE_UNAVAILABLE, None)
-                }
-                Rejection::DeadlinePassed => (StatusCode::GATEWAY_TIMEOUT, None),
-                Rejection::InvalidTask(_) => (StatusCode::BAD_REQUEST, None),
-                // Nobody reads it (the client left); nginx's "client closed
-                // request".
-                Rejection::Cancelled => (
-                    StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
-                    None,
-                ),
-            };
-            debug_assert_eq!(code, rejection_code(&why));
-            (status, words, after)
-        }
+    // The backend's answers first: nothing of the error's words is made
+    // for them.
+    let (status, retry_after) = match &mut r.outcome {
+        Outcome::Success(resp) | Outcome::Fallback { response: resp, .. } => return proxied(resp),
+        Outcome::Failure(f) => match (f.reason, f.response.as_mut()) {
+            (FailReason::NotRetryable, Some(resp)) => return proxied(resp),
+            (FailReason::DeadlineExceeded, _) => (StatusCode::GATEWAY_TIMEOUT, None),
+            _ => (StatusCode::BAD_GATEWAY, None),
+        },
+        Outcome::Rejected(why) => rejection_status(why, cfg),
     };
-    let mut body = json!({"error": code, "message": message, "service": &*service});
+    let code = reason_code(&r.outcome).unwrap_or("error");
+    let message = error_message(&r).unwrap_or_default();
+    let (service, attempts) = (&*r.service, r.attempts.len());
+    let mut body = json!({"error": code, "message": message, "service": service});
     if attempts > 0 {
         body["attempts"] = attempts.into();
     }
@@ -74,6 +41,28 @@ pub(super) fn respond(mut r: TaskResult, cfg: &ForwardConfig) -> HttpResponse {
         res.insert_header((header::RETRY_AFTER, secs));
     }
     res.content_type("application/json").body(body.to_string())
+}
+
+/// The status and `Retry-After` of a rejection.
+fn rejection_status(why: &Rejection, cfg: &ForwardConfig) -> (StatusCode, Option<Duration>) {
+    match why {
+        Rejection::QueueFull => (cfg.queue_full_status, Some(cfg.queue_full_retry_after)),
+        Rejection::RateLimited { retry_after } => (cfg.rate_limited_status, Some(*retry_after)),
+        Rejection::CircuitOpen { retry_after, .. } | Rejection::Overloaded { retry_after } => {
+            (StatusCode::SERVICE_UNAVAILABLE, Some(*retry_after))
+        }
+        Rejection::ShuttingDown | Rejection::UnknownService(_) | Rejection::Internal(_) => {
+            (StatusCode::SERVICE_UNAVAILABLE, None)
+        }
+        Rejection::DeadlinePassed => (StatusCode::GATEWAY_TIMEOUT, None),
+        Rejection::InvalidTask(_) => (StatusCode::BAD_REQUEST, None),
+        // Nobody reads it (the client left); nginx's "client closed
+        // request".
+        Rejection::Cancelled => (
+            StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+            None,
+        ),
+    }
 }
 
 /// The backend's answer, end-to-end headers only; a streamed body passes
