@@ -75,14 +75,15 @@
 //!   the whole limit says little; the queue at the mean in flight does.
 //!   When more than `alpha + 0.25` wait there in two windows in a row (a
 //!   free tier at the right level queues about 0.1, one a request too high
-//!   about 1; one slow sample in a window of five reads as 0.6), one
+//!   about 1; one slow sample in a window of five reads as 0.6 to 0.7), one
 //!   request of the free tier waits inside the backend most of the time, a
 //!   critical task behind it, and the limit is lowered by one. A window
 //!   that seldom binds and shows no queue says nothing about the level
 //!   above (only the top class reaches it), so once a limit was lowered
 //!   from a level, growth in such windows stays below that level for four
-//!   probe intervals (20 s by default), as TCP keeps `ssthresh`. Measured with `loadbench
-//!   overload` at the mixed level: without these, each backend of 4
+//!   probe intervals (20 s by default, at most a minute), as TCP keeps
+//!   `ssthresh`. Measured with `loadbench overload` at the mixed level:
+//!   without these, each backend of 4
 //!   workers went from 5 to 6 and back about 16 times in 10 s, each time
 //!   with a sheddable request waiting inside it, and the critical tasks'
 //!   p99 was 36.6-38.8 ms, where a fixed limit of 4 got 29-32 ms; with
@@ -157,6 +158,18 @@ const MIN_CUT_GAP: Duration = Duration::from_millis(10);
 /// backend for two windows; a backend that got more workers is found by
 /// then.
 const TIER_CEILING_PROBES: u32 = 4;
+/// ...and at most this long, whatever the probe interval.
+const TIER_CEILING_MAX: Duration = Duration::from_secs(60);
+
+/// Requests waiting inside a backend that holds `in_flight` at a mean
+/// latency `rtt` against `base` with nothing queued (Little's law: it
+/// serves `in_flight * base / rtt` at once); 0 for a zero `rtt`.
+fn waiting(in_flight: f64, base: Duration, rtt: Duration) -> f64 {
+    if rtt.is_zero() {
+        return 0.0;
+    }
+    (in_flight * (1.0 - base.as_secs_f64() / rtt.as_secs_f64())).max(0.0)
+}
 /// Largest accepted `max`.
 pub const MAX_LIMIT: u32 = 1_000_000;
 
@@ -539,11 +552,7 @@ impl LearnedLimit {
             return;
         };
         let limit = self.limit;
-        let queue = if rtt.is_zero() {
-            0.0
-        } else {
-            (limit * (1.0 - base.as_secs_f64() / rtt.as_secs_f64())).max(0.0)
-        };
+        let queue = waiting(limit, base, rtt);
         self.last_queue = queue;
         let alpha = (limit / 20.0).max(MIN_ALPHA);
         let beta = (2.0 * alpha).max(alpha + 1.0);
@@ -575,9 +584,9 @@ impl LearnedLimit {
         // time, the limit (and with it the free limit) is one too high: a
         // lower class would keep a request waiting inside every backend,
         // where a critical task waits behind it.
-        let queued = (mean_in_flight * (1.0 - base.as_secs_f64() / rtt.as_secs_f64())).max(0.0);
+        let queued = waiting(mean_in_flight, base, rtt);
         // Two windows in a row: one slow sample in a window of five reads
-        // as a queue of 0.7.
+        // as a queue of 0.6 to 0.7.
         self.tier_queued = match seldom_binds && queued > alpha + 0.25 {
             true => self.tier_queued.saturating_add(1),
             false => 0,
@@ -616,7 +625,8 @@ impl LearnedLimit {
         // A limit that queued is not tried again where the limit seldom
         // binds for a while, however it came down.
         if next.floor() < limit.floor() {
-            let hold = time::mul(self.config.probe_interval, TIER_CEILING_PROBES);
+            let hold =
+                time::mul(self.config.probe_interval, TIER_CEILING_PROBES).min(TIER_CEILING_MAX);
             self.tier_ceiling = Some((limit, time::add(now, hold)));
         }
         self.set_limit(next);
@@ -760,11 +770,18 @@ mod tests {
     /// 20 ms * max(limit, 4) / 4 (Little's law). Returns it, when the next
     /// window's requests are sent, and the limit after each window.
     fn small_backend(windows: usize) -> (LearnedLimit, Instant, Vec<u32>) {
+        small_backend_with(cfg(), windows)
+    }
+
+    fn small_backend_with(
+        config: LearnedLimitConfig,
+        windows: usize,
+    ) -> (LearnedLimit, Instant, Vec<u32>) {
         let t0 = Instant::now();
         let mut l = LearnedLimit::with_seed(
             LearnedLimitConfig {
                 initial: 2,
-                ..cfg()
+                ..config
             },
             1,
             t0,
@@ -855,33 +872,41 @@ mod tests {
         assert_eq!(l.limit(), 5);
     }
 
-    #[test]
-    fn a_free_tier_that_queues_inside_the_backend_comes_down() {
-        // A backend of 4 workers, 20 ms a request, at its learned 5.
-        let (mut l, mut sent, _) = small_backend(8);
+    /// One window where lower classes hold `low` in flight, each request
+    /// taking `rtt`, and one top-class request the slot above; when the
+    /// next window may start.
+    fn tiered(l: &mut LearnedLimit, sent: Instant, rtt: Duration, low: u32) -> Instant {
+        let now = sent + rtt;
+        for _ in 0..5 {
+            l.on_sample(rtt, low, SampleKind::Success, now);
+        }
+        l.on_sample(rtt, low + 1, SampleKind::Success, now);
+        now + rtt
+    }
+
+    /// A backend of 4 workers, 20 ms a request, at its learned 5, then a
+    /// window where nothing waited at 5 raises it to 6 (noise, or the
+    /// backend was faster for a while): lower classes may fill 5.
+    fn raised_to_six(config: LearnedLimitConfig) -> (LearnedLimit, Instant) {
+        let (mut l, sent, _) = small_backend_with(config, 8);
         assert_eq!(l.limit(), 5);
-        // A window where nothing waited at 5 raises it to 6 (noise, or the
-        // backend was faster for a while): lower classes may fill 5.
         let now = sent + 20 * MS;
         for _ in 0..5 {
             l.on_sample(20 * MS, 5, SampleKind::Success, now);
         }
-        sent = now + 20 * MS;
         assert_eq!((l.limit(), l.free_limit()), (6, 5));
+        (l, now + 20 * MS)
+    }
+
+    #[test]
+    fn a_free_tier_that_queues_inside_the_backend_comes_down() {
+        let (mut l, mut sent) = raised_to_six(cfg());
         // Lower classes fill 5, so one waits inside the backend and each
         // takes 25 ms; a critical task now and then takes the sixth slot.
         // The limit seldom binds and its queue (6 * (1 - 20/25) = 1.2) is
         // inside the band, but at what is in flight one request waits
-        // (5.17 * (1 - 20/25) = 1.03, over alpha = 0.5). Once is noise;
+        // (5.17 * (1 - 20/25) = 1.03, over alpha + 0.25). Once is noise;
         // twice in a row, it comes down.
-        let tiered = |l: &mut LearnedLimit, sent: Instant, rtt: Duration, low: u32| {
-            let now = sent + rtt;
-            for _ in 0..5 {
-                l.on_sample(rtt, low, SampleKind::Success, now);
-            }
-            l.on_sample(rtt, low + 1, SampleKind::Success, now);
-            now + rtt
-        };
         sent = tiered(&mut l, sent, 25 * MS, 5);
         assert_eq!(l.limit(), 6);
         sent = tiered(&mut l, sent, 25 * MS, 5);
@@ -900,6 +925,30 @@ mod tests {
             grown |= l.limit() == 6;
         }
         assert!(grown, "tried again after 20 s");
+    }
+
+    #[test]
+    fn a_free_tier_ceiling_lasts_at_most_a_minute() {
+        // A probe interval of an hour: four of them would be four hours.
+        let config = LearnedLimitConfig {
+            probe_interval: Duration::from_secs(3600),
+            ..cfg()
+        };
+        let (mut l, mut sent) = raised_to_six(config);
+        sent = tiered(&mut l, sent, 25 * MS, 5);
+        sent = tiered(&mut l, sent, 25 * MS, 5);
+        assert_eq!(l.limit(), 5);
+        let cut_at = sent;
+        while sent < cut_at + Duration::from_secs(59) {
+            sent = tiered(&mut l, sent, 20 * MS, 4);
+            assert!(l.limit() <= 5, "{}", l.limit());
+        }
+        let mut grown = false;
+        for _ in 0..100 {
+            sent = tiered(&mut l, sent, 20 * MS, 4);
+            grown |= l.limit() == 6;
+        }
+        assert!(grown, "tried again after a minute");
     }
 
     #[test]

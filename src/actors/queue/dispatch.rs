@@ -37,8 +37,7 @@ impl QueueActor {
             // Credit beyond the reserve serves any class; the reserve only
             // the top class, and only while no lower class waits
             // (`algo::headroom`).
-            let c = self.tasks.counts();
-            let waits_below = |top| c.shields(top);
+            let waits_below = |top| self.tasks.counts().shields(top);
             let Some(lowest) = self
                 .classes
                 .lowest(self.credit, self.reserve, waits_below, now)
