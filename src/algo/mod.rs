@@ -11,6 +11,7 @@ pub mod codel;
 pub mod concurrency;
 pub mod ewma;
 pub mod headroom;
+pub mod knee;
 pub mod limiter;
 pub mod policy;
 pub mod priority;

@@ -1,0 +1,350 @@
+//! Where a backend stops delivering more throughput for more concurrency:
+//! the knee of its latency curve, fitted to the mean latency measured at
+//! each concurrency level, with a confidence interval.
+//!
+//! A backend that serves `k` requests at once (threads, workers, GPU
+//! slots) answers at its service time `S` while at most `k` are inside,
+//! and beyond that each extra request waits its turn, so by Little's law
+//! (`N = X * R`):
+//!
+//! ```text
+//! R(n) = S * max(1, n / k)        X(n) = min(n, k) / S
+//! ```
+//!
+//! [`Levels`] keeps, for each level `n` the node ran at, the count, mean
+//! and variance of the latencies of the requests sent at that level. The
+//! fit ([`Levels::fit`]) takes the logarithm of each level's mean (its
+//! variance `var / (count * mean^2)`, so a noisy level weighs little) and
+//! finds the `k` of least weighted squared error, `S` falling out as the
+//! weighted mean; every `k` whose error is within 4 (two standard
+//! deviations) of the least is in the interval. This is why service-time
+//! variance is not read as queueing: a level's mean only counts as higher
+//! when it is higher by more than its own noise allows, and the interval
+//! widens instead of the estimate moving. Data that are flat at every
+//! level leave the interval open above (`k` is at least the highest
+//! level), data that grow in proportion at every level leave it open below.
+//!
+//! Pure: no clock, no randomness.
+
+/// One level's latencies: a running count, mean and sum of squared
+/// deviations (Welford), in seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Acc {
+    /// Samples (fractional once scaled down to the cap).
+    pub n: f64,
+    /// Mean latency, seconds.
+    pub mean: f64,
+    m2: f64,
+}
+
+impl Acc {
+    /// A mean taken as known exactly (a prediction).
+    pub fn exact(mean: f64) -> Acc {
+        Acc {
+            n: f64::INFINITY,
+            mean,
+            m2: 0.0,
+        }
+    }
+
+    /// Adds one latency.
+    pub fn add(&mut self, x: f64) {
+        self.n += 1.0;
+        let d = x - self.mean;
+        self.mean += d / self.n;
+        self.m2 += d * (x - self.mean);
+    }
+
+    /// Merges `o` in (Chan's parallel formula).
+    pub fn merge(&mut self, o: &Acc) {
+        if o.n == 0.0 {
+            return;
+        }
+        if self.n == 0.0 {
+            *self = *o;
+            return;
+        }
+        let n = self.n + o.n;
+        let d = o.mean - self.mean;
+        self.mean += d * o.n / n;
+        self.m2 += o.m2 + d * d * self.n * o.n / n;
+        self.n = n;
+    }
+
+    /// Keeps at most `cap` samples' weight (older data fade as new come).
+    pub fn cap(&mut self, cap: f64) {
+        if self.n > cap {
+            self.m2 *= cap / self.n;
+            self.n = cap;
+        }
+    }
+
+    /// Sample variance, with the coefficient of variation floored at 5 %
+    /// (a fixed service time would otherwise weigh infinitely).
+    pub fn var(&self) -> f64 {
+        let v = if self.n > 1.0 {
+            self.m2 / (self.n - 1.0)
+        } else {
+            0.0
+        };
+        v.max((0.05 * self.mean).powi(2))
+    }
+
+    /// Variance of `ln(mean)`.
+    pub fn var_ln(&self) -> f64 {
+        if self.n == 0.0 || self.mean <= 0.0 {
+            return f64::INFINITY;
+        }
+        self.var() / (self.n * self.mean * self.mean)
+    }
+
+    /// Whether `other`'s mean differs from this one's by more than `z`
+    /// standard errors and by more than `rel` of this one.
+    pub fn differs(&self, other: &Acc, z: f64, rel: f64) -> bool {
+        if self.n < 2.0 || other.n < 2.0 || self.mean <= 0.0 || other.mean <= 0.0 {
+            return false;
+        }
+        let d = (other.mean / self.mean).ln();
+        d.abs() > rel.ln_1p() && d.abs() > z * (self.var_ln() + other.var_ln()).sqrt()
+    }
+}
+
+/// What the latencies at the levels measured say of the knee.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Knee {
+    /// The best estimate of `k`.
+    pub k: f64,
+    /// The interval of `k` the data allow (two standard deviations):
+    /// `None` below when the data fit "every level is past the knee", `None`
+    /// above when they fit "no level is".
+    pub low: Option<f64>,
+    pub high: Option<f64>,
+    /// The service time `S`, seconds.
+    pub service: f64,
+}
+
+/// Levels kept at most (the nearest to the current limit stay).
+pub const MAX_LEVELS: usize = 24;
+/// Least samples for a level to take part in the fit.
+pub const MIN_SAMPLES: f64 = 8.0;
+
+/// The latencies at each level. See the [module documentation](self).
+#[derive(Debug, Clone, Default)]
+pub struct Levels {
+    /// `(level, latencies)`, by level.
+    levels: Vec<(u32, Acc)>,
+}
+
+impl Levels {
+    /// The data of `level`, if any.
+    pub fn get(&self, level: u32) -> Option<&Acc> {
+        self.levels
+            .binary_search_by_key(&level, |(l, _)| *l)
+            .ok()
+            .map(|i| &self.levels[i].1)
+    }
+
+    /// Merges `acc` into `level` (capped at `cap` samples), dropping the
+    /// level farthest from `level` past [`MAX_LEVELS`].
+    pub fn merge(&mut self, level: u32, acc: &Acc, cap: f64) {
+        match self.levels.binary_search_by_key(&level, |(l, _)| *l) {
+            Ok(i) => {
+                self.levels[i].1.merge(acc);
+                self.levels[i].1.cap(cap);
+            }
+            Err(i) => {
+                let mut a = *acc;
+                a.cap(cap);
+                self.levels.insert(i, (level, a));
+            }
+        }
+        while self.levels.len() > MAX_LEVELS {
+            let far = |l: u32| l.abs_diff(level);
+            let (first, last) = (self.levels[0].0, self.levels[self.levels.len() - 1].0);
+            if far(first) >= far(last) {
+                self.levels.remove(0);
+            } else {
+                self.levels.pop();
+            }
+        }
+    }
+
+    /// Forgets every level.
+    pub fn clear(&mut self) {
+        self.levels.clear();
+    }
+
+    /// The levels with enough samples to fit, lowest first.
+    pub fn known(&self) -> impl Iterator<Item = (u32, &Acc)> {
+        self.levels
+            .iter()
+            .filter(|(_, a)| a.n >= MIN_SAMPLES && a.mean > 0.0)
+            .map(|(l, a)| (*l, a))
+    }
+
+    /// Fits the knee; `None` with fewer than two levels known.
+    pub fn fit(&self) -> Option<Knee> {
+        let pts: Vec<(f64, f64, f64)> = self
+            .known()
+            .map(|(l, a)| (f64::from(l), a.mean.ln(), 1.0 / a.var_ln()))
+            .collect();
+        if pts.len() < 2 {
+            return None;
+        }
+        let (lo, hi) = (pts[0].0, pts[pts.len() - 1].0);
+        // Below `lo` every level is past the knee, above `hi` none is: the
+        // error is flat there, so the grid spans `lo..=hi` finely.
+        let steps = 200;
+        let at = |i: usize| lo + (hi - lo) * i as f64 / steps as f64;
+        let (mut best, mut best_k, mut best_s) = (f64::INFINITY, lo, 0.0);
+        let errs: Vec<f64> = (0..=steps)
+            .map(|i| {
+                let (e, s) = error(&pts, at(i));
+                if e < best {
+                    (best, best_k, best_s) = (e, at(i), s);
+                }
+                e
+            })
+            .collect();
+        let within = |e: f64| e <= best + 4.0;
+        let first = errs.iter().position(|&e| within(e)).unwrap_or(0);
+        let last = errs.iter().rposition(|&e| within(e)).unwrap_or(steps);
+        Some(Knee {
+            k: best_k,
+            low: (first > 0).then(|| at(first)),
+            high: (last < steps).then(|| at(last)),
+            service: best_s.exp(),
+        })
+    }
+}
+
+/// Weighted squared error of the model with knee `k` (and the fitted
+/// `ln S`) over `(level, ln mean, weight)` points.
+fn error(pts: &[(f64, f64, f64)], k: f64) -> (f64, f64) {
+    let resid = |&(x, y, _): &(f64, f64, f64)| y - (x / k).max(1.0).ln();
+    let (mut sw, mut swr) = (0.0, 0.0);
+    for p in pts {
+        sw += p.2;
+        swr += p.2 * resid(p);
+    }
+    let ln_s = swr / sw;
+    let e = pts.iter().map(|p| p.2 * (resid(p) - ln_s).powi(2)).sum();
+    (e, ln_s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` samples alternating `mean * (1 ± spread)` (mean `mean`).
+    fn acc(mean: f64, spread: f64, n: usize) -> Acc {
+        let mut a = Acc::default();
+        for i in 0..n {
+            a.add(
+                mean * if i % 2 == 0 {
+                    1.0 + spread
+                } else {
+                    1.0 - spread
+                },
+            );
+        }
+        a
+    }
+
+    fn levels(pts: &[(u32, f64)], spread: f64, n: usize) -> Levels {
+        let mut l = Levels::default();
+        for &(x, m) in pts {
+            l.merge(x, &acc(m, spread, n), 512.0);
+        }
+        l
+    }
+
+    #[test]
+    fn welford_and_merge_agree() {
+        let mut a = Acc::default();
+        for x in [1.0, 2.0, 3.0, 4.0] {
+            a.add(x);
+        }
+        let (mut b, mut c) = (Acc::default(), Acc::default());
+        b.add(1.0);
+        b.add(2.0);
+        c.add(3.0);
+        c.add(4.0);
+        b.merge(&c);
+        assert_eq!(a.n, 4.0);
+        assert!((a.mean - 2.5).abs() < 1e-12 && (b.mean - 2.5).abs() < 1e-12);
+        // Sample variance of 1..=4 is 5/3.
+        assert!((a.var() - 5.0 / 3.0).abs() < 1e-12);
+        assert!((b.var() - 5.0 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_fixed_service_knee_is_found_exactly() {
+        // k = 4, S = 20 ms: flat to 4, then in proportion.
+        let l = levels(
+            &[(2, 0.020), (3, 0.020), (4, 0.020), (5, 0.025), (6, 0.030)],
+            0.0,
+            32,
+        );
+        let f = l.fit().unwrap();
+        assert!((f.k - 4.0).abs() < 0.05, "{f:?}");
+        assert!((f.service - 0.020).abs() < 1e-4);
+        let (low, high) = (f.low.unwrap(), f.high.unwrap());
+        assert!(low > 3.8 && high < 4.3, "{f:?}");
+    }
+
+    #[test]
+    fn flat_levels_leave_the_interval_open_above() {
+        let f = levels(&[(4, 0.020), (6, 0.020)], 0.5, 64).fit().unwrap();
+        assert_eq!(f.high, None);
+    }
+
+    #[test]
+    fn proportional_levels_leave_it_open_below() {
+        let f = levels(&[(10, 0.050), (20, 0.100)], 0.5, 64).fit().unwrap();
+        assert_eq!(f.low, None);
+        assert!(f.high.unwrap() < 12.5, "{f:?}");
+    }
+
+    #[test]
+    fn noise_widens_the_interval_instead_of_moving_the_knee() {
+        // A 10 % rise from 4 to 5 with a CV of 1 and 16 samples each is
+        // within the noise: both "flat" and "past the knee" fit.
+        let f = levels(&[(4, 0.020), (5, 0.022)], 1.0, 16).fit().unwrap();
+        assert_eq!((f.low, f.high), (None, None));
+        // With 512 samples each, the same rise is a knee between 4 and 5.
+        let f = levels(&[(4, 0.020), (5, 0.022)], 1.0, 512).fit().unwrap();
+        assert!(f.high.is_some() || f.low.is_some(), "{f:?}");
+    }
+
+    #[test]
+    fn one_level_fits_nothing() {
+        assert_eq!(levels(&[(4, 0.020)], 0.0, 32).fit(), None);
+        // Nor do levels with too few samples.
+        assert_eq!(levels(&[(4, 0.020), (5, 0.025)], 0.0, 4).fit(), None);
+    }
+
+    #[test]
+    fn differs_needs_both_significance_and_size() {
+        let a = acc(0.020, 1.0, 64);
+        assert!(!a.differs(&acc(0.022, 1.0, 64), 3.0, 0.15));
+        assert!(a.differs(&acc(0.040, 1.0, 64), 3.0, 0.15));
+        let f = acc(0.020, 0.0, 64);
+        assert!(
+            !f.differs(&acc(0.022, 0.0, 64), 3.0, 0.15),
+            "10 % is below 15 %"
+        );
+    }
+
+    #[test]
+    fn the_table_keeps_the_levels_nearest_the_last() {
+        let mut l = Levels::default();
+        for x in 1..=40 {
+            l.merge(x, &acc(0.02, 0.0, 10), 512.0);
+        }
+        assert_eq!(l.levels.len(), MAX_LEVELS);
+        assert_eq!(l.levels[0].0, 40 - MAX_LEVELS as u32 + 1);
+        l.merge(40, &acc(0.02, 0.0, 1000), 512.0);
+        assert_eq!(l.get(40).unwrap().n, 512.0);
+    }
+}

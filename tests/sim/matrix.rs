@@ -1,0 +1,203 @@
+//! The scenario matrix: the classes of workload a rule must hold across,
+//! each run through the engine and the oracle with the same arrivals.
+
+use std::time::Duration;
+
+use super::load::Arrivals;
+use super::model::{BackendSpec, ServiceTime};
+use super::oracle;
+use super::run::{arrivals_of, run_engine, settle_time, summary, Limit, Scenario, Summary};
+
+/// The service-time classes, each with a mean of about 20 ms.
+pub const SERVICES: [(&str, ServiceTime); 4] = [
+    ("fixed", ServiceTime::Fixed(20.0)),
+    ("exp", ServiceTime::Exp(20.0)),
+    (
+        "bimodal",
+        ServiceTime::Bimodal {
+            fast: 10.0,
+            slow: 110.0,
+            p_slow: 0.1,
+        },
+    ),
+    (
+        "pareto",
+        ServiceTime::Pareto {
+            mean: 20.0,
+            alpha: 1.5,
+        },
+    ),
+];
+
+/// Pools: equal backends, or backends of different sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pool {
+    /// Three backends of 4 workers.
+    Equal,
+    /// Backends of 2, 4 and 8 workers.
+    Mixed,
+}
+
+impl Pool {
+    fn workers(self) -> [u32; 3] {
+        match self {
+            Pool::Equal => [4, 4, 4],
+            Pool::Mixed => [2, 4, 8],
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Pool::Equal => "equal",
+            Pool::Mixed => "mixed",
+        }
+    }
+}
+
+/// The shape of the load.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Shape {
+    /// Poisson at `x` times capacity.
+    Steady(f64),
+    /// On/off bursts: 2× capacity for 500 ms, then 500 ms of nothing.
+    Bursts,
+    /// 1.5× the starting capacity throughout; every backend's workers
+    /// multiplied by `factor` at a third of the run.
+    Change(f64),
+}
+
+/// Builds a scenario of `length`.
+pub fn scenario(
+    pool: Pool,
+    service: (&str, ServiceTime),
+    shape: Shape,
+    deadline: Option<Duration>,
+    critical: f64,
+    length: Duration,
+) -> Scenario {
+    let change_at = length / 3;
+    let backends: Vec<BackendSpec> = pool
+        .workers()
+        .iter()
+        .map(|&w| {
+            let mut b = BackendSpec::new(w, service.1);
+            if let Shape::Change(f) = shape {
+                b.changes
+                    .push((change_at, ((f64::from(w) * f).round() as u32).max(1)));
+            }
+            b
+        })
+        .collect();
+    let cap: f64 = backends.iter().map(|b| b.capacity_at(Duration::ZERO)).sum();
+    let (arrivals, label) = match shape {
+        Shape::Steady(x) => (Arrivals::Poisson(cap * x), format!("{x}x")),
+        Shape::Bursts => (
+            Arrivals::OnOff {
+                rate: cap * 2.0,
+                on: Duration::from_millis(500),
+                off: Duration::from_millis(500),
+            },
+            "bursts".to_string(),
+        ),
+        Shape::Change(f) => (Arrivals::Poisson(cap * 1.5), format!("cap x{f}")),
+    };
+    Scenario {
+        name: format!("{}/{}/{}", pool.name(), service.0, label),
+        backends,
+        arrivals,
+        length,
+        deadline,
+        critical,
+        extra: String::new(),
+    }
+}
+
+/// One line of the matrix: the engine's figures beside the oracle's.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub scenario: String,
+    pub limit: Limit,
+    pub seed: u64,
+    pub engine: Summary,
+    pub oracle: Summary,
+    /// Time to settle after a capacity change (engine, oracle).
+    pub settle: Option<(Option<Duration>, Option<Duration>)>,
+    /// Unloaded p99 of the service (oracle at 0.3×), in ms, when asked.
+    pub peak_limits: Vec<u32>,
+    pub shed: u64,
+    pub submitted: u64,
+}
+
+impl Row {
+    /// Engine goodput over the oracle's (1 when the oracle had none).
+    pub fn goodput_ratio(&self) -> f64 {
+        if self.oracle.goodput == 0 {
+            1.0
+        } else {
+            self.engine.goodput as f64 / self.oracle.goodput as f64
+        }
+    }
+}
+
+/// Runs `s` through the engine with `limit` and through the oracle.
+pub async fn run_row(s: &Scenario, limit: Limit, seed: u64, change: Option<f64>) -> Row {
+    let e = run_engine(s, limit, seed).await;
+    let list = arrivals_of(s, seed);
+    let o = oracle::run(&s.backends, &list, s.deadline, seed);
+    let settle = change.map(|_| {
+        let at = s.length / 3;
+        let offered = match s.arrivals {
+            Arrivals::Poisson(r) => r,
+            _ => f64::INFINITY,
+        };
+        let target = offered.min(s.capacity_at(at));
+        (
+            settle_time(&e.records, s.deadline, at, target, s.length),
+            settle_time(&o, s.deadline, at, target, s.length),
+        )
+    });
+    let peak_limits = (0..s.backends.len())
+        .map(|i| e.limits.iter().map(|(_, l)| l[i]).max().unwrap_or(0))
+        .collect();
+    Row {
+        scenario: s.name.clone(),
+        limit,
+        seed,
+        engine: summary(&e.records, s.deadline, s.length),
+        oracle: summary(&o, s.deadline, s.length),
+        settle,
+        peak_limits,
+        shed: e.stats.queue.shed,
+        submitted: e.stats.queue.submitted,
+    }
+}
+
+/// A table of rows, as markdown.
+pub fn table(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "| scenario | limit | seed | goodput (engine / oracle) | ratio | refused | p99 ms (engine / oracle) | critical ok | settle s (engine / oracle) |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let secs =
+        |d: Option<Duration>| d.map_or("never".to_string(), |d| format!("{:.1}", d.as_secs_f64()));
+    for r in rows {
+        out.push_str(&format!(
+            "| {} | {:?} | {} | {} / {} | {:.3} | {} | {:.0} / {:.0} | {:.3} | {} |\n",
+            r.scenario,
+            r.limit,
+            r.seed,
+            r.engine.goodput,
+            r.oracle.goodput,
+            r.goodput_ratio(),
+            r.engine.refused,
+            r.engine.p99_ms,
+            r.oracle.p99_ms,
+            r.engine.critical_ok,
+            r.settle.map_or("-".to_string(), |(e, o)| format!(
+                "{} / {}",
+                secs(e),
+                secs(o)
+            )),
+        ));
+    }
+    out
+}

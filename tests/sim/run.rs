@@ -1,0 +1,272 @@
+//! One run of the real engine (its actors and pure modules, the default
+//! single arbiter) on tokio's paused clock against modelled backends, and
+//! the figures of a run.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use actix_dispatch::{Config, Dispatcher, Instant, Outcome, Priority, Task};
+
+use super::load::{arrivals, Arrival, Arrivals};
+use super::model::{BackendSpec, Backends};
+
+/// How a task ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Success,
+    /// Failed after it was accepted (an error answer, its deadline).
+    Failure,
+    /// Refused or shed (`Rejected`).
+    Refused,
+}
+
+/// One task's fate (times since the run's start).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Record {
+    pub at: Duration,
+    pub done: Duration,
+    pub kind: Kind,
+    pub critical: bool,
+}
+
+/// How the engine limits each node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// `max_concurrent: "auto"`.
+    Auto,
+    /// `max_concurrent` = each backend's true starting worker count.
+    True,
+    /// The engine's default (`max_concurrent` not set).
+    Default,
+}
+
+/// A scenario: backends, arrivals, the tasks' deadline.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: String,
+    pub backends: Vec<BackendSpec>,
+    pub arrivals: Arrivals,
+    pub length: Duration,
+    /// Every task's deadline, from its arrival.
+    pub deadline: Option<Duration>,
+    /// Share of critical tasks; the others are then sheddable.
+    pub critical: f64,
+    /// Extra service config (JSON members, each starting with a comma).
+    pub extra: String,
+}
+
+impl Scenario {
+    /// The backends' total capacity at `t`, in tasks per second.
+    pub fn capacity_at(&self, t: Duration) -> f64 {
+        self.backends.iter().map(|b| b.capacity_at(t)).sum()
+    }
+
+    /// The engine's config for this scenario.
+    pub fn config(&self, limit: Limit, seed: u64) -> Config {
+        let eps: Vec<String> = self
+            .backends
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let max = match limit {
+                    Limit::Auto => r#","max_concurrent":"auto""#.to_string(),
+                    Limit::True => format!(r#","max_concurrent":{}"#, b.workers),
+                    Limit::Default => String::new(),
+                };
+                format!(r#"{{"address":"{}"{max}}}"#, Backends::address(i))
+            })
+            .collect();
+        let json = format!(
+            r#"{{"services":[{{"name":"sim","timeout":"10s","endpoints":[{}],"balancer":{{"seed":{seed}}}{}}}]}}"#,
+            eps.join(","),
+            self.extra
+        );
+        Config::from_json(&json).unwrap_or_else(|e| panic!("{e}\n{json}"))
+    }
+}
+
+/// What a run of the engine left.
+pub struct EngineRun {
+    pub records: Vec<Record>,
+    /// The service's counters at the end.
+    pub stats: actix_dispatch::ServiceStats,
+    /// Each node's learned limit, sampled every 100 ms: `(t, limits)`.
+    pub limits: Vec<(Duration, Vec<u32>)>,
+    pub backends: Vec<super::model::BackendCounts>,
+}
+
+/// The arrivals of `s` under `seed`.
+pub fn arrivals_of(s: &Scenario, seed: u64) -> Vec<Arrival> {
+    arrivals(s.arrivals, s.length, s.critical, seed)
+}
+
+/// Runs the engine through `s`. Must be called inside an actix system
+/// whose clock is paused.
+pub async fn run_engine(s: &Scenario, limit: Limit, seed: u64) -> EngineRun {
+    let list = arrivals_of(s, seed);
+    let backends = Backends::start(&s.backends, seed);
+    let d = Dispatcher::builder(s.config(limit, seed))
+        .transport(Backends::factory())
+        .start()
+        .expect("the dispatcher starts");
+    let t0 = Instant::now();
+    let records: Rc<RefCell<Vec<Option<Record>>>> = Rc::new(RefCell::new(vec![None; list.len()]));
+    let limits = Rc::new(RefCell::new(Vec::new()));
+    let sampler = {
+        let (d, limits, end) = (d.clone(), limits.clone(), s.length);
+        actix_rt::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                tick.tick().await;
+                let t = t0.elapsed();
+                if t > end {
+                    break;
+                }
+                let st = d.stats().await;
+                let l = st.services[0]
+                    .nodes
+                    .iter()
+                    .map(|n| n.concurrency_limit)
+                    .collect();
+                limits.borrow_mut().push((t, l));
+            }
+        })
+    };
+    let mut jobs = Vec::with_capacity(list.len());
+    for (i, a) in list.iter().enumerate() {
+        tokio::time::sleep_until(t0 + a.at).await;
+        let mut task = Task::get("sim", format!("/{i}"));
+        if let Some(dl) = s.deadline {
+            task = task.deadline(t0 + a.at + dl);
+        }
+        if s.critical > 0.0 {
+            task = task.priority(if a.critical {
+                Priority::Critical
+            } else {
+                Priority::Sheddable
+            });
+        }
+        let sub = d.submit(task);
+        let (records, a) = (records.clone(), *a);
+        jobs.push(actix_rt::spawn(async move {
+            let r = sub.await;
+            let kind = match r.outcome {
+                Outcome::Success(_) => Kind::Success,
+                Outcome::Rejected(_) => Kind::Refused,
+                _ => Kind::Failure,
+            };
+            records.borrow_mut()[i] = Some(Record {
+                at: a.at,
+                done: t0.elapsed(),
+                kind,
+                critical: a.critical,
+            });
+        }));
+    }
+    for j in jobs {
+        j.await.expect("a submit's task ran");
+    }
+    sampler.abort();
+    let stats = d.stats().await.services.remove(0);
+    let counts = (0..s.backends.len()).map(|i| backends.counts(i)).collect();
+    d.shutdown(Duration::from_secs(1)).await;
+    let records = Rc::try_unwrap(records)
+        .map(RefCell::into_inner)
+        .unwrap_or_else(|r| r.borrow().clone())
+        .into_iter()
+        .map(|r| r.expect("every task answered"))
+        .collect();
+    let limits = limits.borrow().clone();
+    EngineRun {
+        records,
+        stats,
+        limits,
+        backends: counts,
+    }
+}
+
+/// The figures of one run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Summary {
+    pub offered: usize,
+    pub succeeded: usize,
+    /// Successes within the deadline.
+    pub goodput: usize,
+    pub refused: usize,
+    pub failed: usize,
+    /// p99 of the successes' latency (arrival to answer) of tasks that
+    /// came after the first 3 s (all of them in a shorter run), in ms.
+    pub p99_ms: f64,
+    /// Share of critical tasks that succeeded in time (1 when none).
+    pub critical_ok: f64,
+}
+
+/// Sums up `records` against `deadline`.
+pub fn summary(records: &[Record], deadline: Option<Duration>, length: Duration) -> Summary {
+    let in_time =
+        |r: &Record| r.kind == Kind::Success && deadline.is_none_or(|d| r.done - r.at <= d);
+    let skip = if length > Duration::from_secs(4) {
+        Duration::from_secs(3)
+    } else {
+        Duration::ZERO
+    };
+    let mut lat: Vec<f64> = records
+        .iter()
+        .filter(|r| r.kind == Kind::Success && r.at >= skip)
+        .map(|r| (r.done - r.at).as_secs_f64() * 1000.0)
+        .collect();
+    lat.sort_by(f64::total_cmp);
+    let p99_ms = if lat.is_empty() {
+        0.0
+    } else {
+        lat[((lat.len() as f64 * 0.99).ceil() as usize).clamp(1, lat.len()) - 1]
+    };
+    let crit: Vec<&Record> = records.iter().filter(|r| r.critical).collect();
+    Summary {
+        offered: records.len(),
+        succeeded: records.iter().filter(|r| r.kind == Kind::Success).count(),
+        goodput: records.iter().filter(|r| in_time(r)).count(),
+        refused: records.iter().filter(|r| r.kind == Kind::Refused).count(),
+        failed: records.iter().filter(|r| r.kind == Kind::Failure).count(),
+        p99_ms,
+        critical_ok: if crit.is_empty() {
+            1.0
+        } else {
+            crit.iter().filter(|r| in_time(r)).count() as f64 / crit.len() as f64
+        },
+    }
+}
+
+/// Time from `change` until goodput is back within 0.9 of `target` (tasks
+/// per second) and stays there: the end of the first 500 ms window, from
+/// which every window starting in the next second reaches it. `None` when
+/// it never does before the run's end.
+pub fn settle_time(
+    records: &[Record],
+    deadline: Option<Duration>,
+    change: Duration,
+    target: f64,
+    length: Duration,
+) -> Option<Duration> {
+    let bin = Duration::from_millis(100);
+    let bins = (length.as_millis() / bin.as_millis()) as usize + 1;
+    let mut good = vec![0u32; bins];
+    for r in records {
+        if r.kind == Kind::Success && deadline.is_none_or(|d| r.done - r.at <= d) {
+            let b = (r.done.as_millis() / bin.as_millis()) as usize;
+            if b < bins {
+                good[b] += 1;
+            }
+        }
+    }
+    let window = |start: usize| -> f64 {
+        let n: u32 = good.iter().skip(start).take(5).sum();
+        f64::from(n) / 0.5
+    };
+    let first = (change.as_millis() / bin.as_millis()) as usize;
+    let last = bins.saturating_sub(5 + 10);
+    (first..last)
+        .find(|&b| (b..=b + 10).all(|w| window(w) >= 0.9 * target))
+        .map(|b| bin * (b as u32 + 5) - change.min(bin * (b as u32 + 5)))
+}
