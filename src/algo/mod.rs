@@ -9,6 +9,7 @@ pub mod breaker;
 pub mod budget;
 pub mod codel;
 pub mod concurrency;
+pub mod deadline;
 pub mod ewma;
 pub mod headroom;
 pub mod knee;

@@ -212,13 +212,21 @@ pub struct QueueConfig {
     /// through `feed`); past it a task is refused `QueueFull` (default: the
     /// capacity, at least 10 000). Parked tasks keep their deadlines.
     pub max_waiting: usize,
-    /// Delay control (`queue.delay`, on by default: target 5 ms, interval
-    /// 100 ms, newest first while overloaded): once the queue has not
-    /// drained for an interval, tasks that waited past the target are shed
-    /// `Overloaded`. `None`: off. Tasks that asked to wait (`on_full:
+    /// Delay control (`queue.delay`, off unless the section is given:
+    /// target 5 ms, interval 100 ms, newest first while overloaded): once
+    /// the queue has not drained for an interval, tasks that waited past
+    /// the target are shed `Overloaded`. A stated bound on queueing for
+    /// every task, deadline or not. Tasks that asked to wait (`on_full:
     /// wait`, `feed`, `submit_wait`) and tasks waiting for a rate-limit
     /// token (`on_limit: wait`) are never shed.
     pub delay: Option<crate::algo::codel::CodelConfig>,
+    /// Deadline given to every task submitted without one (`queue.deadline`,
+    /// default none), counted from its submission.
+    pub deadline: Option<Duration>,
+    /// Latency target for tasks without a deadline (`queue.slo`, default
+    /// none): they are refused and shed by the deadline rules as if due
+    /// this long after their submission, but their attempts are not cut.
+    pub slo: Option<Duration>,
     /// Reserved share of the dispatches per priority class while it has
     /// tasks waiting (`queue.priority`, default critical 0.5, default 0.2,
     /// sheddable 0.05; at most 1 together). The rest goes by priority, and

@@ -184,7 +184,11 @@ pub(crate) struct RawQueue {
     pub capacity: usize,
     pub on_full: String,
     pub max_waiting: Option<usize>,
-    pub delay: RawDelay,
+    pub delay: Option<RawDelay>,
+    #[serde(with = "humantime_serde")]
+    pub deadline: Option<Duration>,
+    #[serde(with = "humantime_serde")]
+    pub slo: Option<Duration>,
     pub priority: RawPriority,
 }
 
@@ -194,7 +198,9 @@ impl Default for RawQueue {
             capacity: 10_000,
             on_full: "reject".into(),
             max_waiting: None,
-            delay: RawDelay::default(),
+            delay: None,
+            deadline: None,
+            slo: None,
             priority: RawPriority::default(),
         }
     }
@@ -220,7 +226,8 @@ impl Default for RawPriority {
     }
 }
 
-/// `queue.delay`: the queue's delay control (`algo::codel`).
+/// `queue.delay`: the queue's delay control (`algo::codel`), on when the
+/// section is given (unless `enabled: false`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct RawDelay {

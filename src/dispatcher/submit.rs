@@ -38,7 +38,7 @@ impl Dispatcher {
             let id = task.given_id().unwrap_or(id);
             return Submission::ready(rejected(id, h.name.clone(), Rejection::ShuttingDown, now));
         }
-        let job = match task.prepare(id, now) {
+        let mut job = match task.prepare(id, now) {
             Ok(job) => job,
             Err((id, reason)) => {
                 self.inner.refused.fetch_add(1, Ordering::Relaxed);
@@ -52,6 +52,14 @@ impl Dispatcher {
                 "the service's pipeline stopped; it is being rebuilt, submit again".into(),
             );
             return Submission::ready(rejected(job.id, h.name.clone(), why, now));
+        }
+        if job.deadline.is_none() {
+            // The service's default deadline (`queue.deadline`), if stated.
+            job.deadline = h
+                .cfg
+                .queue
+                .deadline
+                .map(|d| crate::algo::time::add(now, d));
         }
         // One allocation for the task's state and the slot of its result.
         let job = Arc::new(job);

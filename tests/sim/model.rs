@@ -57,7 +57,10 @@ impl ServiceTime {
                 (xm / u.powf(1.0 / alpha)).min(mean * 50.0)
             }
         };
-        Duration::from_micros((ms * 1000.0).round().max(1.0) as u64)
+        // Whole milliseconds: tokio's timers fire on millisecond ticks, so
+        // a fraction would lengthen every service in the engine's run and
+        // not in the oracle's.
+        Duration::from_millis(ms.round().max(1.0) as u64)
     }
 }
 
@@ -247,7 +250,11 @@ impl Transport for SimTransport {
             if hang {
                 std::future::pending::<()>().await;
             }
-            tokio::time::sleep(service).await;
+            // tokio's timer wheel rounds a sleep up to the next millisecond
+            // tick, and on the paused clock `now` sits on a tick: a sleep of
+            // `d` ends `d + 1 ms` later. One tick less ends at `d` exactly
+            // (service times are whole milliseconds, at least one).
+            tokio::time::sleep(service.saturating_sub(Duration::from_millis(1))).await;
             m.counts.borrow_mut().answered += 1;
             status
         });

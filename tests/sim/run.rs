@@ -195,8 +195,10 @@ pub struct Summary {
     pub goodput: usize,
     pub refused: usize,
     pub failed: usize,
-    /// p99 of the successes' latency (arrival to answer) of tasks that
-    /// came after the first 3 s (all of them in a shorter run), in ms.
+    /// p99 of the successes' latency (arrival to answer) of the tasks of
+    /// the steady part: from 3 s (from half the run in a shorter one) to
+    /// half a second before the end (the queue left then drains oldest
+    /// first), in ms.
     pub p99_ms: f64,
     /// Share of critical tasks that succeeded in time (1 when none).
     pub critical_ok: f64,
@@ -206,14 +208,11 @@ pub struct Summary {
 pub fn summary(records: &[Record], deadline: Option<Duration>, length: Duration) -> Summary {
     let in_time =
         |r: &Record| r.kind == Kind::Success && deadline.is_none_or(|d| r.done - r.at <= d);
-    let skip = if length > Duration::from_secs(4) {
-        Duration::from_secs(3)
-    } else {
-        Duration::ZERO
-    };
+    let from = Duration::from_secs(3).min(length / 2);
+    let to = length.saturating_sub(Duration::from_millis(500));
     let mut lat: Vec<f64> = records
         .iter()
-        .filter(|r| r.kind == Kind::Success && r.at >= skip)
+        .filter(|r| r.kind == Kind::Success && r.at >= from && r.at < to)
         .map(|r| (r.done - r.at).as_secs_f64() * 1000.0)
         .collect();
     lat.sort_by(f64::total_cmp);

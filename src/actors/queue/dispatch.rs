@@ -26,10 +26,11 @@ impl QueueActor {
         // LIFO it could wait behind newer tasks for good.
         let c = self.tasks.counts();
         let lifo = c.patient == 0
-            && self
-                .delay
-                .as_ref()
-                .is_some_and(|d| d.order(now, c.ready) == Order::Lifo);
+            && (self.due_overloaded(now)
+                || self
+                    .delay
+                    .as_ref()
+                    .is_some_and(|d| d.order(now, c.ready) == Order::Lifo));
         let order = if lifo { Order::Lifo } else { Order::Fifo };
         // Sends per class, for the delay control's intake bounds.
         let mut sent = [0u64; Priority::ALL.len()];
@@ -59,6 +60,10 @@ impl QueueActor {
             }
             if p.job().deadline.is_some_and(|d| d <= now) {
                 self.finish_deadline(no, ctx);
+                continue;
+            }
+            if self.unservable(no, now) {
+                self.drop_late(no, now, ctx);
                 continue;
             }
             if self.sheds(no, now) {
@@ -117,6 +122,7 @@ impl QueueActor {
         if self.tasks.counts().parked > 0 {
             self.admit_waiting();
         }
+        self.deadline_turn(sent.iter().sum(), now, ctx);
         self.sweep_delayed(now, ctx);
         self.tasks.compact();
     }

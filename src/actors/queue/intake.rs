@@ -66,6 +66,14 @@ impl QueueActor {
             self.reject_new(msg, Rejection::QueueFull, now);
             return false;
         }
+        if let Some(due) = self.due_of(msg.task.job()).filter(|_| !msg.wait) {
+            if self.refused_for_time(class, due, now) {
+                self.shed_for_time(now);
+                let reason = self.overloaded(class, Shed::Intake, now);
+                self.reject_new(msg, reason, now);
+                return false;
+            }
+        }
         if !msg.wait && self.refuses_at_intake(class, now) {
             let reason = self.overloaded(class, Shed::Intake, now);
             self.reject_new(msg, reason, now);

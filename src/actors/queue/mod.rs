@@ -41,6 +41,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 mod answers;
+mod deadlines;
 mod dispatch;
 mod intake;
 mod port;
@@ -106,6 +107,11 @@ pub struct QueueActor {
     latencies: super::hedge::LatencyWindow,
     /// The delay control (`queue.delay`), unless off for this service.
     delay: Option<crate::algo::codel::Codel>,
+    /// Shedding by stated deadlines (`algo::deadline`): always on, idle for
+    /// tasks without a deadline or a service `slo`.
+    due: crate::algo::deadline::DeadlineControl,
+    /// Whether the deadline rules are shedding (for the log's transitions).
+    due_overloaded: bool,
     /// When the delay control's sweep timer is set for (see `Timer::Sweep`).
     sweep_at: Option<Instant>,
     /// The latest shed of each class, most important first.
@@ -178,6 +184,8 @@ impl QueueActor {
             dead: false,
             latencies: super::hedge::LatencyWindow::new(1024),
             delay: delay_control(&cfg),
+            due: Default::default(),
+            due_overloaded: false,
             sweep_at: None,
             shed_at: [None; 3],
             clock: None,
@@ -284,7 +292,8 @@ impl QueueActor {
             shed_by_class: crate::stats::ByPriority::from_array(self.counters.shed_by_class),
             shed_at_intake: self.counters.shed_at_intake,
             cancelled: self.counters.cancelled,
-            overloaded: self.delay.as_ref().is_some_and(|d| d.congested().is_some()),
+            overloaded: self.delay.as_ref().is_some_and(|d| d.congested().is_some())
+                || self.due.overloaded(self.due_hold(), now),
             peak_queued: self.counters.peak_queued as u64,
             capacity: self.cfg.queue.capacity as u64,
             retry_budget_left: u64::from(self.policy.budget_left(now)),

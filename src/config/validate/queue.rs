@@ -18,18 +18,28 @@ pub(super) fn validate(cx: &Ctx<'_>, q: RawQueue) -> Result<QueueConfig, ConfigE
             ))
         }
     };
-    let delay = if q.delay.enabled {
-        let c = crate::algo::codel::CodelConfig {
-            target: q.delay.target,
-            interval: q.delay.interval,
-            lifo: q.delay.lifo,
-            max_wait: q.delay.max_wait,
-        };
-        c.validate().map_err(|m| cx.err(field_of(&m), m.clone()))?;
-        Some(c)
-    } else {
-        None
+    let delay = match q.delay.filter(|d| d.enabled) {
+        Some(d) => {
+            let c = crate::algo::codel::CodelConfig {
+                target: d.target,
+                interval: d.interval,
+                lifo: d.lifo,
+                max_wait: d.max_wait,
+            };
+            c.validate().map_err(|m| cx.err(field_of(&m), m.clone()))?;
+            Some(c)
+        }
+        None => None,
     };
+    let positive = |field: &str, d: Option<std::time::Duration>| match d {
+        Some(d) if d.is_zero() => Err(cx.err(field, "must be greater than zero")),
+        Some(d) => crate::algo::time::bounded(field, d)
+            .map(Some)
+            .map_err(|m| cx.err(field, m)),
+        None => Ok(None),
+    };
+    let deadline = positive("queue.deadline", q.deadline)?;
+    let slo = positive("queue.slo", q.slo)?;
     let priority = crate::algo::priority::PriorityConfig {
         critical: q.priority.critical,
         default: q.priority.default,
@@ -51,6 +61,8 @@ pub(super) fn validate(cx: &Ctx<'_>, q: RawQueue) -> Result<QueueConfig, ConfigE
         on_full,
         max_waiting: q.max_waiting.unwrap_or(q.capacity.max(10_000)),
         delay,
+        deadline,
+        slo,
         priority,
     })
 }

@@ -1,0 +1,114 @@
+//! Shedding by stated deadlines (`algo::deadline`): a task's due time is
+//! its deadline, or its submission plus the service's `queue.slo`; a task
+//! with neither, or one that waits on purpose (`feed`, `on_full: wait`),
+//! is never refused or shed by time.
+
+use super::*;
+use crate::algo::deadline::DeadlineControl;
+use crate::algo::priority::Priority;
+use crate::metrics::Shed;
+
+impl QueueActor {
+    /// When the task of `job` is due, if the user stated it.
+    pub(super) fn due_of(&self, job: &Job) -> Option<Instant> {
+        job.deadline
+            .or_else(|| self.cfg.queue.slo.map(|s| time::add(job.submitted, s)))
+    }
+
+    /// What an attempt is expected to take: the median of recent successes
+    /// (zero before any).
+    pub(super) fn expected_latency(&self) -> Duration {
+        self.latencies.percentile(50.0).unwrap_or(Duration::ZERO)
+    }
+
+    /// How long serving newest first lasts after the last shed for time.
+    pub(super) fn due_hold(&self) -> Duration {
+        self.expected_latency()
+    }
+
+    /// Whether the deadline rules have been shedding lately (serve the
+    /// newest first).
+    pub(super) fn due_overloaded(&self, now: Instant) -> bool {
+        self.due.overloaded(self.due_hold(), now)
+    }
+
+    /// Whether a new task of `class` due at `due` is refused at once: the
+    /// ready tasks that go before it (newest first while overloaded: only
+    /// the more important classes'), less the credit in hand, take longer
+    /// at the recent send rate than it has left after an attempt.
+    pub(super) fn refused_for_time(&self, class: Priority, due: Instant, now: Instant) -> bool {
+        let c = self.tasks.counts();
+        let ahead = match self.due_overloaded(now) {
+            true => c.ready_from(class) - c.ready_in[class.index()],
+            false => c.ready_from(class),
+        };
+        let ahead = ahead.saturating_sub(self.credit);
+        !self
+            .due
+            .admits(ahead, due, self.expected_latency(), now)
+    }
+
+    /// Whether ready task `no` can no longer be served in time.
+    pub(super) fn unservable(&self, no: TaskNo, now: Instant) -> bool {
+        let Some(p) = self.tasks.get(&no) else {
+            return false;
+        };
+        if p.patient {
+            return false;
+        }
+        self.due_of(p.job())
+            .is_some_and(|due| !DeadlineControl::servable(due, self.expected_latency(), now))
+    }
+
+    /// Answers ready task `no`, which can no longer be served in time:
+    /// shed `Overloaded` if it was never sent, else failed
+    /// `DeadlineExceeded` (its earlier attempts failed).
+    pub(super) fn drop_late(&mut self, no: TaskNo, now: Instant, ctx: &mut Context<Self>) {
+        let tried = self.tasks.get(&no).is_some_and(|p| !p.attempts.is_empty());
+        self.shed_for_time(now);
+        if tried {
+            self.fail(no, FailReason::DeadlineExceeded, ctx);
+        } else {
+            self.shed(no, Shed::QueueDelay, now, ctx);
+        }
+    }
+
+    /// Notes a shed or refusal for time, and logs the start of an overload.
+    pub(super) fn shed_for_time(&mut self, now: Instant) {
+        let hold = self.due_hold();
+        if self.due.on_shed(hold, now) && !self.due_overloaded {
+            self.due_overloaded = true;
+            log::warn!(
+                "service {}: overloaded: tasks can no longer meet their deadlines; \
+                 refusing and shedding those, newest first",
+                self.service
+            );
+        }
+    }
+
+    /// Ends a turn of the deadline rules: the send rate learns the turn,
+    /// the oldest tasks of each class that can no longer be served in time
+    /// are shed (newest first leaves them there), and the end of an
+    /// overload is logged.
+    pub(super) fn deadline_turn(&mut self, sent: u64, now: Instant, ctx: &mut Context<Self>) {
+        for class in Priority::ALL.into_iter().rev() {
+            while let Some(no) = self.tasks.oldest_ready_in(class) {
+                if !self.unservable(no, now) {
+                    break;
+                }
+                self.tasks.take_oldest_ready_in(class);
+                self.drop_late(no, now, ctx);
+            }
+        }
+        let waiting = self.tasks.counts().ready > 0;
+        self.due.on_turn(sent, waiting, now);
+        if self.due_overloaded && !self.due_overloaded(now) {
+            self.due_overloaded = false;
+            log::info!(
+                "service {}: no longer overloaded; {} task(s) shed so far",
+                self.service,
+                self.counters.shed
+            );
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! Shedding by what the user stated: a task's deadline (its own, or the
+//! service's default), or the service's latency target (`queue.slo`) for
+//! tasks without one. A task with neither is never shed by time: it waits
+//! until it is served, bounded only by the queue's capacity.
+//!
+//! Three rules, after Facebook's "Fail at Scale" (adaptive LIFO), DAGOR and
+//! Breakwater (queueing time against what is left), each from the task's
+//! due time `due`, the queue's send rate while it had a backlog `rate`, and
+//! the service's expected latency `latency` (the median of recent
+//! successes):
+//!
+//! - **Intake**: a task is refused at once when the tasks ahead of it need
+//!   longer than it has: `now + ahead / rate + latency > due`.
+//! - **Queue**: a waiting task is shed once `now + latency > due`: it can no
+//!   longer be served in time, and sending it would spend a backend's time
+//!   on an answer nobody waits for.
+//! - **Order**: while tasks are being shed for time (within the last
+//!   `hold`), the newest are served first: under a standing queue the
+//!   newest have the most time left, and more of them meet their deadline
+//!   than the oldest would.
+//!
+//! The rate counts only the time the queue had tasks waiting: when it was
+//! empty, sends followed arrivals and say nothing of what the backends can
+//! take. Until a backlog has been seen, intake admits.
+//!
+//! Pure: every method takes `now`.
+
+use tokio::time::{Duration, Instant};
+
+use crate::algo::time;
+
+/// The send rate is an average over periods of at least this much backlog.
+const PERIOD: Duration = Duration::from_millis(100);
+/// Weight of the newest period in the rate.
+const GAIN: f64 = 0.3;
+/// Newest-first lasts at least this long after the last shed.
+const MIN_HOLD: Duration = Duration::from_millis(50);
+
+/// The deadline control of one queue. See the [module documentation](self).
+#[derive(Debug, Clone, Default)]
+pub struct DeadlineControl {
+    /// Sends per second while backlogged, once a period was measured.
+    rate: Option<f64>,
+    /// The period being measured: backlogged time and sends in it.
+    busy: Duration,
+    sends: u64,
+    /// The last pump, and whether it left tasks waiting.
+    last: Option<(Instant, bool)>,
+    /// The last shed (or refusal) for time.
+    shed_at: Option<Instant>,
+}
+
+impl DeadlineControl {
+    /// One turn of the queue at `now`: `sent` tasks went out, and `waiting`
+    /// says whether tasks were left ready after it.
+    pub fn on_turn(&mut self, sent: u64, waiting: bool, now: Instant) {
+        if let Some((at, was_waiting)) = self.last {
+            if was_waiting {
+                self.busy = time::sum(self.busy, now.saturating_duration_since(at));
+                self.sends += sent;
+            }
+        }
+        self.last = Some((now, waiting));
+        if self.busy >= PERIOD {
+            let r = self.sends as f64 / self.busy.as_secs_f64();
+            self.rate = Some(self.rate.map_or(r, |old| old + GAIN * (r - old)));
+            self.busy = Duration::ZERO;
+            self.sends = 0;
+        }
+    }
+
+    /// Tasks sent per second while tasks waited, if measured yet.
+    pub fn rate(&self) -> Option<f64> {
+        self.rate
+    }
+
+    /// How long `ahead` tasks take to go out at the measured rate (zero
+    /// before it is measured, or for none ahead).
+    pub fn wait_for(&self, ahead: usize) -> Duration {
+        match self.rate {
+            Some(r) if r > 0.0 && ahead > 0 => {
+                Duration::from_secs_f64((ahead as f64 / r).min(crate::algo::time::MAX_DURATION.as_secs_f64()))
+            }
+            Some(_) if ahead > 0 => crate::algo::time::MAX_DURATION,
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// Whether a new task due at `due`, with `ahead` tasks to go before it,
+    /// can be served in time when an attempt takes `latency`.
+    pub fn admits(&self, ahead: usize, due: Instant, latency: Duration, now: Instant) -> bool {
+        let done = time::add(time::add(now, self.wait_for(ahead)), latency);
+        done <= due
+    }
+
+    /// Whether a task due at `due` can still be served in time.
+    pub fn servable(due: Instant, latency: Duration, now: Instant) -> bool {
+        time::add(now, latency) <= due
+    }
+
+    /// A task was shed or refused for time at `now`. Returns true when this
+    /// starts an overload (nothing was shed within `hold` before).
+    pub fn on_shed(&mut self, hold: Duration, now: Instant) -> bool {
+        let calm = !self.overloaded(hold, now);
+        self.shed_at = Some(now);
+        calm
+    }
+
+    /// Whether tasks were shed for time within `hold` (at least 50 ms)
+    /// before `now`: serve the newest first.
+    pub fn overloaded(&self, hold: Duration, now: Instant) -> bool {
+        self.shed_at
+            .is_some_and(|t| now < time::add(t, hold.max(MIN_HOLD)))
+    }
+
+    /// When the current overload ends if nothing more is shed.
+    pub fn calm_at(&self, hold: Duration) -> Option<Instant> {
+        self.shed_at.map(|t| time::add(t, hold.max(MIN_HOLD)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn the_rate_counts_only_backlogged_time() {
+        let t0 = Instant::now();
+        let mut c = DeadlineControl::default();
+        // Idle turns: no backlog, no rate.
+        for i in 1..=100 {
+            c.on_turn(1, false, t0 + MS * i);
+        }
+        assert_eq!(c.rate(), None);
+        assert_eq!(c.wait_for(10), Duration::ZERO);
+        // Backlogged: 2 sends per ms for 100 ms: 2000/s.
+        let t1 = t0 + MS * 200;
+        c.on_turn(0, true, t1);
+        for i in 1..=100 {
+            c.on_turn(2, true, t1 + MS * i);
+        }
+        assert_eq!(c.rate(), Some(2000.0));
+        assert_eq!(c.wait_for(200), MS * 100);
+        // A slower period moves it by 30 %: 1000/s measured, 1700/s.
+        for i in 101..=200 {
+            c.on_turn(1, true, t1 + MS * i);
+        }
+        assert!((c.rate().unwrap() - 1700.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn intake_admits_what_can_finish_in_time() {
+        let t0 = Instant::now();
+        let mut c = DeadlineControl::default();
+        let due = t0 + MS * 250;
+        // Before any rate: only the latency counts.
+        assert!(c.admits(1000, due, MS * 250, t0));
+        assert!(!c.admits(0, due, MS * 251, t0));
+        c.on_turn(0, true, t0);
+        c.on_turn(100, true, t0 + MS * 100); // 1000/s
+        // 200 ahead: 200 ms, plus 50 ms of latency: just in time.
+        assert!(c.admits(200, due, MS * 50, t0));
+        assert!(!c.admits(201, due, MS * 50, t0));
+        assert!(DeadlineControl::servable(due, MS * 250, t0));
+        assert!(!DeadlineControl::servable(due, MS * 250, t0 + MS));
+    }
+
+    #[test]
+    fn newest_first_while_shedding_and_a_hold_after() {
+        let t0 = Instant::now();
+        let mut c = DeadlineControl::default();
+        assert!(!c.overloaded(MS * 20, t0));
+        assert!(c.on_shed(MS * 20, t0), "the first shed starts an overload");
+        assert!(!c.on_shed(MS * 20, t0 + MS * 10));
+        // The hold is at least 50 ms.
+        assert!(c.overloaded(MS * 20, t0 + MS * 59));
+        assert!(!c.overloaded(MS * 20, t0 + MS * 60));
+        assert_eq!(c.calm_at(MS * 80), Some(t0 + MS * 90));
+    }
+}
