@@ -170,8 +170,14 @@ pub enum Phase {
 #[derive(Debug, Clone, Default)]
 struct Window {
     latencies: Acc,
-    /// Successes that ended with the node at (or over) the level.
+    /// Instants at which answers ended, and those of them at which the
+    /// node was at (or over) the level before they ended. By instant, not
+    /// by answer: the answers that end together count down from the level
+    /// one by one.
+    instants: u32,
     binding: u32,
+    /// The instant being counted, and the most in flight at it.
+    current: Option<(Instant, u32)>,
     successes: u32,
     timeouts: u32,
     failures: u32,
@@ -180,6 +186,30 @@ struct Window {
 impl Window {
     fn outcomes(&self) -> u32 {
         self.successes + self.timeouts + self.failures
+    }
+
+    /// Notes an answer that ended at `now` with `in_flight` (counting it).
+    fn at(&mut self, now: Instant, in_flight: u32, level: u32) {
+        match &mut self.current {
+            Some((t, most)) if *t == now => *most = (*most).max(in_flight),
+            _ => {
+                self.close_instant(level);
+                self.current = Some((now, in_flight));
+            }
+        }
+    }
+
+    fn close_instant(&mut self, level: u32) {
+        if let Some((_, most)) = self.current.take() {
+            self.instants += 1;
+            self.binding += u32::from(most >= level);
+        }
+    }
+
+    /// Whether the limit bound at two thirds of the instants or more.
+    fn bound(&mut self, level: u32) -> bool {
+        self.close_instant(level);
+        self.instants > 0 && self.binding * 3 >= self.instants * 2
     }
 }
 
@@ -266,12 +296,12 @@ impl LearnedLimit {
     }
 
     /// The part of the limit that tasks below the top class may fill
-    /// (see [`crate::algo::headroom`]): the limit less one request in
-    /// twenty (at least one); the whole limit when it is 1.
+    /// (see [`crate::algo::headroom`]): all of it. The limit sits at the
+    /// knee, where every slot held back from the lower classes is a worker
+    /// idle; the queue serves the top class first, so it waits for the
+    /// next free worker, not behind the others.
     pub fn free_limit(&self) -> u32 {
-        let limit = self.limit();
-        let headroom = (f64::from(limit) / 20.0).max(0.5).ceil() as u32;
-        limit.saturating_sub(headroom).max(1)
+        self.limit()
     }
 
     /// The current phase, for stats.
@@ -326,7 +356,8 @@ impl LearnedLimit {
             SampleKind::Success => {
                 self.window.successes += 1;
                 self.window.latencies.add(rtt.as_secs_f64());
-                self.window.binding += u32::from(in_flight >= self.limit());
+                let level = self.limit();
+                self.window.at(now, in_flight, level);
             }
             // A timeout counts however long ago it was sent: it says the node
             // hangs requests, whatever the limit was.
@@ -408,9 +439,10 @@ impl LearnedLimit {
     }
 
     fn close_window(&mut self, now: Instant) {
-        let w = std::mem::take(&mut self.window);
+        let mut w = std::mem::take(&mut self.window);
         self.window_start = now;
         let level = self.limit();
+        let bound = w.bound(level);
         let probing = self.probe.is_some();
         if w.timeouts * 2 > w.outcomes() {
             // Mostly timeouts: the node hangs; back off as on pushback.
@@ -420,7 +452,7 @@ impl LearnedLimit {
         if w.successes > 0 {
             self.last_rtt = Some(Duration::from_secs_f64(w.latencies.mean.clamp(0.0, 3600.0)));
         }
-        if w.successes == 0 || w.binding * 3 < w.successes * 2 {
+        if w.successes == 0 || !bound {
             // The limit did not bind: nothing learned of it; a probe that
             // found no demand ends.
             if probing {
@@ -472,10 +504,7 @@ impl LearnedLimit {
             // One level known, a queue in it by the last service time
             // known (after a change of the backend): as many at once as it
             // serves by Little's law.
-            None if self
-                .service
-                .is_some_and(|s| self.fresh.mean > s * 1.25) =>
-            {
+            None if self.service.is_some_and(|s| self.fresh.mean > s * 1.25) => {
                 self.phase = Phase::Avoidance;
                 let s = self.service.unwrap_or(self.fresh.mean);
                 (f64::from(level) * s / self.fresh.mean).floor() as u32
@@ -788,7 +817,14 @@ mod tests {
     #[test]
     fn pushback_cuts_once_per_service_time() {
         let t0 = Instant::now();
-        let mut l = LearnedLimit::with_seed(LearnedLimitConfig { initial: 10, ..cfg() }, 6, t0);
+        let mut l = LearnedLimit::with_seed(
+            LearnedLimitConfig {
+                initial: 10,
+                ..cfg()
+            },
+            6,
+            t0,
+        );
         assert_eq!(l.limit(), 10);
         assert_eq!(l.on_pushback(t0), Some(9));
         // Within 10 ms (no service time known yet): no second cut.
@@ -814,7 +850,14 @@ mod tests {
     #[test]
     fn a_window_of_timeouts_cuts_and_one_that_does_not_bind_teaches_nothing() {
         let t0 = Instant::now();
-        let mut l = LearnedLimit::with_seed(LearnedLimitConfig { initial: 10, ..cfg() }, 7, t0);
+        let mut l = LearnedLimit::with_seed(
+            LearnedLimitConfig {
+                initial: 10,
+                ..cfg()
+            },
+            7,
+            t0,
+        );
         let now = t0 + Duration::from_millis(100);
         // 32 answers at 2 in flight under a limit of 10: not binding.
         for _ in 0..32 {
@@ -842,14 +885,16 @@ mod tests {
     }
 
     #[test]
-    fn the_free_limit_keeps_one_in_twenty_for_the_top_class() {
+    fn the_free_limit_is_the_whole_limit() {
         let t0 = Instant::now();
-        let at = |initial| {
-            LearnedLimit::with_seed(LearnedLimitConfig { initial, ..cfg() }, 1, t0).free_limit()
-        };
-        assert_eq!(
-            (at(1), at(2), at(10), at(20), at(21), at(100)),
-            (1, 1, 9, 19, 19, 95)
+        let l = LearnedLimit::with_seed(
+            LearnedLimitConfig {
+                initial: 20,
+                ..cfg()
+            },
+            1,
+            t0,
         );
+        assert_eq!((l.limit(), l.free_limit()), (20, 20));
     }
 }

@@ -14,10 +14,12 @@
 //! - **Queue**: a waiting task is shed once `now + latency > due`: it can no
 //!   longer be served in time, and sending it would spend a backend's time
 //!   on an answer nobody waits for.
-//! - **Order**: while tasks are being shed for time (within the last
-//!   `hold`), the newest are served first: under a standing queue the
-//!   newest have the most time left, and more of them meet their deadline
-//!   than the oldest would.
+//! - **Order**: oldest first, until the queue has stood (not once empty)
+//!   for as long as the tasks have from submission to due: then every task
+//!   served oldest first would wait about all of its time, and the newest
+//!   are served first instead (Fail at Scale's adaptive LIFO, with the
+//!   user's own time as the interval). A burst shorter than that is served
+//!   in order, so its tail keeps the time to be served after it.
 //!
 //! The rate counts only the time the queue had tasks waiting: when it was
 //! empty, sends followed arrivals and say nothing of what the backends can
@@ -48,6 +50,10 @@ pub struct DeadlineControl {
     last: Option<(Instant, bool)>,
     /// The last shed (or refusal) for time.
     shed_at: Option<Instant>,
+    /// Since when tasks have been waiting at every turn's end.
+    standing_since: Option<Instant>,
+    /// The time the latest task with a due time had, from submission to due.
+    window: Option<Duration>,
 }
 
 impl DeadlineControl {
@@ -61,11 +67,30 @@ impl DeadlineControl {
             }
         }
         self.last = Some((now, waiting));
+        match (waiting, self.standing_since) {
+            (true, None) => self.standing_since = Some(now),
+            (false, _) => self.standing_since = None,
+            _ => {}
+        }
         if self.busy >= PERIOD {
             let r = self.sends as f64 / self.busy.as_secs_f64();
             self.rate = Some(self.rate.map_or(r, |old| old + GAIN * (r - old)));
             self.busy = Duration::ZERO;
             self.sends = 0;
+        }
+    }
+
+    /// A task due `window` after its submission came in.
+    pub fn on_due(&mut self, window: Duration) {
+        self.window = Some(window);
+    }
+
+    /// Whether to serve the newest first: the queue has stood at least as
+    /// long as the latest task's time from submission to due.
+    pub fn lifo(&self, now: Instant) -> bool {
+        match (self.standing_since, self.window) {
+            (Some(since), Some(w)) => now.saturating_duration_since(since) >= w,
+            _ => false,
         }
     }
 
@@ -78,9 +103,9 @@ impl DeadlineControl {
     /// before it is measured, or for none ahead).
     pub fn wait_for(&self, ahead: usize) -> Duration {
         match self.rate {
-            Some(r) if r > 0.0 && ahead > 0 => {
-                Duration::from_secs_f64((ahead as f64 / r).min(crate::algo::time::MAX_DURATION.as_secs_f64()))
-            }
+            Some(r) if r > 0.0 && ahead > 0 => Duration::from_secs_f64(
+                (ahead as f64 / r).min(crate::algo::time::MAX_DURATION.as_secs_f64()),
+            ),
             Some(_) if ahead > 0 => crate::algo::time::MAX_DURATION,
             _ => Duration::ZERO,
         }
@@ -107,7 +132,7 @@ impl DeadlineControl {
     }
 
     /// Whether tasks were shed for time within `hold` (at least 50 ms)
-    /// before `now`: serve the newest first.
+    /// before `now`: the service is overloaded.
     pub fn overloaded(&self, hold: Duration, now: Instant) -> bool {
         self.shed_at
             .is_some_and(|t| now < time::add(t, hold.max(MIN_HOLD)))
@@ -160,7 +185,7 @@ mod tests {
         assert!(!c.admits(0, due, MS * 251, t0));
         c.on_turn(0, true, t0);
         c.on_turn(100, true, t0 + MS * 100); // 1000/s
-        // 200 ahead: 200 ms, plus 50 ms of latency: just in time.
+                                             // 200 ahead: 200 ms, plus 50 ms of latency: just in time.
         assert!(c.admits(200, due, MS * 50, t0));
         assert!(!c.admits(201, due, MS * 50, t0));
         assert!(DeadlineControl::servable(due, MS * 250, t0));
@@ -168,7 +193,25 @@ mod tests {
     }
 
     #[test]
-    fn newest_first_while_shedding_and_a_hold_after() {
+    fn newest_first_once_the_queue_stood_as_long_as_tasks_have() {
+        let t0 = Instant::now();
+        let mut c = DeadlineControl::default();
+        c.on_turn(0, true, t0);
+        assert!(!c.lifo(t0 + MS * 500), "no task with a due time seen");
+        c.on_due(MS * 250);
+        c.on_turn(1, true, t0 + MS * 249);
+        assert!(!c.lifo(t0 + MS * 249));
+        assert!(c.lifo(t0 + MS * 250));
+        // Empty once: oldest first again, and the count starts anew.
+        c.on_turn(1, false, t0 + MS * 300);
+        assert!(!c.lifo(t0 + MS * 300));
+        c.on_turn(1, true, t0 + MS * 310);
+        assert!(!c.lifo(t0 + MS * 559));
+        assert!(c.lifo(t0 + MS * 560));
+    }
+
+    #[test]
+    fn overload_holds_after_a_shed() {
         let t0 = Instant::now();
         let mut c = DeadlineControl::default();
         assert!(!c.overloaded(MS * 20, t0));

@@ -55,11 +55,7 @@ impl Dispatcher {
         }
         if job.deadline.is_none() {
             // The service's default deadline (`queue.deadline`), if stated.
-            job.deadline = h
-                .cfg
-                .queue
-                .deadline
-                .map(|d| crate::algo::time::add(now, d));
+            job.deadline = h.cfg.queue.deadline.map(|d| crate::algo::time::add(now, d));
         }
         // One allocation for the task's state and the slot of its result.
         let job = Arc::new(job);

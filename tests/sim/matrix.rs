@@ -201,3 +201,53 @@ pub fn table(rows: &[Row]) -> String {
     }
     out
 }
+
+/// The deadline every matrix task carries.
+pub const DEADLINE: Duration = Duration::from_millis(250);
+
+/// The whole matrix for `limit` and `seed`: every service-time class on
+/// both pools at 0.7×, 1×, 2× and 4× and under bursts; capacity halved and
+/// doubled; a fifth critical at 2×. Each run `length` long.
+pub fn scenarios(length: Duration) -> Vec<(Scenario, Option<f64>)> {
+    let mut out = Vec::new();
+    for pool in [Pool::Equal, Pool::Mixed] {
+        for svc in SERVICES {
+            for shape in [
+                Shape::Steady(0.7),
+                Shape::Steady(1.0),
+                Shape::Steady(2.0),
+                Shape::Steady(4.0),
+                Shape::Bursts,
+            ] {
+                out.push((
+                    scenario(pool, svc, shape, Some(DEADLINE), 0.0, length),
+                    None,
+                ));
+            }
+        }
+    }
+    for svc in [SERVICES[0], SERVICES[1]] {
+        for f in [0.5, 2.0] {
+            let s = scenario(
+                Pool::Equal,
+                svc,
+                Shape::Change(f),
+                Some(DEADLINE),
+                0.0,
+                length,
+            );
+            out.push((s, Some(f)));
+        }
+        let mut s = scenario(
+            Pool::Equal,
+            svc,
+            Shape::Steady(2.0),
+            Some(DEADLINE),
+            0.2,
+            length,
+        );
+        s.name.push_str(" critical 1/5");
+        out.push((s, None));
+    }
+    out
+}

@@ -26,10 +26,14 @@ impl QueueActor {
         self.expected_latency()
     }
 
-    /// Whether the deadline rules have been shedding lately (serve the
-    /// newest first).
+    /// Whether the deadline rules have been shedding lately.
     pub(super) fn due_overloaded(&self, now: Instant) -> bool {
         self.due.overloaded(self.due_hold(), now)
+    }
+
+    /// Whether the deadline rules serve the newest first now.
+    pub(super) fn due_lifo(&self, now: Instant) -> bool {
+        self.due.lifo(now)
     }
 
     /// Whether a new task of `class` due at `due` is refused at once: the
@@ -38,14 +42,12 @@ impl QueueActor {
     /// at the recent send rate than it has left after an attempt.
     pub(super) fn refused_for_time(&self, class: Priority, due: Instant, now: Instant) -> bool {
         let c = self.tasks.counts();
-        let ahead = match self.due_overloaded(now) {
+        let ahead = match self.due_lifo(now) {
             true => c.ready_from(class) - c.ready_in[class.index()],
             false => c.ready_from(class),
         };
         let ahead = ahead.saturating_sub(self.credit);
-        !self
-            .due
-            .admits(ahead, due, self.expected_latency(), now)
+        !self.due.admits(ahead, due, self.expected_latency(), now)
     }
 
     /// Whether ready task `no` can no longer be served in time.

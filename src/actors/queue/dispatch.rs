@@ -26,7 +26,7 @@ impl QueueActor {
         // LIFO it could wait behind newer tasks for good.
         let c = self.tasks.counts();
         let lifo = c.patient == 0
-            && (self.due_overloaded(now)
+            && (self.due_lifo(now)
                 || self
                     .delay
                     .as_ref()

@@ -67,6 +67,8 @@ impl QueueActor {
             return false;
         }
         if let Some(due) = self.due_of(msg.task.job()).filter(|_| !msg.wait) {
+            self.due
+                .on_due(due.saturating_duration_since(msg.task.job().submitted));
             if self.refused_for_time(class, due, now) {
                 self.shed_for_time(now);
                 let reason = self.overloaded(class, Shed::Intake, now);
