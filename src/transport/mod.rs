@@ -138,6 +138,11 @@ mod tls;
 pub(crate) use self::awc::caller_client;
 pub use self::awc::AwcTransport;
 
+/// Largest answer head, in bytes, on either protocol: HTTP/1's head as
+/// the codec reads it (actix-http's bound, with at most 96 header fields),
+/// and HTTP/2's decoded header list (`SETTINGS_MAX_HEADER_LIST_SIZE`).
+pub(crate) const MAX_HEAD: usize = 128 * 1024;
+
 /// One HTTP request of one attempt.
 #[derive(Debug, Clone)]
 #[non_exhaustive]

@@ -43,7 +43,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use ::awc::http::header::{HeaderValue, ACCEPT_ENCODING, CONTENT_LENGTH, EXPECT, HOST};
+use ::awc::http::header::{HeaderValue, ACCEPT_ENCODING, EXPECT, HOST};
 use ::awc::http::uri::Authority;
 use ::awc::http::{StatusCode, Uri};
 use actix_codec::{Framed, FramedParts};
@@ -61,10 +61,15 @@ use super::{ConnectionSettings, HttpReply, HttpRequest, StreamedReply, Transport
 use crate::outcome::{ErrorKind, Protocol};
 
 mod body;
+mod framing;
 mod idle;
 
 use body::{over, read_whole, Body};
+use framing::{Asked, Framing};
 use idle::IdleList;
+
+/// Most header fields in an answer's head (actix-http's decoder's bound).
+const MAX_HEADERS: usize = 96;
 
 /// Largest request written in one piece (the codec's write buffer's high
 /// water mark, as awc's): a failed write of one that fits sent nothing.
@@ -201,10 +206,11 @@ impl Inner {
     }
 
     /// Puts `conn` back, when its last answer was read to its end, left
-    /// nothing unread, and said keep-alive.
+    /// nothing unread (surplus bytes would be the next caller's answer),
+    /// and may be kept (module `framing`).
     fn release(&self, conn: Conn) {
         let Conn { framed, meta } = conn;
-        if meta.reusable && framed.codec_ref().keep_alive() && framed.is_read_buf_empty() {
+        if meta.reusable && framed.is_read_buf_empty() {
             let now = Instant::now();
             let _ = self
                 .idle
@@ -240,6 +246,16 @@ impl Inner {
     /// Keeps `head`, written, for the next request.
     fn give_back(&self, head: Rc<RequestHead>) {
         *self.spare_head.borrow_mut() = Some(head);
+    }
+
+    /// A codec as new on `conn` when its own still expects a body that
+    /// module `framing` says is not there (a `304` that declares a length,
+    /// an interim answer with one): its next decode would read that body.
+    fn settle(&self, conn: &mut Conn) {
+        if !matches!(conn.framed.codec_ref().message_type(), MessageType::None) {
+            let config = self.config.get_or_init(ServiceConfig::default).clone();
+            *conn.framed.codec_mut() = ClientCodec::new(config);
+        }
     }
 
     async fn open(&self, uri: &Uri, key: Key) -> Result<Conn, TransportError> {
@@ -306,8 +322,10 @@ enum Failure {
     Eof,
     /// A read failed before the answer's head was complete.
     Read(io::Error),
-    /// The answer's head made no sense.
+    /// The answer's head made no sense to the codec.
     Garbled(ParseError),
+    /// The answer's head parsed, but breaks HTTP/1.1's framing rules.
+    Malformed(&'static str),
 }
 
 /// What a failure before the head means for a retry (the parent module's
@@ -330,7 +348,13 @@ fn failed(failure: Failure, conn: &Conn, one_write: bool) -> TransportError {
         Failure::Eof if answered => "the connection closed within the answer's head".to_owned(),
         Failure::Eof => "the connection closed before the answer".to_owned(),
         Failure::Read(e) => format!("read error before the answer's head: {e}"),
-        Failure::Garbled(e) => format!("a bad answer: {e}"),
+        Failure::Garbled(ParseError::TooLarge) => format!(
+            "a malformed answer: its head is over {} KiB or {} headers",
+            super::MAX_HEAD / 1024,
+            MAX_HEADERS
+        ),
+        Failure::Garbled(e) => format!("a malformed answer: {e}"),
+        Failure::Malformed(why) => format!("a malformed answer: {why}"),
     };
     let on = if conn.meta.reused { "reused" } else { "new" };
     TransportError::new(kind, format!("{what} (on a {on} connection)"))
@@ -341,10 +365,12 @@ fn invalid(detail: impl Into<String>) -> TransportError {
 }
 
 /// The answer's head, with the connection it came on: still lent when a
-/// body follows, already back in the pool (`None`) when none does.
+/// body follows (framed as `framing` says), already back in the pool or
+/// closed (`None`) when none does.
 struct Answer {
     head: ResponseHead,
     body: Option<Conn>,
+    framing: Framing,
 }
 
 /// Sends `req` and reads the answer's head.
@@ -371,6 +397,7 @@ async fn exchange(pool: &Inner, req: HttpRequest) -> Result<Answer, TransportErr
         Some(pool.host(&key, &uri)?)
     };
     let identity = !has(ACCEPT_ENCODING);
+    let asked = Asked::of(&req.method);
     let idle = poll_fn(|cx| Poll::Ready(pool.checkout(&key, cx))).await;
     let mut conn = match idle {
         Some(conn) => conn,
@@ -412,7 +439,7 @@ async fn exchange(pool: &Inner, req: HttpRequest) -> Result<Answer, TransportErr
         if let Err(e) = flush(framed.as_mut()).await {
             return Err(failed(Failure::Write(e), &conn, one_write));
         }
-        let head = read_head(&mut conn, one_write).await?;
+        let head = read_head(pool, &mut conn, one_write, true).await?;
         if head.status != StatusCode::CONTINUE {
             conn.meta.reusable = false;
             early = Some(head);
@@ -433,16 +460,27 @@ async fn exchange(pool: &Inner, req: HttpRequest) -> Result<Answer, TransportErr
             if let Err(e) = flush(framed).await {
                 return Err(failed(Failure::Write(e), &conn, one_write));
             }
-            read_head(&mut conn, one_write).await?
+            read_head(pool, &mut conn, one_write, false).await?
         }
     };
-    if matches!(conn.framed.codec_ref().message_type(), MessageType::None) {
+    let plan = match framing::plan(asked, &head) {
+        Ok(plan) => plan,
+        Err(why) => return Err(failed(Failure::Malformed(why), &conn, one_write)),
+    };
+    conn.meta.reusable &= plan.keep;
+    if plan.framing == Framing::Empty {
+        pool.settle(&mut conn);
         pool.release(conn);
-        return Ok(Answer { head, body: None });
+        return Ok(Answer {
+            head,
+            body: None,
+            framing: plan.framing,
+        });
     }
     Ok(Answer {
         head,
         body: Some(conn),
+        framing: plan.framing,
     })
 }
 
@@ -478,22 +516,34 @@ async fn flush(mut framed: Pin<&mut Framed<Io, ClientCodec>>) -> io::Result<()> 
     .await
 }
 
-/// The next answer head on `conn` that is not informational (a `1xx`
-/// other than `101`), except that `100 Continue` is returned as it is.
-async fn read_head(conn: &mut Conn, one_write: bool) -> Result<ResponseHead, TransportError> {
+/// The next answer head on `conn` that is not interim: every `1xx` is
+/// skipped (RFC 9112 §6.3: a client must read past unexpected ones, `100
+/// Continue` to a request without `Expect` among them), except `100
+/// Continue` when `continue_asked` (the head of an `Expect` request went
+/// alone and waits for it). A `101` is malformed: the engine never asks
+/// for an upgrade. Interim answers are read and dropped, so they hold no
+/// memory; the attempt's timeout bounds how long they may come.
+async fn read_head(
+    pool: &Inner,
+    conn: &mut Conn,
+    one_write: bool,
+    continue_asked: bool,
+) -> Result<ResponseHead, TransportError> {
     loop {
         let next = poll_fn(|cx| Pin::new(&mut conn.framed).next_item(cx)).await;
         let failure = match next {
-            Some(Ok(head)) => {
-                let s = head.status;
-                if s.is_informational()
-                    && s != StatusCode::CONTINUE
-                    && s != StatusCode::SWITCHING_PROTOCOLS
-                {
+            Some(Ok(head)) => match head.status {
+                StatusCode::SWITCHING_PROTOCOLS => {
+                    Failure::Malformed("101 Switching Protocols to a request for no upgrade")
+                }
+                StatusCode::CONTINUE if continue_asked => return Ok(head),
+                s if s.is_informational() => {
+                    // An interim answer has no body, whatever it declares.
+                    pool.settle(conn);
                     continue;
                 }
-                return Ok(head);
-            }
+                _ => return Ok(head),
+            },
             None => Failure::Eof,
             Some(Err(ParseError::Io(e))) => Failure::Read(e),
             Some(Err(e)) => Failure::Garbled(e),
@@ -505,20 +555,21 @@ async fn read_head(conn: &mut Conn, one_write: bool) -> Result<ResponseHead, Tra
 /// Sends `req` over `pool` and reads the whole answer under `max_body`.
 pub(super) async fn send(pool: H1Pool, req: HttpRequest) -> Result<HttpReply, TransportError> {
     let max_body = req.max_body;
-    let Answer { mut head, body } = exchange(&pool.inner, req).await?;
+    let Answer {
+        mut head,
+        body,
+        framing,
+    } = exchange(&pool.inner, req).await?;
     let headers = std::mem::take(&mut head.headers);
     let body = match body {
         None => Bytes::new(),
         Some(conn) => {
             // A declared length over the limit is refused before a byte
             // of it is read.
-            let declared = headers
-                .get(CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-            if declared.is_some_and(|n| n > max_body as u64) {
+            if matches!(framing, Framing::Length(n) if n > max_body as u64) {
                 return Err(over(max_body));
             }
-            read_whole(Body::new(conn, pool.inner.clone(), &headers), max_body).await?
+            read_whole(Body::new(conn, pool.inner.clone(), framing), max_body).await?
         }
     };
     Ok(HttpReply {
@@ -535,11 +586,15 @@ pub(super) async fn send_streaming(
     pool: H1Pool,
     req: HttpRequest,
 ) -> Result<StreamedReply, TransportError> {
-    let Answer { mut head, body } = exchange(&pool.inner, req).await?;
+    let Answer {
+        mut head,
+        body,
+        framing,
+    } = exchange(&pool.inner, req).await?;
     let headers = std::mem::take(&mut head.headers);
     let body: LocalBoxStream<'static, _> = match body {
         None => Box::pin(futures::stream::empty()),
-        Some(conn) => Box::pin(Body::new(conn, pool.inner.clone(), &headers)),
+        Some(conn) => Box::pin(Body::new(conn, pool.inner.clone(), framing)),
     };
     Ok(StreamedReply {
         head: HttpReply {
