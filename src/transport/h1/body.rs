@@ -116,10 +116,11 @@ impl futures::Stream for Body {
 /// node's doing ([`ErrorKind::Reset`]), a body it could not decode the
 /// task's ([`ErrorKind::Body`]).
 pub(super) fn classify_payload(e: PayloadError) -> TransportError {
-    match e {
-        // The chunk decoder's word for a bad size line, extension or CRLF.
-        PayloadError::Io(e) if e.kind() == io::ErrorKind::InvalidInput => {
-            TransportError::new(ErrorKind::Reset, format!("a malformed chunked body: {e}"))
+    // The chunk decoder's word for a bad size line, extension or CRLF.
+    let malformed = |e: &io::Error| e.kind() == io::ErrorKind::InvalidInput;
+    match &e {
+        PayloadError::Io(io) | PayloadError::Incomplete(Some(io)) if malformed(io) => {
+            TransportError::new(ErrorKind::Reset, format!("a malformed chunked body: {io}"))
         }
         PayloadError::Incomplete(_) | PayloadError::Io(_) => {
             TransportError::new(ErrorKind::Reset, e.to_string())

@@ -50,6 +50,15 @@ fn payload_errors_split_body_from_reset() {
         classify_payload(PayloadError::Incomplete(None)).kind,
         ErrorKind::Reset
     );
+    let bad_size = || io::Error::new(io::ErrorKind::InvalidInput, "Invalid chunk size line");
+    for e in [
+        PayloadError::Incomplete(Some(bad_size())),
+        PayloadError::Io(bad_size()),
+    ] {
+        let e = classify_payload(e);
+        assert_eq!(e.kind, ErrorKind::Reset);
+        assert!(e.detail.starts_with("a malformed chunked body"), "{e}");
+    }
     assert_eq!(
         classify_payload(PayloadError::Io(io::Error::from(
             io::ErrorKind::ConnectionReset
