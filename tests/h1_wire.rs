@@ -305,9 +305,7 @@ async fn an_http11_body_without_a_length_runs_to_the_close_and_is_not_pooled() {
     assert_eq!(body(&next), "for /next");
     assert_eq!(b.accepted(), 2, "a new connection for /next");
     // Streamed, the same bytes in order.
-    let mut r = d
-        .submit(Task::get("svc", "/to-close").stream(true))
-        .await;
+    let mut r = d.submit(Task::get("svc", "/to-close").stream(true)).await;
     let mut stream = r.take_stream().expect("a streamed answer");
     let mut got = Vec::new();
     while let Some(chunk) = stream.next().await {
@@ -352,9 +350,7 @@ async fn surplus_bytes_after_an_answer_close_its_connection() {
     let b = Wire::start(|_, path| match path {
         // A second answer glued to the first: it would be the next
         // caller's.
-        "/glued" => vec![Step::Send(
-            [ok("for /glued"), ok("smuggled")].concat(),
-        )],
+        "/glued" => vec![Step::Send([ok("for /glued"), ok("smuggled")].concat())],
         // The same, a moment later (before the next request).
         "/late" => vec![
             Step::Send(ok("for /late")),
@@ -384,7 +380,10 @@ async fn surplus_bytes_after_an_answer_close_its_connection() {
         assert_eq!(b.accepted(), conns, "after {first}: a new connection");
     }
     // Each connection with surplus bytes was closed by the engine.
-    wait_for("the engine closing 3 connections", || b.closed_by_engine() >= 3).await;
+    wait_for("the engine closing 3 connections", || {
+        b.closed_by_engine() >= 3
+    })
+    .await;
     assert_eq!(b.closed_by_engine(), 3);
     d.shutdown(Duration::ZERO).await;
 }
@@ -422,7 +421,9 @@ async fn a_connection_close_answer_is_not_pooled() {
 async fn head_204_and_304_have_no_body_and_keep_their_connection() {
     let b = Wire::start(|method, path| match (method, path) {
         ("HEAD", _) => vec![send(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n")],
-        (_, "/204") => vec![send(b"HTTP/1.1 204 No Content\r\ncontent-length: 100\r\n\r\n")],
+        (_, "/204") => vec![send(
+            b"HTTP/1.1 204 No Content\r\ncontent-length: 100\r\n\r\n",
+        )],
         (_, "/304") => vec![send(
             b"HTTP/1.1 304 Not Modified\r\ncontent-length: 100\r\netag: \"v1\"\r\n\r\n",
         )],
@@ -505,12 +506,12 @@ async fn malformed_answers_fail_the_attempt_and_close_the_connection() {
         .iter()
         .map(|(p, a, _)| ((*p).to_owned(), a.clone()))
         .collect();
-    let b = Wire::start(move |_, path| {
-        match answers.iter().find(|(p, _)| p == path) {
+    let b = Wire::start(
+        move |_, path| match answers.iter().find(|(p, _)| p == path) {
             Some((_, a)) => vec![Step::Send(a.clone())],
             None => vec![Step::Send(ok(&format!("for {path}")))],
-        }
-    });
+        },
+    );
     let d = b.dispatcher("");
     for (i, (path, _, words)) in cases.iter().enumerate() {
         let r = d.submit(Task::get("svc", *path)).await;

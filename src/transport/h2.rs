@@ -54,9 +54,7 @@ use futures::future::{FutureExt, LocalBoxFuture, Shared};
 use futures::stream::StreamExt;
 use tokio::time::Instant;
 
-use super::{
-    ConnectionSettings, HttpReply, HttpRequest, StreamedReply, TransportError, MAX_HEAD,
-};
+use super::{ConnectionSettings, HttpReply, HttpRequest, StreamedReply, TransportError, MAX_HEAD};
 use crate::outcome::{ErrorKind, Protocol};
 
 /// Flow-control windows: a stream may have 1 MiB unread, the connection
@@ -587,15 +585,12 @@ fn classify(e: h2::Error) -> TransportError {
 /// it, the others end with their connection), were not processed. h2's own
 /// `REFUSED_STREAM` on one of our streams is its answer to a header list
 /// over `max_header_list_size`. Anything else may have been processed.
-fn meaning(
-    reason: Option<h2::Reason>,
-    go_away: bool,
-    remote: bool,
-) -> (ErrorKind, &'static str) {
+fn meaning(reason: Option<h2::Reason>, go_away: bool, remote: bool) -> (ErrorKind, &'static str) {
     match reason {
-        Some(h2::Reason::REFUSED_STREAM) if remote => {
-            (ErrorKind::NotSent, " (refused by the server, not processed)")
-        }
+        Some(h2::Reason::REFUSED_STREAM) if remote => (
+            ErrorKind::NotSent,
+            " (refused by the server, not processed)",
+        ),
         Some(h2::Reason::REFUSED_STREAM) => (
             ErrorKind::Reset,
             " (the answer's header list is over 128 KiB)",

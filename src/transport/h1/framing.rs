@@ -108,7 +108,11 @@ fn framing(
         if version != Version::HTTP_11 {
             return Err("Transfer-Encoding in an HTTP/1.0 answer");
         }
-        if !coding.as_bytes().trim_ascii().eq_ignore_ascii_case(b"chunked") {
+        if !coding
+            .as_bytes()
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"chunked")
+        {
             return Err("a Transfer-Encoding other than chunked");
         }
         return Ok(Framing::Chunked);

@@ -8,20 +8,26 @@
 //!   request's `Date` header, a 500 ms interval) runs once per node, not
 //!   once per request as with a codec made per request.
 //! - **The exchange** follows awc's `h1proto`: the request's head goes into
-//!   the write buffer, then its body, one flush, then the answer's head;
-//!   the codec then says whether a body follows and whether the connection
-//!   may be kept. The body is read through the payload codec
-//!   (`into_payload_codec`) and the connection goes back to the pool with
-//!   its message codec (`into_message_codec`) only once the body's end has
-//!   been read and the codec says keep-alive. Anything else drops it:
-//!   a body cut short, an attempt dropped (its timeout, a cancel), a
-//!   streamed body dropped before its end.
+//!   the write buffer, then its body, one flush, then the answer's head,
+//!   every interim `1xx` skipped. Module `framing`, not the codec, then
+//!   says where the body ends and whether the connection may be kept
+//!   (RFC 9112 §6.3, §9.3: the codec reads an HTTP/1.1 body that runs to
+//!   the close as empty and waits for the body a `304` declares); a
+//!   malformed answer fails the attempt and drops the connection. A framed
+//!   body is read through the payload codec (`into_payload_codec`), a body
+//!   that runs to the close by reading to the close; the connection goes
+//!   back to the pool with its message codec (`into_message_codec`) only
+//!   once a framed body's end has been read, nothing is left unread, and
+//!   the answer was persistent. Anything else drops it: a body cut short,
+//!   a body that ran to the close, an attempt dropped (its timeout, a
+//!   cancel), a streamed body dropped before its end.
 //! - **Host** is set as awc sets it (host, and the port unless 80 or 443),
 //!   and `accept-encoding: identity` unless the task set one (the engine
 //!   decodes no compression). `Expect: 100-continue` is honoured: the head
-//!   goes first, the body only after a `100 Continue`; any other answer is
-//!   final and the connection, its body unsent, is not kept. A request
-//!   with `Expect` and no body is refused, as awc refuses it.
+//!   goes first, the body only after a `100 Continue`; any other final
+//!   answer ends it and the connection, its body unsent, is not kept. A
+//!   request with `Expect` and no body is refused, as awc refuses it. A
+//!   `100 Continue` nobody asked for is interim, as any `1xx`.
 //! - **The pool** (module `idle`): last in, first out, idle at most
 //!   `keep_alive`, at most `max_connection_age` old, no cap on the count.
 //!   Before an idle connection is lent, one read is polled on it, as awc's
@@ -32,8 +38,9 @@
 //! known directly (a connection from the pool, or a new one).
 //!
 //! Here: the pool's handle and the exchange up to the answer's head;
-//! `idle`: the idle list, as plain data; `body`: the answer's body and the
-//! connection's return to the pool.
+//! `framing`: where an answer's body ends and whether its connection is
+//! kept, as a pure function; `idle`: the idle list, as plain data; `body`:
+//! the answer's body and the connection's return to the pool.
 
 use std::cell::{OnceCell, RefCell};
 use std::future::poll_fn;
@@ -58,13 +65,17 @@ use tokio::time::Instant;
 
 use super::connect::{self, Io};
 use super::{ConnectionSettings, HttpReply, HttpRequest, StreamedReply, TransportError};
-use crate::outcome::{ErrorKind, Protocol};
+use crate::outcome::Protocol;
 
 mod body;
+mod failure;
 mod framing;
 mod idle;
 
 use body::{over, read_whole, Body};
+#[cfg(test)]
+use failure::kind;
+use failure::{failed, invalid, Failure};
 use framing::{Asked, Framing};
 use idle::IdleList;
 
@@ -312,57 +323,6 @@ fn quiet(framed: &mut Framed<Io, ClientCodec>, cx: &mut Context<'_>) -> bool {
 }
 
 // === the exchange ===
-
-/// Why an exchange failed before the answer's head, for [`kind`].
-#[derive(Debug)]
-enum Failure {
-    /// The write failed.
-    Write(io::Error),
-    /// EOF before the answer's head was complete.
-    Eof,
-    /// A read failed before the answer's head was complete.
-    Read(io::Error),
-    /// The answer's head made no sense to the codec.
-    Garbled(ParseError),
-    /// The answer's head parsed, but breaks HTTP/1.1's framing rules.
-    Malformed(&'static str),
-}
-
-/// What a failure before the head means for a retry (the parent module's
-/// "Was the request sent?"): `reused` when the connection came from the
-/// pool, `one_write` when the request fits one write, `answered` when some
-/// bytes of the answer had arrived.
-fn kind(failure: &Failure, reused: bool, one_write: bool, answered: bool) -> ErrorKind {
-    match failure {
-        Failure::Write(_) if reused || one_write => ErrorKind::NotSent,
-        Failure::Eof | Failure::Read(_) if reused && !answered => ErrorKind::NotSent,
-        _ => ErrorKind::Reset,
-    }
-}
-
-fn failed(failure: Failure, conn: &Conn, one_write: bool) -> TransportError {
-    let answered = !conn.framed.is_read_buf_empty();
-    let kind = kind(&failure, conn.meta.reused, one_write, answered);
-    let what = match &failure {
-        Failure::Write(e) => format!("failed to send the request: {e}"),
-        Failure::Eof if answered => "the connection closed within the answer's head".to_owned(),
-        Failure::Eof => "the connection closed before the answer".to_owned(),
-        Failure::Read(e) => format!("read error before the answer's head: {e}"),
-        Failure::Garbled(ParseError::TooLarge) => format!(
-            "a malformed answer: its head is over {} KiB or {} headers",
-            super::MAX_HEAD / 1024,
-            MAX_HEADERS
-        ),
-        Failure::Garbled(e) => format!("a malformed answer: {e}"),
-        Failure::Malformed(why) => format!("a malformed answer: {why}"),
-    };
-    let on = if conn.meta.reused { "reused" } else { "new" };
-    TransportError::new(kind, format!("{what} (on a {on} connection)"))
-}
-
-fn invalid(detail: impl Into<String>) -> TransportError {
-    TransportError::new(ErrorKind::Invalid, detail)
-}
 
 /// The answer's head, with the connection it came on: still lent when a
 /// body follows (framed as `framing` says), already back in the pool or

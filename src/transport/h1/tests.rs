@@ -4,6 +4,7 @@
 
 use super::body::classify_payload;
 use super::*;
+use crate::outcome::ErrorKind;
 use crate::transport::{AwcTransport, Transport};
 use ::awc::http::Method;
 use actix_http::error::PayloadError;
