@@ -60,7 +60,7 @@ use actix_http::h1::{ClientCodec, Message, MessageType};
 use actix_http::{RequestHead, RequestHeadType, ResponseHead, ServiceConfig};
 use bytes::Bytes;
 use futures::stream::LocalBoxStream;
-use tokio::io::{AsyncRead, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 
 use super::connect::{self, Io};
@@ -407,6 +407,20 @@ async fn exchange(pool: &Inner, req: HttpRequest) -> Result<Answer, TransportErr
     }
     let head = match early {
         Some(head) => head,
+        None if expect => {
+            // The body as it is (a sized body has no framing of its own),
+            // past the codec: an interim answer before the `100` may have
+            // left it a new codec (`settle`), whose encoder would drop it.
+            let io = conn.framed.io_mut();
+            let sent = match io.write_all(&body).await {
+                Ok(()) => io.flush().await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = sent {
+                return Err(failed(Failure::Write(e), &conn, one_write));
+            }
+            read_head(pool, &mut conn, one_write, false).await?
+        }
         None => {
             let mut framed = Pin::new(&mut conn.framed);
             if !body.is_empty() {
