@@ -442,6 +442,13 @@ async fn exchange(pool: &Inner, req: HttpRequest) -> Result<Answer, TransportErr
         Err(why) => return Err(failed(Failure::Malformed(why), &conn, one_write)),
     };
     conn.meta.reusable &= plan.keep;
+    let codec_reads = !matches!(conn.framed.codec_ref().message_type(), MessageType::None);
+    if !codec_reads && matches!(plan.framing, Framing::Length(_) | Framing::Chunked) {
+        // The two never disagree so (module `framing` follows the codec's
+        // reading of the headers); the payload codec would panic on it.
+        let why = "a framing the codec did not read";
+        return Err(failed(Failure::Malformed(why), &conn, one_write));
+    }
     if plan.framing == Framing::Empty {
         pool.settle(&mut conn);
         pool.release(conn);
