@@ -24,13 +24,24 @@
 //!   driver ended, a connection error, a GOAWAY); its streams in flight
 //!   finish on it.
 //!
-//! Errors, by what they mean for a retry: a request refused by the server
-//! (`REFUSED_STREAM`) or one that could not be queued on its connection
-//! (closed, GOAWAY) was not processed ([`ErrorKind::NotSent`], RFC 9113
-//! §8.7); a connection or stream broken after the request left is
-//! [`ErrorKind::Reset`]; a failed handshake is [`ErrorKind::Tls`] with the
-//! same words as the HTTP/1 path's (module `connect` makes both). Dropping an attempt (its timeout, a cancel)
-//! resets its stream (`RST_STREAM CANCEL`), never the connection.
+//! Errors, by what they mean for a retry: a request the server refused
+//! (its `RST_STREAM REFUSED_STREAM`), one on a stream past the last one a
+//! server's `GOAWAY` says it processed, and one that could not be queued
+//! on its connection (closed, GOAWAY) were not processed
+//! ([`ErrorKind::NotSent`], RFC 9113 §8.7 and §6.8); a connection or
+//! stream broken after the request left is [`ErrorKind::Reset`]; a failed
+//! handshake is [`ErrorKind::Tls`] with the same words as the HTTP/1
+//! path's (module `connect` makes both). Dropping an attempt (its timeout,
+//! a cancel) resets its stream (`RST_STREAM CANCEL`), never the connection.
+//!
+//! What a server may send is bounded as on the HTTP/1 path: an answer's
+//! decoded header list at most [`MAX_HEAD`] (128 KiB, where h2's default
+//! is 16 MiB; a larger one fails its attempt as [`ErrorKind::Reset`], the
+//! connection kept), no server push (`SETTINGS_ENABLE_PUSH` 0: a
+//! `PUSH_PROMISE` is a connection error), no stream the server opens
+//! (`SETTINGS_MAX_CONCURRENT_STREAMS` 0 for its side), at most
+//! [`MAX_SEND_STREAMS`] of ours before the server's own limit is known,
+//! and at most [`MAX_RESET_STREAMS`] streams we reset remembered at once.
 
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
@@ -43,7 +54,7 @@ use futures::future::{FutureExt, LocalBoxFuture, Shared};
 use futures::stream::StreamExt;
 use tokio::time::Instant;
 
-use super::{ConnectionSettings, HttpReply, HttpRequest, StreamedReply, TransportError};
+use super::{ConnectionSettings, HttpReply, HttpRequest, StreamedReply, TransportError, MAX_HEAD};
 use crate::outcome::{ErrorKind, Protocol};
 
 /// Flow-control windows: a stream may have 1 MiB unread, the connection
@@ -51,6 +62,19 @@ use crate::outcome::{ErrorKind, Protocol};
 /// trip per 64 KiB).
 const STREAM_WINDOW: u32 = 1 << 20;
 const CONN_WINDOW: u32 = 2 << 20;
+
+/// Streams of ours open at once before the server's SETTINGS say how many
+/// it takes (h2's default has no bound): RFC 9113 §6.5.2 asks servers to
+/// allow at least 100.
+const MAX_SEND_STREAMS: usize = 100;
+
+/// Streams we reset (dropped attempts) whose late frames are still
+/// recognised, h2's default of 10 kept explicit: a bound on what a burst of
+/// timeouts leaves in memory.
+const MAX_RESET_STREAMS: usize = 10;
+
+// The words of an answer over it ([`meaning`]) name this bound.
+const _: () = assert!(MAX_HEAD == 128 * 1024);
 
 /// The node's HTTP/2 connections.
 #[derive(Clone)]
@@ -366,6 +390,11 @@ where
     let (send, connection) = h2::client::Builder::new()
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONN_WINDOW)
+        .max_header_list_size(MAX_HEAD as u32)
+        .enable_push(false)
+        .max_concurrent_streams(0)
+        .initial_max_send_streams(MAX_SEND_STREAMS)
+        .max_concurrent_reset_streams(MAX_RESET_STREAMS)
         .handshake::<_, Bytes>(io)
         .await
         .map_err(|e| TransportError::new(ErrorKind::Connect, format!("HTTP/2 handshake: {e}")))?;
@@ -542,15 +571,36 @@ fn not_sent(e: h2::Error) -> TransportError {
     TransportError::new(ErrorKind::NotSent, format!("HTTP/2: {e} (not sent)"))
 }
 
-/// An error after the request left: refused streams were not processed
-/// (RFC 9113 §8.7); anything else may have been.
+/// An error after the request left, by what the server can have done
+/// with the request.
 fn classify(e: h2::Error) -> TransportError {
-    let kind = if e.reason() == Some(h2::Reason::REFUSED_STREAM) {
-        ErrorKind::NotSent
-    } else {
-        ErrorKind::Reset
-    };
-    TransportError::new(kind, format!("HTTP/2: {e}"))
+    let (kind, what) = meaning(e.reason(), e.is_go_away(), e.is_remote());
+    TransportError::new(kind, format!("HTTP/2: {e}{what}"))
+}
+
+/// What a stream's error means for a retry, from its reason, whether it
+/// came of a GOAWAY, and whether the server sent it (else h2 did): the
+/// server's `REFUSED_STREAM` (RFC 9113 §8.7), and its GOAWAY for a stream
+/// past the last one it processed (§6.8; h2 fails only those streams with
+/// it, the others end with their connection), were not processed. h2's own
+/// `REFUSED_STREAM` on one of our streams is its answer to a header list
+/// over `max_header_list_size`. Anything else may have been processed.
+fn meaning(reason: Option<h2::Reason>, go_away: bool, remote: bool) -> (ErrorKind, &'static str) {
+    match reason {
+        Some(h2::Reason::REFUSED_STREAM) if remote => (
+            ErrorKind::NotSent,
+            " (refused by the server, not processed)",
+        ),
+        Some(h2::Reason::REFUSED_STREAM) => (
+            ErrorKind::Reset,
+            " (the answer's header list is over 128 KiB)",
+        ),
+        _ if go_away && remote => (
+            ErrorKind::NotSent,
+            " (past the server's GOAWAY, not processed)",
+        ),
+        _ => (ErrorKind::Reset, ""),
+    }
 }
 
 #[cfg(test)]
@@ -599,6 +649,30 @@ mod tests {
         assert_eq!(choose(&[Ready(4), Ready(2), Ready(2)]), Choice::Use(1));
         assert_eq!(choose(&[Ready(4), Ready(0)]), Choice::Use(1));
         assert_eq!(choose(&[]), Choice::Nothing);
+    }
+
+    #[test]
+    fn only_what_the_server_says_it_did_not_process_is_not_sent() {
+        use h2::Reason;
+        let kind = |r, go_away, remote| meaning(r, go_away, remote).0;
+        let refused = Some(Reason::REFUSED_STREAM);
+        assert_eq!(kind(refused, false, true), ErrorKind::NotSent);
+        assert_eq!(kind(Some(Reason::NO_ERROR), true, true), ErrorKind::NotSent);
+        assert_eq!(
+            kind(Some(Reason::INTERNAL_ERROR), true, true),
+            ErrorKind::NotSent
+        );
+        // h2's own refusal: an answer too large, after the server acted.
+        assert_eq!(kind(refused, false, false), ErrorKind::Reset);
+        assert!(meaning(refused, false, false).1.contains("header list"));
+        // h2's own GOAWAY (a protocol error it found), a reset by the
+        // server, a broken connection: the request may have been acted on.
+        assert_eq!(
+            kind(Some(Reason::PROTOCOL_ERROR), true, false),
+            ErrorKind::Reset
+        );
+        assert_eq!(kind(Some(Reason::CANCEL), false, true), ErrorKind::Reset);
+        assert_eq!(kind(None, false, false), ErrorKind::Reset);
     }
 
     #[test]

@@ -42,10 +42,16 @@
 //!   that closes after part of the head came, reused or not: the server
 //!   read the request.
 //! - **After the head, while reading the body** (EOF before a framed
-//!   body's end, a read error): [`ErrorKind::Reset`], a node failure. A
-//!   body over `max_body` (a declared Content-Length over it is refused
-//!   before a byte of the body is read) is [`ErrorKind::Body`]: the task's
-//!   failure, not the node's.
+//!   body's end, a read error, a malformed chunk): [`ErrorKind::Reset`], a
+//!   node failure. A body over `max_body` (a declared Content-Length over
+//!   it is refused before a byte of the body is read) is
+//!   [`ErrorKind::Body`]: the task's failure, not the node's.
+//! - **A malformed answer** (a bad status line or header, two
+//!   Content-Lengths, Content-Length beside Transfer-Encoding, a coding
+//!   other than `chunked`, a `101` to a request for no upgrade, a head over
+//!   128 KiB or 96 header fields): [`ErrorKind::Reset`], reused
+//!   connection or not (the server read the request), its words naming
+//!   what was wrong; the connection is closed.
 //! - Connect errors (refused, connect timeout, resolver) were never sent:
 //!   [`ErrorKind::Connect`].
 //!
@@ -58,8 +64,36 @@
 //! like the race; such a request is retried, as browsers do), and, for a
 //! request over 8 KiB whose write failed on a new connection, how much of it
 //! left (then [`ErrorKind::Reset`]). For HTTP/2 (below), a stream the
-//! server refused was not processed ([`ErrorKind::NotSent`]), other
-//! errors after sending are [`ErrorKind::Reset`].
+//! server refused (`REFUSED_STREAM`), or one past the last stream its
+//! `GOAWAY` says it processed, was not processed ([`ErrorKind::NotSent`]);
+//! other errors after sending are [`ErrorKind::Reset`].
+//!
+//! # Framing: one caller's answer never reaches another
+//!
+//! A pooled HTTP/1.1 connection carries answers one after another, so a
+//! client that misreads where one answer ends hands the rest to the next
+//! caller on that connection. The HTTP/1 path keeps RFC 9112's rules
+//! (module `h1::framing`, a pure function of the method and the head):
+//!
+//! - every interim `1xx` is skipped and the final answer read, a `100
+//!   Continue` to a request that sent no `Expect` among them;
+//! - an answer with neither Content-Length nor Transfer-Encoding has a body
+//!   that runs to the close (§6.3), HTTP/1.1 or 1.0: read to the close,
+//!   under `max_body` and the attempt's timeout, and that connection is
+//!   never pooled;
+//! - answers to `HEAD`, and `204` and `304`, have no body, whatever they
+//!   declare; the connection stays reusable;
+//! - a connection goes back to the pool only when its answer was read to
+//!   its framed end, nothing is left in its read buffer (surplus bytes
+//!   would be the next caller's answer), and the answer was persistent
+//!   (HTTP/1.1 without `Connection: close`, HTTP/1.0 with `keep-alive`);
+//!   bytes that arrive while it is idle are found by the read polled
+//!   before its reuse, and close it;
+//! - a redirect is an answer: nothing is followed.
+//!
+//! HTTP/2 frames its answers itself; what it bounds is the answer: a
+//! header list of at most 128 KiB (as an HTTP/1 head), no server push,
+//! no stream the server opens (module `h2`).
 //!
 //! The race itself is avoided where it can be: `keep_alive` defaults to
 //! 1 s, below the idle timeouts of common servers (gunicorn 2 s; uvicorn,
@@ -98,8 +132,8 @@
 //! [`crate::Task::stream`]). The HTTP/1 codec's payload decoder knows
 //! where a body framed by its length or its chunks ends, so a connection
 //! that closes before that end is a cut body, an error item
-//! ([`ErrorKind::Reset`]); only a body with neither (an HTTP/1.0 answer
-//! read to the close) ends cleanly at the close. A stream dropped before
+//! ([`ErrorKind::Reset`]); only a body with neither (one that runs to the
+//! close, HTTP/1.1 or 1.0) ends cleanly at the close. A stream dropped before
 //! its end closes its connection; one read to its end gives it back to the
 //! pool.
 //!
@@ -137,6 +171,11 @@ mod tls;
 
 pub(crate) use self::awc::caller_client;
 pub use self::awc::AwcTransport;
+
+/// Largest answer head, in bytes, on either protocol: HTTP/1's head as
+/// the codec reads it (actix-http's bound, with at most 96 header fields),
+/// and HTTP/2's decoded header list (`SETTINGS_MAX_HEADER_LIST_SIZE`).
+pub(crate) const MAX_HEAD: usize = 128 * 1024;
 
 /// One HTTP request of one attempt.
 #[derive(Debug, Clone)]

@@ -1,41 +1,64 @@
 //! An answer's body over HTTP/1.1: read through the connection's payload
 //! codec, the connection back in the pool only once the body's end was
-//! read (see the parent module).
+//! read (see the parent module); or, for a body that runs to the
+//! connection's close (module `framing`), every byte up to the close, the
+//! connection then gone.
 
 use std::future::poll_fn;
+use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
-use ::awc::http::header::{HeaderMap, CONTENT_LENGTH, TRANSFER_ENCODING};
-use actix_codec::Framed;
+use actix_codec::{Decoder, Framed};
 use actix_http::error::PayloadError;
 use actix_http::h1::{ClientCodec, ClientPayloadCodec};
 use bytes::{Bytes, BytesMut};
 
+use super::framing::Framing;
 use super::{Conn, Inner, Io, Meta};
 use crate::outcome::ErrorKind;
 use crate::transport::TransportError;
 
 /// A body being read, its connection back in the pool at its end.
 pub(super) struct Body {
-    framed: Option<Framed<Io, ClientPayloadCodec>>,
+    reading: Reading,
     meta: Option<Meta>,
     pool: Rc<Inner>,
-    /// Framed by a length or chunks (not ended by the connection's close):
-    /// the close before its end cuts it.
-    framed_body: bool,
+}
+
+enum Reading {
+    /// Framed by its length or chunks: the close before its end cuts it.
+    Framed(Framed<Io, ClientPayloadCodec>),
+    /// Ended by the connection's close, which is then never kept.
+    ToClose(Framed<Io, ToClose>),
+    Done,
+}
+
+/// The decoder of a body that runs to the close: whatever came, as it came.
+pub(super) struct ToClose;
+
+impl Decoder for ToClose {
+    type Item = Bytes;
+    type Error = io::Error;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, io::Error> {
+        Ok((!src.is_empty()).then(|| src.split().freeze()))
+    }
 }
 
 impl Body {
-    pub(super) fn new(conn: Conn, pool: Rc<Inner>, headers: &HeaderMap) -> Self {
-        let framed_body =
-            headers.contains_key(CONTENT_LENGTH) || headers.contains_key(TRANSFER_ENCODING);
+    /// The body of `conn`'s answer, framed as `framing` says (not
+    /// [`Framing::Empty`]: that answer has no body to read).
+    pub(super) fn new(conn: Conn, pool: Rc<Inner>, framing: Framing) -> Self {
+        let reading = match framing {
+            Framing::ToClose => Reading::ToClose(conn.framed.into_map_codec(|_| ToClose)),
+            _ => Reading::Framed(conn.framed.into_map_codec(ClientCodec::into_payload_codec)),
+        };
         Body {
-            framed: Some(conn.framed.into_map_codec(ClientCodec::into_payload_codec)),
+            reading,
             meta: Some(conn.meta),
             pool,
-            framed_body,
         }
     }
 
@@ -45,35 +68,39 @@ impl Body {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Bytes, TransportError>>> {
-        let Some(framed) = self.framed.as_mut() else {
-            return Poll::Ready(None);
-        };
-        let item = match Pin::new(framed).next_item(cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(item) => item,
-        };
-        match item {
-            Some(Ok(Some(chunk))) => return Poll::Ready(Some(Ok(chunk))),
-            Some(Ok(None)) => {
-                if let (Some(framed), Some(meta)) = (self.framed.take(), self.meta.take()) {
-                    self.pool.release(Conn {
-                        framed: framed.into_map_codec(ClientPayloadCodec::into_message_codec),
-                        meta,
-                    });
+        let end = match &mut self.reading {
+            Reading::Done => return Poll::Ready(None),
+            Reading::ToClose(framed) => match Pin::new(framed).next_item(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(chunk))) => return Poll::Ready(Some(Ok(chunk))),
+                Poll::Ready(None) => None,
+                Poll::Ready(Some(Err(e))) => Some(TransportError::new(
+                    ErrorKind::Reset,
+                    format!("read error within a body ended by the close: {e}"),
+                )),
+            },
+            Reading::Framed(framed) => match Pin::new(framed).next_item(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(Some(chunk)))) => return Poll::Ready(Some(Ok(chunk))),
+                Poll::Ready(Some(Ok(None))) => {
+                    let reading = std::mem::replace(&mut self.reading, Reading::Done);
+                    if let (Reading::Framed(framed), Some(meta)) = (reading, self.meta.take()) {
+                        self.pool.release(Conn {
+                            framed: framed.into_map_codec(ClientPayloadCodec::into_message_codec),
+                            meta,
+                        });
+                    }
+                    return Poll::Ready(None);
                 }
-                return Poll::Ready(None);
-            }
-            _ => {}
-        }
-        self.framed = None;
-        Poll::Ready(match item {
-            None if self.framed_body => Some(Err(TransportError::new(
-                ErrorKind::Reset,
-                "the connection closed before the end of the body",
-            ))),
-            Some(Err(e)) => Some(Err(classify_payload(e))),
-            _ => None,
-        })
+                Poll::Ready(None) => Some(TransportError::new(
+                    ErrorKind::Reset,
+                    "the connection closed before the end of the body",
+                )),
+                Poll::Ready(Some(Err(e))) => Some(classify_payload(e)),
+            },
+        };
+        self.reading = Reading::Done;
+        Poll::Ready(end.map(Err))
     }
 }
 
@@ -85,13 +112,21 @@ impl futures::Stream for Body {
     }
 }
 
+/// A body the codec could not read: cut or malformed chunks are the
+/// node's doing ([`ErrorKind::Reset`]), a body it could not decode the
+/// task's ([`ErrorKind::Body`]).
 pub(super) fn classify_payload(e: PayloadError) -> TransportError {
-    let kind = match &e {
-        PayloadError::Overflow => ErrorKind::Body,
-        PayloadError::Incomplete(_) | PayloadError::Io(_) => ErrorKind::Reset,
-        _ => ErrorKind::Body,
-    };
-    TransportError::new(kind, e.to_string())
+    // The chunk decoder's word for a bad size line, extension or CRLF.
+    let malformed = |e: &io::Error| e.kind() == io::ErrorKind::InvalidInput;
+    match &e {
+        PayloadError::Io(io) | PayloadError::Incomplete(Some(io)) if malformed(io) => {
+            TransportError::new(ErrorKind::Reset, format!("a malformed chunked body: {io}"))
+        }
+        PayloadError::Incomplete(_) | PayloadError::Io(_) => {
+            TransportError::new(ErrorKind::Reset, e.to_string())
+        }
+        _ => TransportError::new(ErrorKind::Body, e.to_string()),
+    }
 }
 
 pub(super) fn over(max_body: usize) -> TransportError {

@@ -8,20 +8,26 @@
 //!   request's `Date` header, a 500 ms interval) runs once per node, not
 //!   once per request as with a codec made per request.
 //! - **The exchange** follows awc's `h1proto`: the request's head goes into
-//!   the write buffer, then its body, one flush, then the answer's head;
-//!   the codec then says whether a body follows and whether the connection
-//!   may be kept. The body is read through the payload codec
-//!   (`into_payload_codec`) and the connection goes back to the pool with
-//!   its message codec (`into_message_codec`) only once the body's end has
-//!   been read and the codec says keep-alive. Anything else drops it:
-//!   a body cut short, an attempt dropped (its timeout, a cancel), a
-//!   streamed body dropped before its end.
+//!   the write buffer, then its body, one flush, then the answer's head,
+//!   every interim `1xx` skipped. Module `framing`, not the codec, then
+//!   says where the body ends and whether the connection may be kept
+//!   (RFC 9112 §6.3, §9.3: the codec reads an HTTP/1.1 body that runs to
+//!   the close as empty and waits for the body a `304` declares); a
+//!   malformed answer fails the attempt and drops the connection. A framed
+//!   body is read through the payload codec (`into_payload_codec`), a body
+//!   that runs to the close by reading to the close; the connection goes
+//!   back to the pool with its message codec (`into_message_codec`) only
+//!   once a framed body's end has been read, nothing is left unread, and
+//!   the answer was persistent. Anything else drops it: a body cut short,
+//!   a body that ran to the close, an attempt dropped (its timeout, a
+//!   cancel), a streamed body dropped before its end.
 //! - **Host** is set as awc sets it (host, and the port unless 80 or 443),
 //!   and `accept-encoding: identity` unless the task set one (the engine
 //!   decodes no compression). `Expect: 100-continue` is honoured: the head
-//!   goes first, the body only after a `100 Continue`; any other answer is
-//!   final and the connection, its body unsent, is not kept. A request
-//!   with `Expect` and no body is refused, as awc refuses it.
+//!   goes first, the body only after a `100 Continue`; any other final
+//!   answer ends it and the connection, its body unsent, is not kept. A
+//!   request with `Expect` and no body is refused, as awc refuses it. A
+//!   `100 Continue` nobody asked for is interim, as any `1xx`.
 //! - **The pool** (module `idle`): last in, first out, idle at most
 //!   `keep_alive`, at most `max_connection_age` old, no cap on the count.
 //!   Before an idle connection is lent, one read is polled on it, as awc's
@@ -32,8 +38,9 @@
 //! known directly (a connection from the pool, or a new one).
 //!
 //! Here: the pool's handle and the exchange up to the answer's head;
-//! `idle`: the idle list, as plain data; `body`: the answer's body and the
-//! connection's return to the pool.
+//! `framing`: where an answer's body ends and whether its connection is
+//! kept, as a pure function; `idle`: the idle list, as plain data; `body`:
+//! the answer's body and the connection's return to the pool.
 
 use std::cell::{OnceCell, RefCell};
 use std::future::poll_fn;
@@ -43,7 +50,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use ::awc::http::header::{HeaderValue, ACCEPT_ENCODING, CONTENT_LENGTH, EXPECT, HOST};
+use ::awc::http::header::{HeaderValue, ACCEPT_ENCODING, EXPECT, HOST};
 use ::awc::http::uri::Authority;
 use ::awc::http::{StatusCode, Uri};
 use actix_codec::{Framed, FramedParts};
@@ -53,18 +60,27 @@ use actix_http::h1::{ClientCodec, Message, MessageType};
 use actix_http::{RequestHead, RequestHeadType, ResponseHead, ServiceConfig};
 use bytes::Bytes;
 use futures::stream::LocalBoxStream;
-use tokio::io::{AsyncRead, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 
 use super::connect::{self, Io};
 use super::{ConnectionSettings, HttpReply, HttpRequest, StreamedReply, TransportError};
-use crate::outcome::{ErrorKind, Protocol};
+use crate::outcome::Protocol;
 
 mod body;
+mod failure;
+mod framing;
 mod idle;
 
 use body::{over, read_whole, Body};
+#[cfg(test)]
+use failure::kind;
+use failure::{failed, invalid, Failure};
+use framing::{Asked, Framing};
 use idle::IdleList;
+
+/// Most header fields in an answer's head (actix-http's decoder's bound).
+const MAX_HEADERS: usize = 96;
 
 /// Largest request written in one piece (the codec's write buffer's high
 /// water mark, as awc's): a failed write of one that fits sent nothing.
@@ -201,10 +217,11 @@ impl Inner {
     }
 
     /// Puts `conn` back, when its last answer was read to its end, left
-    /// nothing unread, and said keep-alive.
+    /// nothing unread (surplus bytes would be the next caller's answer),
+    /// and may be kept (module `framing`).
     fn release(&self, conn: Conn) {
         let Conn { framed, meta } = conn;
-        if meta.reusable && framed.codec_ref().keep_alive() && framed.is_read_buf_empty() {
+        if meta.reusable && framed.is_read_buf_empty() {
             let now = Instant::now();
             let _ = self
                 .idle
@@ -240,6 +257,16 @@ impl Inner {
     /// Keeps `head`, written, for the next request.
     fn give_back(&self, head: Rc<RequestHead>) {
         *self.spare_head.borrow_mut() = Some(head);
+    }
+
+    /// A codec as new on `conn` when its own still expects a body that
+    /// module `framing` says is not there (a `304` that declares a length,
+    /// an interim answer with one): its next decode would read that body.
+    fn settle(&self, conn: &mut Conn) {
+        if !matches!(conn.framed.codec_ref().message_type(), MessageType::None) {
+            let config = self.config.get_or_init(ServiceConfig::default).clone();
+            *conn.framed.codec_mut() = ClientCodec::new(config);
+        }
     }
 
     async fn open(&self, uri: &Uri, key: Key) -> Result<Conn, TransportError> {
@@ -297,54 +324,13 @@ fn quiet(framed: &mut Framed<Io, ClientCodec>, cx: &mut Context<'_>) -> bool {
 
 // === the exchange ===
 
-/// Why an exchange failed before the answer's head, for [`kind`].
-#[derive(Debug)]
-enum Failure {
-    /// The write failed.
-    Write(io::Error),
-    /// EOF before the answer's head was complete.
-    Eof,
-    /// A read failed before the answer's head was complete.
-    Read(io::Error),
-    /// The answer's head made no sense.
-    Garbled(ParseError),
-}
-
-/// What a failure before the head means for a retry (the parent module's
-/// "Was the request sent?"): `reused` when the connection came from the
-/// pool, `one_write` when the request fits one write, `answered` when some
-/// bytes of the answer had arrived.
-fn kind(failure: &Failure, reused: bool, one_write: bool, answered: bool) -> ErrorKind {
-    match failure {
-        Failure::Write(_) if reused || one_write => ErrorKind::NotSent,
-        Failure::Eof | Failure::Read(_) if reused && !answered => ErrorKind::NotSent,
-        _ => ErrorKind::Reset,
-    }
-}
-
-fn failed(failure: Failure, conn: &Conn, one_write: bool) -> TransportError {
-    let answered = !conn.framed.is_read_buf_empty();
-    let kind = kind(&failure, conn.meta.reused, one_write, answered);
-    let what = match &failure {
-        Failure::Write(e) => format!("failed to send the request: {e}"),
-        Failure::Eof if answered => "the connection closed within the answer's head".to_owned(),
-        Failure::Eof => "the connection closed before the answer".to_owned(),
-        Failure::Read(e) => format!("read error before the answer's head: {e}"),
-        Failure::Garbled(e) => format!("a bad answer: {e}"),
-    };
-    let on = if conn.meta.reused { "reused" } else { "new" };
-    TransportError::new(kind, format!("{what} (on a {on} connection)"))
-}
-
-fn invalid(detail: impl Into<String>) -> TransportError {
-    TransportError::new(ErrorKind::Invalid, detail)
-}
-
 /// The answer's head, with the connection it came on: still lent when a
-/// body follows, already back in the pool (`None`) when none does.
+/// body follows (framed as `framing` says), already back in the pool or
+/// closed (`None`) when none does.
 struct Answer {
     head: ResponseHead,
     body: Option<Conn>,
+    framing: Framing,
 }
 
 /// Sends `req` and reads the answer's head.
@@ -371,6 +357,7 @@ async fn exchange(pool: &Inner, req: HttpRequest) -> Result<Answer, TransportErr
         Some(pool.host(&key, &uri)?)
     };
     let identity = !has(ACCEPT_ENCODING);
+    let asked = Asked::of(&req.method);
     let idle = poll_fn(|cx| Poll::Ready(pool.checkout(&key, cx))).await;
     let mut conn = match idle {
         Some(conn) => conn,
@@ -412,7 +399,7 @@ async fn exchange(pool: &Inner, req: HttpRequest) -> Result<Answer, TransportErr
         if let Err(e) = flush(framed.as_mut()).await {
             return Err(failed(Failure::Write(e), &conn, one_write));
         }
-        let head = read_head(&mut conn, one_write).await?;
+        let head = read_head(pool, &mut conn, one_write, true).await?;
         if head.status != StatusCode::CONTINUE {
             conn.meta.reusable = false;
             early = Some(head);
@@ -420,6 +407,20 @@ async fn exchange(pool: &Inner, req: HttpRequest) -> Result<Answer, TransportErr
     }
     let head = match early {
         Some(head) => head,
+        None if expect => {
+            // The body as it is (a sized body has no framing of its own),
+            // past the codec: an interim answer before the `100` may have
+            // left it a new codec (`settle`), whose encoder would drop it.
+            let io = conn.framed.io_mut();
+            let sent = match io.write_all(&body).await {
+                Ok(()) => io.flush().await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = sent {
+                return Err(failed(Failure::Write(e), &conn, one_write));
+            }
+            read_head(pool, &mut conn, one_write, false).await?
+        }
         None => {
             let mut framed = Pin::new(&mut conn.framed);
             if !body.is_empty() {
@@ -433,16 +434,34 @@ async fn exchange(pool: &Inner, req: HttpRequest) -> Result<Answer, TransportErr
             if let Err(e) = flush(framed).await {
                 return Err(failed(Failure::Write(e), &conn, one_write));
             }
-            read_head(&mut conn, one_write).await?
+            read_head(pool, &mut conn, one_write, false).await?
         }
     };
-    if matches!(conn.framed.codec_ref().message_type(), MessageType::None) {
+    let plan = match framing::plan(asked, &head) {
+        Ok(plan) => plan,
+        Err(why) => return Err(failed(Failure::Malformed(why), &conn, one_write)),
+    };
+    conn.meta.reusable &= plan.keep;
+    let codec_reads = !matches!(conn.framed.codec_ref().message_type(), MessageType::None);
+    if !codec_reads && matches!(plan.framing, Framing::Length(_) | Framing::Chunked) {
+        // The two never disagree so (module `framing` follows the codec's
+        // reading of the headers); the payload codec would panic on it.
+        let why = "a framing the codec did not read";
+        return Err(failed(Failure::Malformed(why), &conn, one_write));
+    }
+    if plan.framing == Framing::Empty {
+        pool.settle(&mut conn);
         pool.release(conn);
-        return Ok(Answer { head, body: None });
+        return Ok(Answer {
+            head,
+            body: None,
+            framing: plan.framing,
+        });
     }
     Ok(Answer {
         head,
         body: Some(conn),
+        framing: plan.framing,
     })
 }
 
@@ -478,22 +497,34 @@ async fn flush(mut framed: Pin<&mut Framed<Io, ClientCodec>>) -> io::Result<()> 
     .await
 }
 
-/// The next answer head on `conn` that is not informational (a `1xx`
-/// other than `101`), except that `100 Continue` is returned as it is.
-async fn read_head(conn: &mut Conn, one_write: bool) -> Result<ResponseHead, TransportError> {
+/// The next answer head on `conn` that is not interim: every `1xx` is
+/// skipped (RFC 9112 §6.3: a client must read past unexpected ones, `100
+/// Continue` to a request without `Expect` among them), except `100
+/// Continue` when `continue_asked` (the head of an `Expect` request went
+/// alone and waits for it). A `101` is malformed: the engine never asks
+/// for an upgrade. Interim answers are read and dropped, so they hold no
+/// memory; the attempt's timeout bounds how long they may come.
+async fn read_head(
+    pool: &Inner,
+    conn: &mut Conn,
+    one_write: bool,
+    continue_asked: bool,
+) -> Result<ResponseHead, TransportError> {
     loop {
         let next = poll_fn(|cx| Pin::new(&mut conn.framed).next_item(cx)).await;
         let failure = match next {
-            Some(Ok(head)) => {
-                let s = head.status;
-                if s.is_informational()
-                    && s != StatusCode::CONTINUE
-                    && s != StatusCode::SWITCHING_PROTOCOLS
-                {
+            Some(Ok(head)) => match head.status {
+                StatusCode::SWITCHING_PROTOCOLS => {
+                    Failure::Malformed("101 Switching Protocols to a request for no upgrade")
+                }
+                StatusCode::CONTINUE if continue_asked => return Ok(head),
+                s if s.is_informational() => {
+                    // An interim answer has no body, whatever it declares.
+                    pool.settle(conn);
                     continue;
                 }
-                return Ok(head);
-            }
+                _ => return Ok(head),
+            },
             None => Failure::Eof,
             Some(Err(ParseError::Io(e))) => Failure::Read(e),
             Some(Err(e)) => Failure::Garbled(e),
@@ -505,20 +536,21 @@ async fn read_head(conn: &mut Conn, one_write: bool) -> Result<ResponseHead, Tra
 /// Sends `req` over `pool` and reads the whole answer under `max_body`.
 pub(super) async fn send(pool: H1Pool, req: HttpRequest) -> Result<HttpReply, TransportError> {
     let max_body = req.max_body;
-    let Answer { mut head, body } = exchange(&pool.inner, req).await?;
+    let Answer {
+        mut head,
+        body,
+        framing,
+    } = exchange(&pool.inner, req).await?;
     let headers = std::mem::take(&mut head.headers);
     let body = match body {
         None => Bytes::new(),
         Some(conn) => {
             // A declared length over the limit is refused before a byte
             // of it is read.
-            let declared = headers
-                .get(CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-            if declared.is_some_and(|n| n > max_body as u64) {
+            if matches!(framing, Framing::Length(n) if n > max_body as u64) {
                 return Err(over(max_body));
             }
-            read_whole(Body::new(conn, pool.inner.clone(), &headers), max_body).await?
+            read_whole(Body::new(conn, pool.inner.clone(), framing), max_body).await?
         }
     };
     Ok(HttpReply {
@@ -535,11 +567,15 @@ pub(super) async fn send_streaming(
     pool: H1Pool,
     req: HttpRequest,
 ) -> Result<StreamedReply, TransportError> {
-    let Answer { mut head, body } = exchange(&pool.inner, req).await?;
+    let Answer {
+        mut head,
+        body,
+        framing,
+    } = exchange(&pool.inner, req).await?;
     let headers = std::mem::take(&mut head.headers);
     let body: LocalBoxStream<'static, _> = match body {
         None => Box::pin(futures::stream::empty()),
-        Some(conn) => Box::pin(Body::new(conn, pool.inner.clone(), &headers)),
+        Some(conn) => Box::pin(Body::new(conn, pool.inner.clone(), framing)),
     };
     Ok(StreamedReply {
         head: HttpReply {

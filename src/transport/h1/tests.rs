@@ -4,6 +4,7 @@
 
 use super::body::classify_payload;
 use super::*;
+use crate::outcome::ErrorKind;
 use crate::transport::{AwcTransport, Transport};
 use ::awc::http::Method;
 use actix_http::error::PayloadError;
@@ -50,6 +51,15 @@ fn payload_errors_split_body_from_reset() {
         classify_payload(PayloadError::Incomplete(None)).kind,
         ErrorKind::Reset
     );
+    let bad_size = || io::Error::new(io::ErrorKind::InvalidInput, "Invalid chunk size line");
+    for e in [
+        PayloadError::Incomplete(Some(bad_size())),
+        PayloadError::Io(bad_size()),
+    ] {
+        let e = classify_payload(e);
+        assert_eq!(e.kind, ErrorKind::Reset);
+        assert!(e.detail.starts_with("a malformed chunked body"), "{e}");
+    }
     assert_eq!(
         classify_payload(PayloadError::Io(io::Error::from(
             io::ErrorKind::ConnectionReset
@@ -72,7 +82,9 @@ fn payload_errors_split_body_from_reset() {
 /// - `/drop`: closes without answering;
 /// - `/http10`: an HTTP/1.0 answer ended by the close;
 /// - `/early-hints`: a `103` before its 200;
-/// - `/refuse-expect`: 417 to an `Expect` request, its body unread.
+/// - `/refuse-expect`: 417 to an `Expect` request, its body unread;
+/// - `/interim-expect`: to an `Expect` request, a `103` that declares a
+///   body, then `100 Continue`, then the body echoed.
 ///
 /// A request with `Expect: 100-continue` gets `100 Continue` before its
 /// body is read.
@@ -155,6 +167,10 @@ fn serve(mut conn: TcpStream, requests: &AtomicUsize) {
                 while conn.read(&mut [0; 64]).is_ok_and(|n| n > 0) {}
                 return;
             }
+            if path == "/interim-expect" {
+                // An interim answer that declares a body, before the 100.
+                let _ = conn.write_all(b"HTTP/1.1 103 Early Hints\r\ncontent-length: 7\r\n\r\n");
+            }
             let _ = conn.write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
         }
         while buf.len() < length {
@@ -173,7 +189,7 @@ fn serve(mut conn: TcpStream, requests: &AtomicUsize) {
         };
         let (answer, then_close): (Vec<u8>, bool) = match path.as_str() {
             "/ok" => (ok(b"hello"), false),
-            "/echo" => (ok(&body), false),
+            "/echo" | "/interim-expect" => (ok(&body), false),
             "/big" => (ok(&vec![b'x'; 200_000]), false),
             "/huge" => (
                 b"HTTP/1.1 200 OK\r\ncontent-length: 1000000\r\n\r\n".to_vec(),
@@ -515,6 +531,13 @@ async fn expect_continue_sends_the_body_only_when_asked() {
     let r = send(&t, expect("/echo", b"payload")).await.unwrap();
     assert_eq!((r.status, text(&r)), (200, "payload"));
     assert_eq!(pool.idle(), 1);
+    // An interim answer before the 100, declaring a body it cannot have:
+    // skipped, and the body still goes after the 100.
+    let r = send(&t, expect("/interim-expect", b"payload"))
+        .await
+        .unwrap();
+    assert_eq!((r.status, text(&r)), (200, "payload"));
+    assert_eq!(pool.idle(), 1);
     // Refused: the final answer, and a connection out of step is not kept.
     let r = send(&t, expect("/refuse-expect", b"payload"))
         .await
@@ -524,5 +547,5 @@ async fn expect_continue_sends_the_body_only_when_asked() {
     // Without a body, refused before anything is sent.
     let e = send(&t, expect("/echo", b"")).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Invalid, "{e}");
-    assert_eq!(srv.requests(), 2);
+    assert_eq!(srv.requests(), 3);
 }
