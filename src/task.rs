@@ -482,8 +482,9 @@ impl Request {
     /// ([`Task::stream_send_timeout`], when set) and the body's longest
     /// life ([`Task::stream_max_duration`]).
     pub(crate) fn stream_limits(&self) -> (Option<Duration>, Option<Duration>) {
-        self.extra()
-            .map_or((None, None), |x| (x.stream_send_timeout, x.stream_max_duration))
+        self.extra().map_or((None, None), |x| {
+            (x.stream_send_timeout, x.stream_max_duration)
+        })
     }
 
     /// The task's class ([`Task::priority`]).

@@ -16,7 +16,10 @@
 //!   `GET /health` (200 while every service has an eligible node, else 503)
 //!   and, with the `metrics` feature, `GET /metrics` (Prometheus text 0.0.4
 //!   or OpenMetrics, by the request's `Accept`); `HEAD` on each answers as
-//!   `GET` without the body.
+//!   `GET` without the body. They list every backend's address and state:
+//!   serve them on a listener of their own (a second `HttpServer` bound to
+//!   an address the public cannot reach, as in the example below) or behind
+//!   a guard, never beside the public routes.
 //!
 //! The handlers find the [`Dispatcher`] in the app data (as
 //! `web::Data<Dispatcher>` or a plain `Dispatcher`), and their options in a
@@ -39,23 +42,48 @@
 //! The status codes follow Envoy's (429 for a local rate limit, 503 for an
 //! overflowing queue or no healthy upstream, 502/504 for upstream failures
 //! and timeouts). Every error the gateway makes itself has a small JSON body:
-//! `{"error":"retries_exhausted","message":"...","service":"inference",...}`,
-//! with the codes of [`crate::codec::reason_code`]. A request body over
-//! [`ForwardConfig::max_body`] is answered 413 without being sent, and
-//! request headers over [`ForwardConfig::max_headers`] fields,
-//! [`ForwardConfig::max_header_line`] bytes in one field or
-//! [`ForwardConfig::max_header_bytes`] in all (defaults 100, 8 KiB and
-//! 32 KiB, as nginx and Envoy) are answered 431 (`headers_too_large`).
+//! `{"error":"retries_exhausted","message":"no backend served the request","service":"inference","attempts":4}`,
+//! with the codes of [`crate::codec::reason_code`] and a short fixed text.
+//! The text never carries the transport's detail (addresses, TLS peer
+//! names, URLs: where the backends are is not the public's to learn); that
+//! stays in the [`TaskResult`], `stats()` and the logs (the gateway logs
+//! each error answer's detail at `debug`). Only a 400's text, which is
+//! about the client's own request, says what was wrong.
 //!
-//! **Streaming.** A request whose `Accept` names `text/event-stream` (a
-//! client of server-sent events, as OpenAI-compatible chat completions with
-//! `"stream": true` are) is forwarded as a streamed task
-//! ([`Task::stream`]): the client gets the backend's status and headers as
-//! soon as they arrive, then each chunk (each event) as the backend sends
-//! it. [`ForwardConfig::stream`] streams every request, or none. A body
+//! **At the boundary.** Before anything is read or sent:
+//! - a method the route does not forward is answered 405
+//!   (`method_not_allowed`) with an `Allow` field. By default every method
+//!   but `TRACE` (a backend that echoes it, as Apache does, would return
+//!   the endpoint's configured `Authorization` to the client) and
+//!   `CONNECT`; [`ForwardConfig::allowed_methods`] sets the list.
+//! - request headers over [`ForwardConfig::max_headers`] fields,
+//!   [`ForwardConfig::max_header_line`] bytes in one field or
+//!   [`ForwardConfig::max_header_bytes`] in all (defaults 100, 8 KiB and
+//!   32 KiB, as nginx and Envoy) are answered 431 (`headers_too_large`),
+//!   and a request body over [`ForwardConfig::max_body`] (2 MiB) 413.
+//! - the client's `X-Forwarded-Host`, `X-Forwarded-Proto`, `X-Real-IP`,
+//!   `X-Original-URL` and `X-Rewrite-URL` are dropped: a backend takes
+//!   them for the request's true host, scheme, address or path (IIS and
+//!   Symfony route by `X-Original-URL`, past the path the gateway
+//!   checked). [`ForwardConfig::trust_proxy_headers`] passes them where a
+//!   proxy in front sets them.
+//!
+//! **Streaming** is the route's choice ([`ForwardConfig::stream`]), off by
+//! default: a streamed answer holds its node's slot until the body ends,
+//! so a client must not be able to turn it on alone. With
+//! [`StreamWhen::EventStream`], a request whose `Accept` names
+//! `text/event-stream` (a client of server-sent events, as OpenAI-compatible
+//! chat completions with `"stream": true` are) is forwarded as a streamed
+//! task ([`Task::stream`]): the client gets the backend's status and
+//! headers as soon as they arrive, then each chunk (each event) as the
+//! backend sends it; [`StreamWhen::Always`] streams every request. A body
 //! that breaks after its head cannot become an error status any more: the
-//! gateway ends the client's response early (the connection closes), as a
-//! proxy does; a client that leaves frees the backend's slot.
+//! gateway ends the client's response early (the connection closes, the
+//! chunked body without its last chunk), as a proxy does. A client that
+//! leaves frees the backend's slot; so does one that stops reading: each
+//! chunk it leaves waiting longer than [`ForwardConfig::stream_send_timeout`]
+//! (10 s) ends its stream. [`ForwardConfig::stream_max_duration`] (none by
+//! default) bounds a stream's whole life.
 //!
 //! ```no_run
 //! use actix_dispatch::{web::{configure, forward, ForwardConfig}, Config, Dispatcher};
@@ -66,18 +94,23 @@
 //!     let config = Config::from_file("gateway.json").expect("valid config");
 //!     let dispatcher = Dispatcher::start(config).expect("inside the actix System");
 //!     let data = web::Data::new(dispatcher.clone());
-//!     HttpServer::new(move || {
+//!     let public_data = data.clone();
+//!     let public = HttpServer::new(move || {
 //!         App::new()
-//!             .app_data(data.clone())
+//!             .app_data(public_data.clone())
 //!             .app_data(ForwardConfig::default().max_body(1 << 20))
 //!             // Every path under /inference/ (a prefix match; a
 //!             // "/inference/{tail:.*}" route works too, at a regex's cost).
 //!             .service(web::scope("/inference").default_service(forward("inference")))
-//!             .configure(configure) // GET /stats, /health (and /metrics)
 //!     })
-//!     .bind(("127.0.0.1", 8080))?
-//!     .run()
-//!     .await?;
+//!     .bind(("0.0.0.0", 8080))?
+//!     .run();
+//!     // GET /stats, /health (and /metrics): on loopback only.
+//!     let admin = HttpServer::new(move || App::new().app_data(data.clone()).configure(configure))
+//!         .workers(1)
+//!         .bind(("127.0.0.1", 9090))?
+//!         .run();
+//!     futures::try_join!(public, admin)?;
 //!     dispatcher.shutdown(std::time::Duration::from_secs(10)).await;
 //!     Ok(())
 //! }

@@ -42,8 +42,8 @@ use tokio::time::Instant;
 
 use super::{panicked, NodeCore};
 use crate::actors::protocol::{AttemptEnded, AttemptReport, Seq};
-use crate::algo::time;
 use crate::algo::breaker::Permit;
+use crate::algo::time;
 use crate::outcome::{AttemptOutcome, BodyStream, ErrorKind, Frame, StreamError};
 use crate::transport::{HttpReply, HttpRequest, StreamedReply, Transport, TransportError};
 
