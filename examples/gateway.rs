@@ -1,10 +1,13 @@
 //! An in-process API gateway on actix-web:
-//! `cargo run --example gateway --features web [-- CONFIG.json] [--listen ADDR]`.
+//! `cargo run --example gateway --features web [-- CONFIG.json] [--listen ADDR] [--admin ADDR]`.
 //!
 //! Every service of the config is mounted at `/{service}/{tail}` with
-//! [`actix_dispatch::web::forward`], and `GET /stats` and `GET /health` are
-//! served by [`actix_dispatch::web::configure`]. It listens on
+//! [`actix_dispatch::web::forward`] on the public listener,
 //! `127.0.0.1:8080` (`--listen` to change it, loopback only by default).
+//! `GET /stats` and `GET /health` ([`actix_dispatch::web::configure`]) list
+//! every backend's address and state, so they are served on a listener of
+//! their own, `127.0.0.1:9090` (`--admin`), never beside the public routes:
+//! keep that one off the public network.
 //!
 //! Without CONFIG it starts three embedded demo backends on 127.0.0.1
 //! (`fast`, `slow`, `flaky`, each on its own thread and actix System, as in
@@ -15,11 +18,11 @@
 //!
 //! ```sh
 //! curl -i localhost:8080/demo/items/1
-//! curl -s localhost:8080/health
-//! curl -s localhost:8080/stats
+//! curl -s localhost:9090/health
+//! curl -s localhost:9090/stats
 //! ```
 //!
-//! Ctrl-C stops the server, then the engine (10 s grace).
+//! Ctrl-C stops the servers, then the engine (10 s grace).
 
 use std::sync::mpsc;
 use std::time::Duration;
@@ -88,10 +91,14 @@ fn main() -> std::io::Result<()> {
 
     let mut args = std::env::args().skip(1);
     let (mut file, mut listen) = (None, "127.0.0.1:8080".to_owned());
+    let mut admin = "127.0.0.1:9090".to_owned();
     while let Some(a) = args.next() {
         match a.as_str() {
             "--listen" => listen = args.next().unwrap_or_else(|| fail("--listen needs ADDR")),
-            "-h" | "--help" => fail("usage: gateway [CONFIG.json] [--listen 127.0.0.1:8080]"),
+            "--admin" => admin = args.next().unwrap_or_else(|| fail("--admin needs ADDR")),
+            "-h" | "--help" => fail(
+                "usage: gateway [CONFIG.json] [--listen 127.0.0.1:8080] [--admin 127.0.0.1:9090]",
+            ),
             _ => file = Some(a),
         }
     }
@@ -120,11 +127,11 @@ fn main() -> std::io::Result<()> {
         let dispatcher = Dispatcher::start(config).unwrap_or_else(|e| fail(&e.to_string()));
         let data = web::Data::new(dispatcher.clone());
         let routes = services.clone();
+        let public_data = data.clone();
         let server = HttpServer::new(move || {
             let mut app = App::new()
-                .app_data(data.clone())
-                .app_data(ForwardConfig::default().max_body(1 << 20))
-                .configure(configure);
+                .app_data(public_data.clone())
+                .app_data(ForwardConfig::default().max_body(1 << 20));
             for name in &routes {
                 app = app.route(&format!("/{name}/{{tail:.*}}"), forward(name.as_str()));
             }
@@ -138,8 +145,14 @@ fn main() -> std::io::Result<()> {
         for name in &services {
             println!("route   http://{listen}/{name}/...  ->  service {name:?}");
         }
-        println!("admin   http://{listen}/stats  http://{listen}/health");
-        server.run().await?;
+        // The admin routes on their own listener: they name every backend.
+        let admin_server =
+            HttpServer::new(move || App::new().app_data(data.clone()).configure(configure))
+                .workers(1)
+                .bind(admin.as_str())
+                .unwrap_or_else(|e| fail(&format!("cannot listen on {admin}: {e}")));
+        println!("admin   http://{admin}/stats  http://{admin}/health");
+        futures::try_join!(server.run(), admin_server.run())?;
         dispatcher.shutdown(Duration::from_secs(10)).await;
         Ok(())
     })

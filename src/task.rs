@@ -51,6 +51,10 @@ pub(crate) use submission::rejected;
 pub use submission::Submission;
 pub use unfinished::Unfinished;
 
+/// How long the reader of a streamed answer may leave the next chunk
+/// waiting when [`Task::stream_send_timeout`] is not set.
+pub(crate) const STREAM_SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// When a task must be finished by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Deadline {
@@ -91,6 +95,9 @@ struct Extra {
     deadline: Option<Deadline>,
     idempotent: Option<bool>,
     stream: bool,
+    /// Limits of a streamed body: the reader's wait, the body's life.
+    stream_send_timeout: Option<Duration>,
+    stream_max_duration: Option<Duration>,
     affinity: Option<String>,
     priority: Option<Priority>,
     build_error: Option<String>,
@@ -249,7 +256,9 @@ impl Task {
     /// Retries, hedges and the breaker apply up to the answer's head; after
     /// it, a broken body is an error item of the stream (and a failure of
     /// the node), never retried. The node's slot stays taken until the body
-    /// ends or the stream is dropped. A failed answer (4xx, 5xx) is read
+    /// ends, the stream is dropped, or the reader leaves a chunk waiting
+    /// longer than [`Task::stream_send_timeout`] (10 s by default; see also
+    /// [`Task::stream_max_duration`]). A failed answer (4xx, 5xx) is read
     /// whole, as without streaming, so retries see it as usual.
     pub fn stream(mut self, yes: bool) -> Task {
         if yes || self.req.extra.is_some() {
@@ -261,6 +270,25 @@ impl Task {
     /// Whether the answer is streamed ([`Task::stream`]).
     pub fn is_stream(&self) -> bool {
         self.req.is_stream()
+    }
+
+    /// Longest wait for the reader of a streamed answer ([`Task::stream`])
+    /// to make room for the next chunk (default 10 s). Past it the stream ends with
+    /// an [`ErrorKind::Timeout`] item and the node's slot is freed: a
+    /// reader that stopped reading cannot hold a backend. Not the node's
+    /// fault (no breaker, no error rate).
+    pub fn stream_send_timeout(mut self, within: Duration) -> Task {
+        self.extra_mut().stream_send_timeout = Some(within);
+        self
+    }
+
+    /// Longest life of a streamed answer's body, from its head (default:
+    /// none, each chunk bounded by the attempt timeout). Past it the stream
+    /// ends with an [`ErrorKind::Timeout`] item and the node's slot is
+    /// freed; not the node's fault.
+    pub fn stream_max_duration(mut self, within: Duration) -> Task {
+        self.extra_mut().stream_max_duration = Some(within);
+        self
     }
 
     /// The task of a lease ([`crate::Dispatcher::lease`]): no request, its
@@ -448,6 +476,15 @@ impl Request {
     /// Whether the answer is streamed ([`Task::stream`]).
     pub(crate) fn is_stream(&self) -> bool {
         self.extra().is_some_and(|x| x.stream)
+    }
+
+    /// The limits of a streamed body: the reader's longest wait for room
+    /// ([`Task::stream_send_timeout`], when set) and the body's longest
+    /// life ([`Task::stream_max_duration`]).
+    pub(crate) fn stream_limits(&self) -> (Option<Duration>, Option<Duration>) {
+        self.extra().map_or((None, None), |x| {
+            (x.stream_send_timeout, x.stream_max_duration)
+        })
     }
 
     /// The task's class ([`Task::priority`]).

@@ -1,7 +1,8 @@
 //! Streamed responses through the actix-web gateway (issue 11, part 3):
 //! server-sent events from a backend reach the gateway's client event by
-//! event, a client that leaves frees the node's slot, and a request that
-//! does not ask for events is still buffered.
+//! event, a client that leaves frees the node's slot, a request that
+//! does not ask for events is still buffered, streaming is the route's
+//! choice (off by default), and a stream's lifetime is bounded.
 
 #![cfg(feature = "web")]
 
@@ -74,6 +75,12 @@ impl Gateway {
     }
 }
 
+/// A route of server-sent events: streams what asks for
+/// `text/event-stream`.
+fn events() -> ForwardConfig {
+    ForwardConfig::default().stream(StreamWhen::EventStream)
+}
+
 fn client() -> awc::Client {
     awc::Client::builder().disable_timeout().finish()
 }
@@ -82,7 +89,7 @@ fn client() -> awc::Client {
 async fn sse_through_the_gateway_arrives_event_by_event() {
     init_logs();
     let b = Backend::start();
-    let gw = Gateway::start(&b, ForwardConfig::default());
+    let gw = Gateway::start(&b, events());
     let mut res = client()
         .get(format!("{}/svc/sse/20/50", gw.url))
         .insert_header(("accept", "text/event-stream"))
@@ -124,7 +131,7 @@ async fn sse_through_the_gateway_arrives_event_by_event() {
 async fn a_client_that_leaves_frees_the_slot() {
     init_logs();
     let b = Backend::start();
-    let gw = Gateway::start(&b, ForwardConfig::default());
+    let gw = Gateway::start(&b, events());
     let mut res = client()
         .get(format!("{}/svc/sse/20/50", gw.url))
         .insert_header(("accept", "text/event-stream"))
@@ -141,26 +148,74 @@ async fn a_client_that_leaves_frees_the_slot() {
 }
 
 #[actix_rt::test]
-async fn without_event_stream_the_answer_is_buffered() {
+async fn streaming_is_the_routes_choice_and_off_by_default() {
+    init_logs();
+    for fwd in [
+        ForwardConfig::default(),
+        ForwardConfig::default().stream(StreamWhen::Never),
+    ] {
+        let b = Backend::start();
+        let gw = Gateway::start(&b, fwd);
+        // Even a client of events gets the whole body at once when the
+        // route does not stream: the answer is only sent after the
+        // backend finished.
+        let mut res = client()
+            .get(format!("{}/svc/sse/5/10", gw.url))
+            .insert_header(("accept", "text/event-stream"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(b.sse_sent(), 5);
+        let body = res.body().await.unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&body)
+                .matches("data: event")
+                .count(),
+            5
+        );
+        gw.settle().await;
+        gw.stop().await;
+    }
+}
+
+#[actix_rt::test]
+async fn a_stream_past_its_lifetime_ends_early_and_frees_the_slot() {
     init_logs();
     let b = Backend::start();
-    let gw = Gateway::start(&b, ForwardConfig::default().stream(StreamWhen::Never));
-    // Even a client of events gets the whole body at once when streaming
-    // is off: the answer is only sent after the backend finished.
-    let mut res = client()
-        .get(format!("{}/svc/sse/5/10", gw.url))
-        .insert_header(("accept", "text/event-stream"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(b.sse_sent(), 5);
-    let body = res.body().await.unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&body)
-            .matches("data: event")
-            .count(),
-        5
+    let fwd = events().stream_max_duration(Duration::from_millis(300));
+    let gw = Gateway::start(&b, fwd);
+    // 100 events 50 ms apart would take 5 s; the route gives a stream
+    // 300 ms. Read on the wire: the chunked body must end without its
+    // last chunk, so that the client knows it was cut.
+    let addr = gw.url.trim_start_matches("http://").to_owned();
+    let answer = actix_rt::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let req = "GET /svc/sse/100/50 HTTP/1.1\r\nHost: gw\r\nAccept: text/event-stream\r\n\r\n";
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).expect("read to the close");
+        String::from_utf8_lossy(&out).into_owned()
+    })
+    .await
+    .unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").expect("a head");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "{head}"
+    );
+    assert!(body.contains("data: event 0\n"), "{body}");
+    assert!(!body.contains("data: event 99\n"), "{body}");
+    assert!(
+        !body.ends_with("\r\n0\r\n\r\n"),
+        "the body ended cleanly: {body}"
     );
     gw.settle().await;
+    // The cut is the route's limit, not the node's failure.
+    let stats = gw.dispatcher.stats().await;
+    assert_eq!(stats.service("svc").unwrap().nodes[0].errors, 0);
     gw.stop().await;
 }

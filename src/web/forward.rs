@@ -40,6 +40,9 @@ async fn forward_one(service: &str, req: HttpRequest, body: web::Payload) -> Htt
         );
     };
     let cfg = ForwardConfig::of(&req);
+    if !cfg.allows(req.method()) {
+        return not_allowed(req.method(), cfg, service);
+    }
     if let Err(over) = cfg.headers.check(req.headers()) {
         let status = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
         return error(status, "headers_too_large", &over.to_string(), service);
@@ -72,7 +75,11 @@ async fn forward_one(service: &str, req: HttpRequest, body: web::Payload) -> Htt
         Ok(p) => p,
         Err(msg) => return error(StatusCode::BAD_REQUEST, "bad_priority", &msg, service),
     };
-    let headers = match outgoing_headers(&req, cfg.priority_header.as_ref()) {
+    let strip = Strip {
+        own: cfg.priority_header.as_ref(),
+        proxy: !cfg.trust_proxy_headers,
+    };
+    let headers = match outgoing_headers(&req, strip) {
         Ok(headers) => headers,
         Err(msg) => return error(StatusCode::BAD_REQUEST, "bad_header", &msg, service),
     };
@@ -84,10 +91,30 @@ async fn forward_one(service: &str, req: HttpRequest, body: web::Payload) -> Htt
         task = task.deadline_in(d);
     }
     if cfg.streams(&req) {
-        task = task.stream(true);
+        task = task
+            .stream(true)
+            .stream_send_timeout(cfg.stream_send_timeout);
+        if let Some(life) = cfg.stream_max_duration {
+            task = task.stream_max_duration(life);
+        }
     }
     let result = dispatcher.submit(task).await;
     respond(result, cfg)
+}
+
+/// A 405 for a method the route does not forward, with its `Allow`.
+fn not_allowed(method: &Method, cfg: &ForwardConfig, service: &str) -> HttpResponse {
+    let msg = format!("method {method} is not forwarded");
+    let mut res = error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        &msg,
+        service,
+    );
+    if let Ok(allow) = HeaderValue::try_from(cfg.allow_field()) {
+        res.headers_mut().insert(header::ALLOW, allow);
+    }
+    res
 }
 
 /// Why a request's body was not read.
@@ -175,6 +202,18 @@ pub fn is_hop_by_hop(name: &HeaderName) -> bool {
     ) || n.starts_with("proxy-")
 }
 
+/// Whether a client's header tells a backend where the request came from
+/// or went to: a proxy's to set, a client's to forge (`X-Original-URL` and
+/// `X-Rewrite-URL` reroute a request in IIS and Symfony past the path the
+/// gateway checked). `X-Forwarded-For` and `Forwarded` are not among them:
+/// the gateway appends the client's address to those.
+pub(super) fn is_proxy_set(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "x-forwarded-host" | "x-forwarded-proto" | "x-real-ip" | "x-original-url" | "x-rewrite-url"
+    )
+}
+
 /// The headers named in `Connection` (lowercase); empty, and nothing
 /// allocated, when there is no `Connection` field.
 pub(super) fn connection_listed(headers: &HeaderMap) -> Vec<String> {
@@ -187,16 +226,26 @@ pub(super) fn connection_listed(headers: &HeaderMap) -> Vec<String> {
         .collect()
 }
 
+/// Which of a request's headers [`outgoing_headers`] drops besides the
+/// hop-by-hop ones.
+#[derive(Clone, Copy, Default)]
+struct Strip<'a> {
+    /// The gateway's own (the priority header).
+    own: Option<&'a HeaderName>,
+    /// Those a proxy sets ([`is_proxy_set`]).
+    proxy: bool,
+}
+
 /// The request's headers as the task carries them: end to end only (and
-/// not `own`, the priority header), each name once (repeated values
-/// joined, as RFC 9110 §5.3 allows), in order of first appearance, with
-/// the client's address appended to `X-Forwarded-For` and `Forwarded`.
-/// A value that comes once is passed on as it is (its bytes shared, not
-/// copied).
+/// not those `strip` names), each name once (repeated values joined, as
+/// RFC 9110 §5.3 allows), in order of first appearance, with the client's
+/// address appended to `X-Forwarded-For` and `Forwarded`. A value that
+/// comes once is passed on as it is (its bytes shared, not copied).
 fn outgoing_headers(
     req: &HttpRequest,
-    own: Option<&HeaderName>,
+    strip: Strip<'_>,
 ) -> Result<Vec<(HeaderName, HeaderValue)>, String> {
+    let own = strip.own;
     let headers = req.headers();
     let listed = connection_listed(headers);
     let mut out: Vec<(HeaderName, HeaderValue)> = Vec::with_capacity(headers.len() + 2);
@@ -204,7 +253,11 @@ fn outgoing_headers(
     let mut joined: Vec<(usize, String)> = Vec::new();
     let (mut xff, mut fwd): (Option<String>, Option<String>) = (None, None);
     for (name, value) in headers.iter() {
-        if is_hop_by_hop(name) || Some(name) == own || listed.iter().any(|l| l == name.as_str()) {
+        if is_hop_by_hop(name)
+            || Some(name) == own
+            || (strip.proxy && is_proxy_set(name))
+            || listed.iter().any(|l| l == name.as_str())
+        {
             continue;
         }
         let text = value
@@ -382,12 +435,37 @@ mod tests {
             .insert_header(("x-forwarded-for", "10.0.0.1"))
             .peer_addr("192.0.2.7:5000".parse().unwrap())
             .to_http_request();
-        let h = as_text(outgoing_headers(&req, None).unwrap());
+        let h = as_text(outgoing_headers(&req, Strip::default()).unwrap());
         let names: Vec<&str> = h.keys().map(String::as_str).collect();
         assert_eq!(names, ["forwarded", "x-forwarded-for", "x-keep", "x-many"]);
         assert_eq!(h["x-many"], "a, b");
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 192.0.2.7");
         assert_eq!(h["forwarded"], "for=192.0.2.7;host=gw.example;proto=http");
+    }
+
+    #[test]
+    fn headers_a_proxy_sets_are_dropped_unless_trusted() {
+        let req = TestRequest::default()
+            .insert_header(("x-forwarded-host", "admin.internal"))
+            .insert_header(("x-forwarded-proto", "https"))
+            .insert_header(("x-real-ip", "10.0.0.1"))
+            .insert_header(("x-original-url", "/admin"))
+            .insert_header(("x-rewrite-url", "/admin"))
+            .insert_header(("x-forwarded-for", "10.0.0.2"))
+            .insert_header(("x-keep", "yes"))
+            .peer_addr("192.0.2.7:5000".parse().unwrap())
+            .to_http_request();
+        let strip = Strip {
+            own: None,
+            proxy: true,
+        };
+        let h = as_text(outgoing_headers(&req, strip).unwrap());
+        let names: Vec<&str> = h.keys().map(String::as_str).collect();
+        assert_eq!(names, ["forwarded", "x-forwarded-for", "x-keep"]);
+        assert_eq!(h["x-forwarded-for"], "10.0.0.2, 192.0.2.7");
+        let h = as_text(outgoing_headers(&req, Strip::default()).unwrap());
+        assert_eq!(h.len(), 8, "{h:?}");
+        assert_eq!(h["x-original-url"], "/admin");
     }
 
     #[test]
@@ -415,7 +493,7 @@ mod tests {
             .append_header(("cookie", "b=2"))
             .peer_addr("192.0.2.7:5000".parse().unwrap())
             .to_http_request();
-        let h = as_text(outgoing_headers(&req, None).unwrap());
+        let h = as_text(outgoing_headers(&req, Strip::default()).unwrap());
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 10.0.0.2, 192.0.2.7");
         assert_eq!(h["forwarded"], "for=10.0.0.1, for=192.0.2.7;proto=http");
         assert_eq!(h["cookie"], "a=1; b=2");
@@ -502,7 +580,7 @@ mod tests {
         let req = TestRequest::default()
             .peer_addr("[2001:db8::1]:443".parse().unwrap())
             .to_http_request();
-        let h = outgoing_headers(&req, None).unwrap();
+        let h = outgoing_headers(&req, Strip::default()).unwrap();
         let h: Vec<(&str, &str)> = h
             .iter()
             .map(|(k, v)| (k.as_str(), v.to_str().unwrap()))

@@ -16,7 +16,10 @@
 //!   `GET /health` (200 while every service has an eligible node, else 503)
 //!   and, with the `metrics` feature, `GET /metrics` (Prometheus text 0.0.4
 //!   or OpenMetrics, by the request's `Accept`); `HEAD` on each answers as
-//!   `GET` without the body.
+//!   `GET` without the body. They list every backend's address and state:
+//!   serve them on a listener of their own (a second `HttpServer` bound to
+//!   an address the public cannot reach, as in the example below) or behind
+//!   a guard, never beside the public routes.
 //!
 //! The handlers find the [`Dispatcher`] in the app data (as
 //! `web::Data<Dispatcher>` or a plain `Dispatcher`), and their options in a
@@ -39,23 +42,48 @@
 //! The status codes follow Envoy's (429 for a local rate limit, 503 for an
 //! overflowing queue or no healthy upstream, 502/504 for upstream failures
 //! and timeouts). Every error the gateway makes itself has a small JSON body:
-//! `{"error":"retries_exhausted","message":"...","service":"inference",...}`,
-//! with the codes of [`crate::codec::reason_code`]. A request body over
-//! [`ForwardConfig::max_body`] is answered 413 without being sent, and
-//! request headers over [`ForwardConfig::max_headers`] fields,
-//! [`ForwardConfig::max_header_line`] bytes in one field or
-//! [`ForwardConfig::max_header_bytes`] in all (defaults 100, 8 KiB and
-//! 32 KiB, as nginx and Envoy) are answered 431 (`headers_too_large`).
+//! `{"error":"retries_exhausted","message":"no backend served the request","service":"inference","attempts":4}`,
+//! with the codes of [`crate::codec::reason_code`] and a short fixed text.
+//! The text never carries the transport's detail (addresses, TLS peer
+//! names, URLs: where the backends are is not the public's to learn); that
+//! stays in the [`TaskResult`], `stats()` and the logs (the gateway logs
+//! each error answer's detail at `debug`). Only a 400's text, which is
+//! about the client's own request, says what was wrong.
 //!
-//! **Streaming.** A request whose `Accept` names `text/event-stream` (a
-//! client of server-sent events, as OpenAI-compatible chat completions with
-//! `"stream": true` are) is forwarded as a streamed task
-//! ([`Task::stream`]): the client gets the backend's status and headers as
-//! soon as they arrive, then each chunk (each event) as the backend sends
-//! it. [`ForwardConfig::stream`] streams every request, or none. A body
+//! **At the boundary.** Before anything is read or sent:
+//! - a method the route does not forward is answered 405
+//!   (`method_not_allowed`) with an `Allow` field. By default every method
+//!   but `TRACE` (a backend that echoes it, as Apache does, would return
+//!   the endpoint's configured `Authorization` to the client) and
+//!   `CONNECT`; [`ForwardConfig::allowed_methods`] sets the list.
+//! - request headers over [`ForwardConfig::max_headers`] fields,
+//!   [`ForwardConfig::max_header_line`] bytes in one field or
+//!   [`ForwardConfig::max_header_bytes`] in all (defaults 100, 8 KiB and
+//!   32 KiB, as nginx and Envoy) are answered 431 (`headers_too_large`),
+//!   and a request body over [`ForwardConfig::max_body`] (2 MiB) 413.
+//! - the client's `X-Forwarded-Host`, `X-Forwarded-Proto`, `X-Real-IP`,
+//!   `X-Original-URL` and `X-Rewrite-URL` are dropped: a backend takes
+//!   them for the request's true host, scheme, address or path (IIS and
+//!   Symfony route by `X-Original-URL`, past the path the gateway
+//!   checked). [`ForwardConfig::trust_proxy_headers`] passes them where a
+//!   proxy in front sets them.
+//!
+//! **Streaming** is the route's choice ([`ForwardConfig::stream`]), off by
+//! default: a streamed answer holds its node's slot until the body ends,
+//! so a client must not be able to turn it on alone. With
+//! [`StreamWhen::EventStream`], a request whose `Accept` names
+//! `text/event-stream` (a client of server-sent events, as OpenAI-compatible
+//! chat completions with `"stream": true` are) is forwarded as a streamed
+//! task ([`Task::stream`]): the client gets the backend's status and
+//! headers as soon as they arrive, then each chunk (each event) as the
+//! backend sends it; [`StreamWhen::Always`] streams every request. A body
 //! that breaks after its head cannot become an error status any more: the
-//! gateway ends the client's response early (the connection closes), as a
-//! proxy does; a client that leaves frees the backend's slot.
+//! gateway ends the client's response early (the connection closes, the
+//! chunked body without its last chunk), as a proxy does. A client that
+//! leaves frees the backend's slot; so does one that stops reading: each
+//! chunk it leaves waiting longer than [`ForwardConfig::stream_send_timeout`]
+//! (10 s) ends its stream. [`ForwardConfig::stream_max_duration`] (none by
+//! default) bounds a stream's whole life.
 //!
 //! ```no_run
 //! use actix_dispatch::{web::{configure, forward, ForwardConfig}, Config, Dispatcher};
@@ -66,18 +94,23 @@
 //!     let config = Config::from_file("gateway.json").expect("valid config");
 //!     let dispatcher = Dispatcher::start(config).expect("inside the actix System");
 //!     let data = web::Data::new(dispatcher.clone());
-//!     HttpServer::new(move || {
+//!     let public_data = data.clone();
+//!     let public = HttpServer::new(move || {
 //!         App::new()
-//!             .app_data(data.clone())
+//!             .app_data(public_data.clone())
 //!             .app_data(ForwardConfig::default().max_body(1 << 20))
 //!             // Every path under /inference/ (a prefix match; a
 //!             // "/inference/{tail:.*}" route works too, at a regex's cost).
 //!             .service(web::scope("/inference").default_service(forward("inference")))
-//!             .configure(configure) // GET /stats, /health (and /metrics)
 //!     })
-//!     .bind(("127.0.0.1", 8080))?
-//!     .run()
-//!     .await?;
+//!     .bind(("0.0.0.0", 8080))?
+//!     .run();
+//!     // GET /stats, /health (and /metrics): on loopback only.
+//!     let admin = HttpServer::new(move || App::new().app_data(data.clone()).configure(configure))
+//!         .workers(1)
+//!         .bind(("127.0.0.1", 9090))?
+//!         .run();
+//!     futures::try_join!(public, admin)?;
 //!     dispatcher.shutdown(std::time::Duration::from_secs(10)).await;
 //!     Ok(())
 //! }
@@ -89,7 +122,7 @@ use std::time::Duration;
 
 use actix_web::body::BoxBody;
 use actix_web::http::header::{self, HeaderMap, HeaderName};
-use actix_web::http::StatusCode;
+use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse, Responder, Route};
 use serde_json::json;
 
@@ -120,29 +153,47 @@ pub struct ForwardConfig {
     rate_limited_status: StatusCode,
     queue_full_retry_after: Duration,
     stream: StreamWhen,
+    stream_send_timeout: Duration,
+    stream_max_duration: Option<Duration>,
     headers: HeaderLimits,
     priority_header: Option<HeaderName>,
+    /// `None`: every method but `TRACE` and `CONNECT`.
+    allowed_methods: Option<Arc<[Method]>>,
+    trust_proxy_headers: bool,
 }
 
-/// Which forwarded requests are streamed ([`ForwardConfig::stream`]).
+/// Which forwarded requests are streamed ([`ForwardConfig::stream`]): the
+/// route's choice, which a client's `Accept` can only use, not make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StreamWhen {
-    /// Requests whose `Accept` names `text/event-stream` (the default).
-    #[default]
+    /// Requests whose `Accept` names `text/event-stream` (a route of
+    /// server-sent events, as an OpenAI-compatible chat completion).
     EventStream,
     /// Every request: bodies pass through as they come, unbuffered.
     Always,
-    /// None: every answer is read whole first (up to the service's
-    /// `max_body`).
+    /// None (the default): every answer is read whole first (up to the
+    /// service's `max_body`), and the node's slot is free once it is.
+    #[default]
     Never,
 }
+
+/// The methods a route forwards when [`ForwardConfig::allowed_methods`] is
+/// not set, as an `Allow` field lists them: every method but `TRACE` (a
+/// backend that echoes it sends the configured credentials back to the
+/// client) and `CONNECT` (a tunnel, not a request). Other extension
+/// methods (WebDAV's, say) pass too.
+const DEFAULT_ALLOW: &str = "GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH";
 
 impl Default for ForwardConfig {
     /// Bodies up to 2 MiB (the engine's default response limit), no
     /// deadline (each attempt is bounded by the service's timeout),
     /// `QueueFull` → 503 with `Retry-After: 1`, `RateLimited` → 429;
     /// request headers up to 100 fields, 8 KiB a field and 32 KiB in all
-    /// (nginx's and Envoy's limits; see [`ForwardConfig::max_header_bytes`]).
+    /// (nginx's and Envoy's limits; see [`ForwardConfig::max_header_bytes`]);
+    /// no streaming ([`StreamWhen::Never`]; a streamed body's reader gets
+    /// 10 s to take each chunk, with no lifetime); every method but `TRACE`
+    /// and `CONNECT`; the client's `X-Forwarded-Host`, `X-Forwarded-Proto`,
+    /// `X-Real-IP`, `X-Original-URL` and `X-Rewrite-URL` dropped.
     fn default() -> Self {
         ForwardConfig::DEFAULT
     }
@@ -157,9 +208,13 @@ impl ForwardConfig {
         queue_full_status: StatusCode::SERVICE_UNAVAILABLE,
         rate_limited_status: StatusCode::TOO_MANY_REQUESTS,
         queue_full_retry_after: Duration::from_secs(1),
-        stream: StreamWhen::EventStream,
+        stream: StreamWhen::Never,
+        stream_send_timeout: Duration::from_secs(10),
+        stream_max_duration: None,
         headers: HeaderLimits::DEFAULT,
         priority_header: None,
+        allowed_methods: None,
+        trust_proxy_headers: false,
     };
 
     /// Largest request body forwarded, bytes; larger ones get a 413.
@@ -194,11 +249,77 @@ impl ForwardConfig {
         self
     }
 
-    /// Which requests are streamed (default: those accepting
-    /// `text/event-stream`).
+    /// Which requests are streamed (default [`StreamWhen::Never`]; a route
+    /// of server-sent events sets [`StreamWhen::EventStream`]). A streamed
+    /// answer holds its node's slot until its body ends, so the route, not
+    /// the client, decides; [`ForwardConfig::stream_send_timeout`] and
+    /// [`ForwardConfig::stream_max_duration`] bound how long.
     pub fn stream(mut self, when: StreamWhen) -> Self {
         self.stream = when;
         self
+    }
+
+    /// Longest wait for a streaming client to take the next chunk (default
+    /// 10 s; [`crate::Task::stream_send_timeout`]). A client that stops
+    /// reading fills its socket's buffers, then the engine's small channel;
+    /// a chunk left waiting longer ends the stream (the client's response
+    /// ends early) and frees the node's slot, so clients that never read
+    /// cannot take the pool.
+    pub fn stream_send_timeout(mut self, within: Duration) -> Self {
+        self.stream_send_timeout = within;
+        self
+    }
+
+    /// Longest life of a streamed body, from the backend's head (default:
+    /// none; [`crate::Task::stream_max_duration`]). Past it the client's
+    /// response ends early and the node's slot is freed, however fast the
+    /// client reads.
+    pub fn stream_max_duration(mut self, within: Duration) -> Self {
+        self.stream_max_duration = Some(within);
+        self
+    }
+
+    /// The only methods forwarded; any other is answered 405 (`method_not_allowed`)
+    /// with an `Allow` field listing these, without being sent. Default:
+    /// every method but `TRACE` (a backend that echoes it, as Apache does
+    /// by default, would send the endpoint's configured `Authorization`
+    /// back to the client) and `CONNECT`. List `TRACE` here only for
+    /// backends that do not echo it.
+    pub fn allowed_methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        self.allowed_methods = Some(methods.into_iter().collect());
+        self
+    }
+
+    /// Passes the client's `X-Forwarded-Host`, `X-Forwarded-Proto`,
+    /// `X-Real-IP`, `X-Original-URL` and `X-Rewrite-URL` on to the backend
+    /// (default: dropped). Backends and frameworks take these for the
+    /// request's true host, scheme, address or path (IIS and Symfony route
+    /// by `X-Original-URL`), so a client could forge them past the
+    /// gateway's checks; set this only where a proxy in front of the
+    /// gateway sets them and drops the clients' own.
+    pub fn trust_proxy_headers(mut self, yes: bool) -> Self {
+        self.trust_proxy_headers = yes;
+        self
+    }
+
+    /// Whether `method` is forwarded.
+    fn allows(&self, method: &Method) -> bool {
+        match &self.allowed_methods {
+            None => *method != Method::TRACE && *method != Method::CONNECT,
+            Some(list) => list.contains(method),
+        }
+    }
+
+    /// The `Allow` field of a 405.
+    fn allow_field(&self) -> String {
+        match &self.allowed_methods {
+            None => DEFAULT_ALLOW.to_owned(),
+            Some(list) => list
+                .iter()
+                .map(Method::as_str)
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
     }
 
     /// Largest total of the request's header fields, bytes, each counted
@@ -286,4 +407,29 @@ fn dispatcher_of(req: &HttpRequest) -> Option<Dispatcher> {
     req.app_data::<web::Data<Dispatcher>>()
         .map(|d| d.get_ref().clone())
         .or_else(|| req.app_data::<Dispatcher>().cloned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_and_connect_are_refused_unless_listed() {
+        let cfg = ForwardConfig::default();
+        for m in [
+            "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "PROPFIND",
+        ] {
+            assert!(
+                cfg.allows(&Method::from_bytes(m.as_bytes()).unwrap()),
+                "{m}"
+            );
+        }
+        assert!(!cfg.allows(&Method::TRACE));
+        assert!(!cfg.allows(&Method::CONNECT));
+        assert_eq!(cfg.allow_field(), DEFAULT_ALLOW);
+        let cfg = cfg.allowed_methods([Method::POST, Method::TRACE]);
+        assert!(cfg.allows(&Method::TRACE));
+        assert!(!cfg.allows(&Method::GET));
+        assert_eq!(cfg.allow_field(), "POST, TRACE");
+    }
 }

@@ -26,7 +26,17 @@ pub(super) fn respond(mut r: TaskResult, cfg: &ForwardConfig) -> HttpResponse {
         Outcome::Rejected(why) => rejection_status(why, cfg),
     };
     let code = reason_code(&r.outcome).unwrap_or("error");
-    let message = error_message(&r).unwrap_or_default();
+    // The detail names backends (addresses, TLS peers, URLs): it stays in
+    // the result, the logs and the stats, and the client gets the code.
+    if log::log_enabled!(log::Level::Debug) {
+        let detail = error_message(&r).unwrap_or_default();
+        log::debug!(
+            "service {}: task {}: answered {status}: {detail}",
+            r.service,
+            r.id
+        );
+    }
+    let message = public_message(&r.outcome);
     let (service, attempts) = (&*r.service, r.attempts.len());
     let mut body = json!({"error": code, "message": message, "service": service});
     if attempts > 0 {
@@ -41,6 +51,33 @@ pub(super) fn respond(mut r: TaskResult, cfg: &ForwardConfig) -> HttpResponse {
         res.insert_header((header::RETRY_AFTER, secs));
     }
     res.content_type("application/json").body(body.to_string())
+}
+
+/// What the client is told of a result the gateway answers itself: a short
+/// text that names no backend. Only an invalid task's reason, which is
+/// about the client's own request, is told as it is.
+fn public_message(outcome: &Outcome) -> &str {
+    match outcome {
+        Outcome::Success(_) => "",
+        Outcome::Failure(f) => match f.reason {
+            FailReason::NotRetryable => "the backend could not serve the request",
+            FailReason::RetriesExhausted => "no backend served the request",
+            FailReason::BudgetExhausted => "the backends are failing; the request was not retried",
+            FailReason::DeadlineExceeded => "no answer within the deadline",
+        },
+        Outcome::Rejected(why) | Outcome::Fallback { reason: why, .. } => match why {
+            Rejection::InvalidTask(reason) => reason,
+            Rejection::QueueFull => "too many requests are waiting",
+            Rejection::RateLimited { .. } => "rate limited",
+            Rejection::CircuitOpen { .. } => "no backend is available",
+            Rejection::Overloaded { .. } => "overloaded",
+            Rejection::ShuttingDown => "shutting down",
+            Rejection::UnknownService(_) => "no such service",
+            Rejection::DeadlinePassed => "the deadline passed before the request was sent",
+            Rejection::Cancelled => "the client left",
+            Rejection::Internal(_) => "internal error",
+        },
+    }
 }
 
 /// The status and `Retry-After` of a rejection.
@@ -103,6 +140,43 @@ pub(super) fn error(status: StatusCode, code: &str, message: &str, service: &str
 mod tests {
     use super::*;
     use actix_web::body::MessageBody;
+
+    #[actix_rt::test]
+    async fn an_error_answer_names_no_backend() {
+        let last = "connect to 10.0.0.7:8443: I/O error (https://gpu-a.internal:8443/v1/)";
+        let cases = [
+            Outcome::Rejected(Rejection::CircuitOpen {
+                retry_after: Duration::from_secs(1),
+                last_error: Some(last.into()),
+            }),
+            Outcome::Rejected(Rejection::Internal(last.into())),
+            Outcome::Rejected(Rejection::UnknownService(last.into())),
+            Outcome::Failure(crate::outcome::Failure::new(
+                FailReason::RetriesExhausted,
+                Some(crate::outcome::AttemptOutcome::Error(
+                    crate::outcome::ErrorKind::Connect,
+                )),
+                None,
+            )),
+        ];
+        for outcome in cases {
+            let mut r = TaskResult::new(1, "svc", outcome);
+            let mut attempt = crate::outcome::Attempt::new(
+                "https://gpu-a.internal:8443/v1/",
+                crate::outcome::AttemptOutcome::Error(crate::outcome::ErrorKind::Connect),
+                Duration::from_millis(1),
+            );
+            attempt.error = Some(last.into());
+            r.attempts = vec![attempt];
+            let res = respond(r, &ForwardConfig::DEFAULT);
+            assert!(res.status().is_server_error());
+            let body = res.into_body().try_into_bytes().ok().unwrap();
+            let body = String::from_utf8_lossy(&body);
+            for secret in ["10.0.0.7", "8443", "gpu-a", "https://", "I/O"] {
+                assert!(!body.contains(secret), "{secret} in {body}");
+            }
+        }
+    }
 
     #[test]
     fn the_answers_hop_by_hop_fields_are_dropped_and_the_rest_kept_whole() {

@@ -20,7 +20,15 @@
 //! success: the body is dropped unread, which closes the connection.
 //!
 //! The chunk channel is bounded ([`CHUNKS`]): a slow reader holds the
-//! backend back instead of filling memory.
+//! backend back instead of filling memory. A reader that stops reading
+//! does not hold the node's slot for long: every chunk it leaves waiting
+//! for room longer than the task's `stream_send_timeout` (10 s by default)
+//! ends the stream, and so does the body's optional lifetime
+//! (`stream_max_duration`, from the head). Either ends the stream with one
+//! `Timeout` item and frees the slot; neither is the node's fault (the
+//! reader, or the route's limit, stopped it). One slot of the channel is
+//! kept from the start for the stream's last word (its end, or its error
+//! item), so that last word never waits on the reader either.
 
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
@@ -35,6 +43,7 @@ use tokio::time::Instant;
 use super::{panicked, NodeCore};
 use crate::actors::protocol::{AttemptEnded, AttemptReport, Seq};
 use crate::algo::breaker::Permit;
+use crate::algo::time;
 use crate::outcome::{AttemptOutcome, BodyStream, ErrorKind, Frame, StreamError};
 use crate::transport::{HttpReply, HttpRequest, StreamedReply, Transport, TransportError};
 
@@ -56,8 +65,39 @@ enum End {
     Complete,
     /// The reader dropped the stream.
     Dropped,
+    /// The reader left a chunk waiting past the send timeout (the reader
+    /// got a `Timeout` item; not the node's fault).
+    Stalled,
+    /// The body outlived its lifetime (the reader got a `Timeout` item;
+    /// not the node's fault).
+    Expired,
     /// Ended by an error item of this kind.
     Failed(ErrorKind),
+}
+
+/// The bounds of one streamed body.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// Most bytes in total.
+    max_body: usize,
+    /// Longest wait for the backend's next chunk (the attempt timeout).
+    idle: Duration,
+    /// Longest wait for the reader to make room for a chunk.
+    send: Duration,
+    /// When the body's lifetime ends, if it has one.
+    until: Option<Instant>,
+}
+
+impl Limits {
+    /// The earlier of `now + wait` and the lifetime's end, and whether the
+    /// lifetime's end is the one.
+    fn within(&self, now: Instant, wait: Duration) -> (Instant, bool) {
+        let at = time::add(now, wait);
+        match self.until {
+            Some(until) if until <= at => (until, true),
+            _ => (at, false),
+        }
+    }
 }
 
 /// One streamed attempt, from sending to the body's end.
@@ -76,6 +116,8 @@ pub(super) async fn attempt(
 ) {
     let started = Instant::now();
     let max_body = req.max_body;
+    let (send, lifetime) = job.task.stream_limits();
+    let send = send.unwrap_or(crate::task::STREAM_SEND_TIMEOUT);
     let head = super::cancellable(run_head(&*transport, req, deadline), cancel, &job).await;
     // The head ends the caller's wait: the body's reader decides from here.
     drop(job);
@@ -94,7 +136,8 @@ pub(super) async fn attempt(
                 .finish_one(seq, hedge, permit, latency, Err(e), at_head)
         }
     };
-    let (tx, rx) = mpsc::channel(CHUNKS);
+    // One slot more than the chunks: the stream's last word's.
+    let (tx, rx) = mpsc::channel(CHUNKS + 1);
     let status = reply.head.status;
     core.borrow_mut().stream_head(
         seq,
@@ -104,7 +147,13 @@ pub(super) async fn attempt(
         BodyStream::new(rx),
         at_head,
     );
-    let end = match AssertUnwindSafe(pump(reply.body, tx, max_body, timeout))
+    let limits = Limits {
+        max_body,
+        idle: timeout,
+        send,
+        until: lifetime.map(|d| time::add(at_head, d)),
+    };
+    let end = match AssertUnwindSafe(pump(reply.body, tx, limits))
         .catch_unwind()
         .await
     {
@@ -115,12 +164,34 @@ pub(super) async fn attempt(
             End::Failed(ErrorKind::Panicked)
         }
     };
-    let outcome = match end {
-        End::Complete | End::Dropped => AttemptOutcome::Status(status),
-        End::Failed(kind) => AttemptOutcome::Error(kind),
-    };
+    let outcome = outcome_of(end, status);
+    if matches!(end, End::Stalled | End::Expired) {
+        let core = core.borrow();
+        log::debug!(
+            "service {}: node {}: streamed body cut: {}",
+            core.service,
+            core.address,
+            if end == End::Stalled {
+                "the reader took no chunk within the send timeout"
+            } else {
+                "its lifetime passed"
+            }
+        );
+    }
     core.borrow_mut()
         .stream_ended(permit, latency, outcome, Instant::now());
+}
+
+/// What a streamed attempt counts as for its node: the head's status,
+/// unless the backend broke the body. A reader that stopped or left, or
+/// a lifetime that passed, is not the node's doing.
+fn outcome_of(end: End, status: u16) -> AttemptOutcome {
+    match end {
+        End::Complete | End::Dropped | End::Stalled | End::Expired => {
+            AttemptOutcome::Status(status)
+        }
+        End::Failed(kind) => AttemptOutcome::Error(kind),
+    }
 }
 
 /// Sends the request and waits for the head under the attempt's deadline;
@@ -171,18 +242,29 @@ fn over_limit(max_body: usize) -> TransportError {
 }
 
 /// Forwards the body's chunks to the reader until it ends, breaks, passes
-/// `max_body`, stalls for `idle`, or the reader drops the stream.
+/// `max_body`, stalls for `idle`, outlives its lifetime, the reader leaves
+/// a chunk waiting past `send`, or the reader drops the stream.
 async fn pump(
     mut body: LocalBoxStream<'static, Result<bytes::Bytes, TransportError>>,
     tx: mpsc::Sender<Frame>,
-    max_body: usize,
-    idle: Duration,
+    limits: Limits,
 ) -> End {
+    // The last word's slot, taken while the channel is empty: the end or
+    // the error item goes out without waiting on the reader.
+    let Ok(last) = tx.clone().try_reserve_owned() else {
+        return End::Dropped;
+    };
     let mut total = 0usize;
-    loop {
+    let (end, detail) = loop {
+        let now = Instant::now();
+        // A body that always has a chunk ready never meets a timer.
+        if limits.until.is_some_and(|until| until <= now) {
+            break (End::Expired, expired());
+        }
+        let (at, lifetime) = limits.within(now, limits.idle);
         let next = {
             let closed = tx.closed();
-            let item = tokio::time::timeout(idle, body.next());
+            let item = tokio::time::timeout_at(at, body.next());
             futures::pin_mut!(closed, item);
             match futures::future::select(item, closed).await {
                 futures::future::Either::Left((r, _)) => r,
@@ -192,31 +274,65 @@ async fn pump(
         let err = match next {
             Ok(Some(Ok(chunk))) => {
                 total = total.saturating_add(chunk.len());
-                if total > max_body {
-                    over_limit(max_body)
+                if total > limits.max_body {
+                    over_limit(limits.max_body)
                 } else {
-                    if !chunk.is_empty() && tx.send(Frame::Data(chunk)).await.is_err() {
-                        return End::Dropped;
+                    if chunk.is_empty() {
+                        continue;
                     }
-                    continue;
+                    match give(&tx, Frame::Data(chunk), &limits).await {
+                        Ok(()) => continue,
+                        Err(End::Dropped) => return End::Dropped,
+                        Err(End::Stalled) => break (End::Stalled, stalled(limits.send)),
+                        Err(_) => break (End::Expired, expired()),
+                    }
                 }
             }
             Ok(Some(Err(e))) => e,
             Ok(None) => {
-                let _ = tx.send(Frame::End).await;
+                last.send(Frame::End);
                 return End::Complete;
             }
+            Err(_) if lifetime => break (End::Expired, expired()),
             Err(_) => TransportError::new(
                 ErrorKind::Timeout,
-                format!("no chunk of the body within {idle:?}"),
+                format!("no chunk of the body within {:?}", limits.idle),
             ),
         };
-        let kind = err.kind;
-        let _ = tx
-            .send(Frame::Error(StreamError::new(kind, err.detail)))
-            .await;
-        return End::Failed(kind);
+        break (End::Failed(err.kind), err.detail);
+    };
+    let kind = match end {
+        End::Failed(kind) => kind,
+        _ => ErrorKind::Timeout,
+    };
+    last.send(Frame::Error(StreamError::new(kind, detail)));
+    end
+}
+
+/// Puts `frame` in the reader's channel: at once when there is room, else
+/// within the send timeout and the body's lifetime. The error says which
+/// ended the wait ([`End::Dropped`], [`End::Stalled`] or [`End::Expired`]).
+async fn give(tx: &mpsc::Sender<Frame>, frame: Frame, limits: &Limits) -> Result<(), End> {
+    let frame = match tx.try_send(frame) {
+        Ok(()) => return Ok(()),
+        Err(mpsc::error::TrySendError::Closed(_)) => return Err(End::Dropped),
+        Err(mpsc::error::TrySendError::Full(frame)) => frame,
+    };
+    let (at, lifetime) = limits.within(Instant::now(), limits.send);
+    match tokio::time::timeout_at(at, tx.send(frame)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(End::Dropped),
+        Err(_) if lifetime => Err(End::Expired),
+        Err(_) => Err(End::Stalled),
     }
+}
+
+fn stalled(send: Duration) -> String {
+    format!("the reader took no chunk within {send:?} (stream_send_timeout)")
+}
+
+fn expired() -> String {
+    "the body outlived its lifetime (stream_max_duration)".to_owned()
 }
 
 // === impl NodeCore ===
@@ -274,5 +390,113 @@ impl NodeCore {
         }
         self.record_health(&outcome, permit, latency, now);
         self.send_report(Vec::new(), Vec::new(), 1, now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::BodyStream;
+    use bytes::Bytes;
+    use futures::stream;
+
+    type Body = LocalBoxStream<'static, Result<Bytes, TransportError>>;
+
+    fn limits(send_ms: u64, lifetime_ms: Option<u64>) -> Limits {
+        Limits {
+            max_body: usize::MAX,
+            idle: Duration::from_secs(5),
+            send: Duration::from_millis(send_ms),
+            until: lifetime_ms.map(|ms| Instant::now() + Duration::from_millis(ms)),
+        }
+    }
+
+    fn channel() -> (mpsc::Sender<Frame>, BodyStream) {
+        let (tx, rx) = mpsc::channel(CHUNKS + 1);
+        (tx, BodyStream::new(rx))
+    }
+
+    /// Everything `reader` gives: the data chunks, then the error's kind.
+    async fn read(mut reader: BodyStream) -> (usize, Option<ErrorKind>) {
+        let (mut chunks, mut error) = (0, None);
+        while let Some(item) = reader.next().await {
+            match item {
+                Ok(_) => chunks += 1,
+                Err(e) => error = Some(e.kind),
+            }
+        }
+        (chunks, error)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_that_never_reads_is_cut_after_the_send_timeout() {
+        let body: Body = stream::repeat_with(|| Ok(Bytes::from_static(b"x"))).boxed_local();
+        let (tx, reader) = channel();
+        let start = Instant::now();
+        let end = pump(body, tx, limits(300, None)).await;
+        assert_eq!(end, End::Stalled);
+        assert_eq!(start.elapsed(), Duration::from_millis(300));
+        // The reader finds the chunks that had room, then the cut.
+        assert_eq!(read(reader).await, (CHUNKS, Some(ErrorKind::Timeout)));
+        assert!(!outcome_of(end, 200).is_node_failure());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_end_of_a_body_never_waits_on_its_reader() {
+        let chunks = (0..CHUNKS).map(|_| Ok(Bytes::from_static(b"x")));
+        let body: Body = stream::iter(chunks).boxed_local();
+        let (tx, reader) = channel();
+        let start = Instant::now();
+        let end = pump(body, tx, limits(300, None)).await;
+        assert_eq!(end, End::Complete);
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        assert_eq!(read(reader).await, (CHUNKS, None));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_past_its_lifetime_ends_with_a_timeout_item() {
+        // A chunk every 300 ms, for ever; the lifetime is 1 s.
+        let body: Body = stream::unfold((), |()| async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Some((Ok(Bytes::from_static(b"x")), ()))
+        })
+        .boxed_local();
+        let (tx, reader) = channel();
+        let start = Instant::now();
+        let (end, got) = futures::join!(pump(body, tx, limits(300, Some(1000))), read(reader));
+        assert_eq!(end, End::Expired);
+        assert_eq!(start.elapsed(), Duration::from_millis(1000));
+        assert_eq!(got, (3, Some(ErrorKind::Timeout)));
+        assert!(!outcome_of(end, 200).is_node_failure());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lifetime_that_passes_while_the_reader_stalls_is_an_expiry() {
+        let body: Body = stream::repeat_with(|| Ok(Bytes::from_static(b"x"))).boxed_local();
+        let (tx, reader) = channel();
+        let start = Instant::now();
+        let end = pump(body, tx, limits(10_000, Some(500))).await;
+        assert_eq!(end, End::Expired);
+        assert_eq!(start.elapsed(), Duration::from_millis(500));
+        assert_eq!(read(reader).await, (CHUNKS, Some(ErrorKind::Timeout)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_backend_that_stalls_is_still_the_nodes_failure() {
+        let first = stream::iter([Ok(Bytes::from_static(b"x"))]);
+        let body: Body = first.chain(stream::pending()).boxed_local();
+        let (tx, reader) = channel();
+        let (end, got) = futures::join!(pump(body, tx, limits(300, None)), read(reader));
+        assert_eq!(end, End::Failed(ErrorKind::Timeout));
+        assert_eq!(got, (1, Some(ErrorKind::Timeout)));
+        assert!(outcome_of(end, 200).is_node_failure());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_that_leaves_ends_the_stream_at_once() {
+        let body: Body = stream::pending().boxed_local();
+        let (tx, reader) = channel();
+        drop(reader);
+        assert_eq!(pump(body, tx, limits(300, None)).await, End::Dropped);
     }
 }
