@@ -271,3 +271,24 @@ fn max_concurrent_auto_learns_within_the_service_bounds() {
     );
     assert!(e.contains("field `concurrency.initial`"), "{e}");
 }
+
+/// An address with `user:password@` is refused, naming the field and
+/// never echoing the password: addresses appear in stats, metric labels,
+/// logs and HTTP/2's `:authority`.
+#[test]
+fn an_address_with_userinfo_is_refused_without_echoing_it() {
+    for address in [
+        "http://admin:s3cret-pw@10.0.0.1:8080/",
+        "https://s3cret-pw@api.example/v1/",
+        "http://admin:s3cret-pw@h",
+    ] {
+        let e = err(&format!(
+            r#"{{"services":[{{"name":"a","endpoints":[{{"address":"http://ok/"}},{{"address":"{address}"}}]}}]}}"#
+        ));
+        assert!(e.contains("endpoints[1].address"), "{e}");
+        assert!(e.contains("user or password"), "{e}");
+        assert!(!e.contains("s3cret-pw"), "{e}");
+    }
+    assert!(crate::config::normalize_address("http://u:p@h/").is_err());
+    assert!(crate::config::normalize_address("http://h/a@b/").is_ok());
+}
