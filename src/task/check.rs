@@ -381,7 +381,12 @@ mod tests {
 
     #[test]
     fn encoded_nul_cr_and_lf_are_refused() {
-        for p in ["/admin%00.png", "/a%2500b", "/a%0d%0aX-Injected:%201", "/a%0Ab"] {
+        for p in [
+            "/admin%00.png",
+            "/a%2500b",
+            "/a%0d%0aX-Injected:%201",
+            "/a%0Ab",
+        ] {
             let e = check_path(p).expect_err(p);
             assert!(e.contains("CR, LF or NUL"), "{p}: {e}");
         }
