@@ -12,6 +12,8 @@
 //! - `hostile`: entries that can never run (not UTF-8, not JSON, another
 //!   service's, an invalid path or header), dead-lettered on first sight;
 //!   the worker's logs;
+//! - `bounds`: the byte bounds of an entry and of a read, the `MAXLEN ~`
+//!   of the results and dead-letter streams, what a line may ask;
 //! - `helpers`: the keyed backend, workers, configs and stream reads.
 
 #![cfg(feature = "redis")]
@@ -20,6 +22,8 @@
 #[path = "support/redis.rs"]
 mod redis_server;
 
+#[path = "redis_stream/bounds.rs"]
+mod bounds;
 #[path = "redis_stream/consume.rs"]
 mod consume;
 #[path = "redis_stream/helpers.rs"]
