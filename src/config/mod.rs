@@ -34,6 +34,7 @@
 //! ```
 
 mod headers;
+mod lines;
 mod mode;
 mod raw;
 mod redis;
@@ -53,6 +54,8 @@ use crate::algo::budget::BudgetConfig;
 use crate::algo::strategy::LeastLoadWeights;
 
 pub use headers::{ConfigHeader, HeaderSet, Secret};
+pub(crate) use lines::RawLines;
+pub use lines::{LineLimits, DEFAULT_LINE_MAX_BODY, DEFAULT_LINE_MAX_HEADER_BYTES};
 pub use mode::Mode;
 pub use redis::{OnDown, RedisConfig, SentinelConfig, SharedMode, StreamConfig};
 pub use tls::{CaFile, TlsConfig};
@@ -418,6 +421,9 @@ pub struct ServiceConfig {
     /// Bounds of the learned limits of endpoints with `max_concurrent:
     /// "auto"` (defaults min 1, max 1000, initial 20).
     pub concurrency: crate::algo::concurrency::LearnedLimitConfig,
+    /// What a task line (a JSONL file's, a Redis stream's) may ask of the
+    /// service (`lines`; see [`LineLimits`]).
+    pub lines: LineLimits,
 }
 
 impl ServiceConfig {

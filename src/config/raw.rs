@@ -65,6 +65,9 @@ pub(crate) struct RawService {
     /// Client-side throttling of each node (off unless set).
     #[serde(default)]
     pub throttle: Option<RawThrottle>,
+    /// What a task line may ask of the service.
+    #[serde(default)]
+    pub lines: super::RawLines,
 }
 
 /// `throttle`: adaptive client-side throttling per node (`algo::throttle`).

@@ -10,7 +10,8 @@ use std::time::Duration;
 use actix_dispatch::redis::stream::StreamConfig;
 
 use super::helpers::{
-    add_tasks, con, entries, load_config, start_consuming, temp_dir, xlen, KeyedBackend,
+    add_tasks, con, entries, load_config, start_consuming, temp_dir, write_config_with, xlen,
+    KeyedBackend,
 };
 use crate::redis_server::{stream_until, RedisServer};
 
@@ -158,5 +159,83 @@ fn results_and_dead_letters_are_trimmed() {
     let (results, dead) = (xlen(&mut c, RESULTS), xlen(&mut c, DEAD));
     assert!((10..=20).contains(&results), "{results}");
     assert!((5..=15).contains(&dead), "{dead}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// What a line may ask of its service (`lines`): a 1-hour timeout, a
+/// 1-day deadline, a body or headers over their bounds are dead letters on
+/// first sight, naming the field and the bound; a priority the service
+/// does not allow is dropped, the task runs. Before, a stream entry could
+/// hold a slot for a year and bring any size of body.
+#[test]
+fn lines_over_the_services_bounds_are_dead_lettered() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let backend = KeyedBackend::start();
+    let dir = temp_dir("bounds-lines");
+    let path = write_config_with(
+        &dir,
+        &server.url(),
+        backend.port,
+        100,
+        r#","lines":{"max_body":8,"max_header_bytes":16}"#,
+    );
+    let cfg = actix_dispatch::Config::from_file(&path).expect("config");
+    let mut c = con(&server.url());
+    let lines = [
+        r#"{"id":"t","service":"svc","path":"/ok","timeout":"1h"}"#.to_string(),
+        r#"{"id":"d","service":"svc","path":"/ok","deadline":"1day"}"#.to_string(),
+        r#"{"id":"b","service":"svc","path":"/ok","body":"123456789"}"#.to_string(),
+        format!(
+            r#"{{"id":"h","service":"svc","path":"/ok","headers":{{"x-a":"{}"}}}}"#,
+            "v".repeat(20)
+        ),
+        r#"{"id":"p","service":"svc","path":"/ok","priority":"critical"}"#.to_string(),
+    ];
+    for l in &lines {
+        let _: String = redis::cmd("XADD")
+            .arg(TASKS)
+            .arg("*")
+            .arg("task")
+            .arg(l)
+            .query(&mut c)
+            .expect("xadd");
+    }
+    let st = actix::System::new().block_on(async move {
+        let sc = StreamConfig {
+            consumer: "lines".into(),
+            claim_after: Some(Duration::from_secs(60)),
+            ..Default::default()
+        };
+        let d = start_consuming(cfg, sc).await;
+        let last = stream_until(&d, Duration::from_secs(5), |s| {
+            s.dead_lettered == 4 && s.recorded == 1 && s.in_flight == 0
+        })
+        .await;
+        d.shutdown(Duration::from_secs(1)).await;
+        last
+    });
+    let st = st.expect("stream stats");
+    assert_eq!((st.dead_lettered, st.recorded), (4, 1), "{st:?}");
+    let mut errors: Vec<String> = entries(&mut c, DEAD)
+        .into_iter()
+        .map(|(_, f)| f["error"].clone())
+        .collect();
+    errors.sort();
+    let want = [
+        ("body: 9 bytes", "lines.max_body (8)"),
+        ("deadline: 86400s", "lines.max_deadline (1s)"),
+        ("headers: 23 bytes", "lines.max_header_bytes (16)"),
+        ("timeout: 3600s", "lines.max_timeout (1s)"),
+    ];
+    assert_eq!(errors.len(), want.len(), "{errors:?}");
+    for (e, (field, bound)) in errors.iter().zip(want) {
+        assert!(e.contains(field) && e.contains(bound), "{e}");
+    }
+    let results = entries(&mut c, RESULTS);
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].1["id"], "p");
+    assert_eq!(backend.calls.lock().unwrap().len(), 1);
     let _ = std::fs::remove_dir_all(dir);
 }

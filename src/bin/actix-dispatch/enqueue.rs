@@ -85,12 +85,13 @@ pub(crate) fn main(args: EnqueueArgs) -> ExitCode {
                     continue;
                 }
                 let checked = TaskLine::parse(line).and_then(|t| {
-                    t.to_task()?;
                     let svc = config
                         .services
                         .iter()
-                        .find(|s| s.name.eq_ignore_ascii_case(&t.service))
+                        .find(|s| s.name.eq_ignore_ascii_case(t.service.trim()))
                         .ok_or_else(|| format!("unknown service {:?}", t.service))?;
+                    // What the consumer would refuse is refused here.
+                    t.to_task_within(&svc.lines)?;
                     Ok((svc.name.clone(), t))
                 });
                 match checked {

@@ -94,11 +94,12 @@ impl Default for StreamConfig {
 impl StreamConfig {
     /// The default `claim_after` of `svc`: twice the longest a delivery's
     /// attempts and backoffs take, plus a second for the queue:
-    /// `2 × (timeout × (max_retries + 1) + backoff_max × max_retries) + 1 s`.
+    /// `2 × (timeout × (max_retries + 1) + backoff_max × max_retries) + 1 s`,
+    /// `timeout` the longer of the service's and the longest a line may
+    /// ask (`lines.max_timeout`).
     pub fn default_claim_after(svc: &ServiceConfig) -> Duration {
-        let r = &svc.retry;
-        let work = svc.timeout.saturating_mul(r.max_retries.saturating_add(1))
-            + r.backoff_max.saturating_mul(r.max_retries);
+        let timeout = svc.timeout.max(svc.lines.max_timeout);
+        let work = crate::config::lines::attempts_time(timeout, &svc.retry);
         work.saturating_mul(2) + Duration::from_secs(1)
     }
 

@@ -38,6 +38,8 @@ struct Consumer {
     capacity: u64,
     /// The largest entry taken as a task (`max_entry_bytes`).
     max_entry_bytes: usize,
+    /// What a line may ask of the service (`lines`).
+    limits: crate::config::LineLimits,
     /// The settings a read's count comes from (`read_count`).
     cfg: StreamConfig,
     ops: Conn,
@@ -99,6 +101,7 @@ pub(crate) async fn start(
             .unwrap_or(svc.queue.capacity)
             .clamp(1, 1_000_000) as u64,
         max_entry_bytes: cfg.max_entry_bytes,
+        limits: svc.lines.clone(),
         cfg: cfg.clone(),
         ops,
         record: Script::new(RECORD_LUA),
@@ -339,7 +342,7 @@ impl Consumer {
             });
             return;
         }
-        match parse_entry(&fields, &self.service) {
+        match parse_entry(&fields, &self.service, &self.limits) {
             Err(e) => actix::spawn(async move {
                 log::warn!(
                     "service {}: entry {}: not a task: {}",
@@ -569,8 +572,13 @@ fn raw_bytes(fields: &Fields) -> &[u8] {
 /// The task of an entry of `service`'s stream, or why it can never run:
 /// no `task` field, a value that is not UTF-8, not a task line, a line
 /// that names another service (an entry belongs to its stream's service),
-/// or a task that does not build (an invalid path or header).
-pub(super) fn parse_entry(fields: &Fields, service: &str) -> Result<(Task, TaskLine), String> {
+/// a line that asks more than the service allows (`limits`), or a task
+/// that does not build (an invalid path or header).
+pub(super) fn parse_entry(
+    fields: &Fields,
+    service: &str,
+    limits: &crate::config::LineLimits,
+) -> Result<(Task, TaskLine), String> {
     let raw: &FieldValue = field(fields, TASK_FIELD)
         .ok_or_else(|| format!("the entry has no `{TASK_FIELD}` field"))?;
     let raw = raw
@@ -584,7 +592,7 @@ pub(super) fn parse_entry(fields: &Fields, service: &str) -> Result<(Task, TaskL
         ));
     }
     crate::task::check_path(&line.path)?;
-    let task = line.to_task()?;
+    let task = line.to_task_within(limits)?;
     Ok((task, line))
 }
 
@@ -612,10 +620,18 @@ mod tests {
         assert!(shown.contains("\\n"), "{shown}");
     }
 
+    fn limits() -> crate::config::LineLimits {
+        let cfg = crate::Config::from_json(
+            r#"{"services":[{"name":"api","endpoints":[{"address":"http://h/"}]}]}"#,
+        )
+        .unwrap();
+        cfg.services[0].lines.clone()
+    }
+
     #[test]
     fn entries_that_can_never_run_are_refused_at_once() {
         let ok = one(Ok(r#"{"id":1,"service":"API","path":"/a"}"#.into()));
-        let (task, line) = parse_entry(&ok, "api").expect("a task");
+        let (task, line) = parse_entry(&ok, "api", &limits()).expect("a task");
         assert_eq!(line.id, Some(WireId::Number(1)));
         assert_eq!(task.path(), "/a");
         for (fields, want) in [
@@ -627,8 +643,16 @@ mod tests {
                 "names service \"jobs\", not this stream's \"api\"",
             ),
             (one(Ok(r#"{"service":"api","path":"/../etc"}"#.into())), ""),
+            (
+                one(Ok(
+                    r#"{"service":"api","path":"/a","timeout":"365days"}"#.into()
+                )),
+                "lines.max_timeout",
+            ),
         ] {
-            let e = parse_entry(&fields, "api").map(|_| ()).unwrap_err();
+            let e = parse_entry(&fields, "api", &limits())
+                .map(|_| ())
+                .unwrap_err();
             assert!(e.contains(want), "{e}");
         }
     }
