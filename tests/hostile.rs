@@ -141,9 +141,18 @@ async fn dot_segment_paths_never_reach_the_backend_but_colon_slash_slash_in_a_qu
         r"\..\..\admin",
         "/a/%5c..%5c..%5cadmin",
         "/./admin",
+        // A trailing space (Windows and IIS drop it), fullwidth dots.
+        "/..%20/admin",
+        "/.%09/admin",
+        "/\u{ff0e}\u{ff0e}/admin",
+        "/%EF%BC%8E%EF%BC%8E/admin",
     ] {
         let r = d.submit(Task::get("svc", p)).await;
         assert!(invalid_reason(&r).contains("dot-segment"), "{p}");
+    }
+    for p in ["/admin%00.png", "/a%0d%0aSet-Cookie:%20x"] {
+        let r = d.submit(Task::get("svc", p)).await;
+        assert!(invalid_reason(&r).contains("CR, LF or NUL"), "{p}");
     }
     assert_eq!(b.hits.load(Ordering::SeqCst), 0);
     let r = d
@@ -205,5 +214,47 @@ async fn a_task_for_did_reaches_service_did_case_insensitively() {
     );
     let r = d.submit(Task::get("did", "/again")).await;
     assert!(r.is_success(), "{:?}", r.outcome);
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+/// `queue.max_bytes`: the bodies of the tasks held (in flight included)
+/// are bounded in bytes, not only in count. With 1000 bytes, a 600-byte
+/// task in flight leaves room for 300 more, not 600; a body larger than
+/// the bound alone is refused; room comes back when a task is answered.
+/// Before, only `queue.capacity` (a count) bounded the queue.
+#[actix_rt::test]
+async fn the_queue_is_bounded_in_bytes_of_bodies() {
+    init_logs();
+    let b = Backend::start();
+    b.set_latency(Duration::from_millis(300));
+    let d = Dispatcher::start(config(
+        "round_robin",
+        &[(&b, 1, 4)],
+        r#""queue":{"max_bytes":1000}"#,
+    ))
+    .unwrap();
+    let post = |n: usize| Task::new("svc", actix_dispatch::Method::POST, "/b").body(vec![b'x'; n]);
+    let a = d.submit(post(600));
+    let over = d.submit(post(600)).await;
+    let c = d.submit(post(300));
+    let alone = d.submit(post(1001)).await;
+    for r in [&over, &alone] {
+        assert!(
+            matches!(r.outcome, Outcome::Rejected(Rejection::QueueFull)),
+            "{:?}",
+            r.outcome
+        );
+    }
+    let (a, c) = (a.await, c.await);
+    assert!(
+        a.is_success() && c.is_success(),
+        "{:?} {:?}",
+        a.outcome,
+        c.outcome
+    );
+    // Both answered: the bytes are free again.
+    let again = d.submit(post(1000)).await;
+    assert!(again.is_success(), "{:?}", again.outcome);
+    assert_eq!(b.hits(), 3);
     d.shutdown(Duration::from_secs(1)).await;
 }

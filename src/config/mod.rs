@@ -215,6 +215,10 @@ pub struct QueueConfig {
     /// through `feed`); past it a task is refused `QueueFull` (default: the
     /// capacity, at least 10 000). Parked tasks keep their deadlines.
     pub max_waiting: usize,
+    /// Bytes of request bodies held at most, by every task the queue holds
+    /// (ready, parked, backing off, in flight) together (default 256 MiB):
+    /// a task whose body would pass it is refused `QueueFull`.
+    pub max_bytes: usize,
     /// Delay control (`queue.delay`, on by default: target 5 ms, interval
     /// 100 ms, newest first while overloaded): once the queue has not
     /// drained for an interval, tasks that waited past the target are shed

@@ -187,6 +187,7 @@ pub(crate) struct RawQueue {
     pub capacity: usize,
     pub on_full: String,
     pub max_waiting: Option<usize>,
+    pub max_bytes: usize,
     pub delay: RawDelay,
     pub priority: RawPriority,
 }
@@ -197,6 +198,7 @@ impl Default for RawQueue {
             capacity: 10_000,
             on_full: "reject".into(),
             max_waiting: None,
+            max_bytes: 256 << 20,
             delay: RawDelay::default(),
             priority: RawPriority::default(),
         }

@@ -339,3 +339,21 @@ fn lines_default_to_the_service_and_are_checked_by_field() {
         assert!(e.contains(field), "{lines}: {e}");
     }
 }
+
+#[test]
+fn queue_max_bytes_defaults_to_256_mib_and_zero_is_refused() {
+    let ok = |q: &str| {
+        Config::from_json(&format!(
+            r#"{{"services":[{{"name":"a","endpoints":[{{"address":"http://h/"}}],"queue":{q}}}]}}"#
+        ))
+    };
+    assert_eq!(ok("{}").unwrap().services[0].queue.max_bytes, 256 << 20);
+    assert_eq!(
+        ok(r#"{"max_bytes":1000}"#).unwrap().services[0]
+            .queue
+            .max_bytes,
+        1000
+    );
+    let e = ok(r#"{"max_bytes":0}"#).unwrap_err().to_string();
+    assert!(e.contains("queue.max_bytes"), "{e}");
+}
