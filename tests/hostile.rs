@@ -258,3 +258,56 @@ async fn the_queue_is_bounded_in_bytes_of_bodies() {
     assert_eq!(b.hits(), 3);
     d.shutdown(Duration::from_secs(1)).await;
 }
+
+/// Answers with the `authorization` header it received (`none` without).
+fn auth_echo() -> (u16, actix_web::dev::ServerHandle) {
+    let server = HttpServer::new(|| {
+        App::new().default_service(web::to(|req: HttpRequest| async move {
+            let auth = (req.headers().get("authorization"))
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("none")
+                .to_owned();
+            HttpResponse::Ok().body(auth)
+        }))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(("127.0.0.1", 0))
+    .expect("bind");
+    let port = server.addrs()[0].port();
+    let server = server.run();
+    let handle = server.handle();
+    actix_rt::spawn(server);
+    (port, handle)
+}
+
+/// A lease client carries the endpoint's configured credentials to the
+/// endpoint only: a URL of another host (a `Location` followed by hand, a
+/// link from a body) gets none of them. Before, they were default headers
+/// of the client, sent to whatever host it was pointed at.
+#[actix_rt::test]
+async fn a_lease_client_keeps_the_endpoints_credentials_to_the_endpoint() {
+    init_logs();
+    let (ep, ep_handle) = auth_echo();
+    let (other, other_handle) = auth_echo();
+    let json = format!(
+        r#"{{"services":[{{"name":"svc","mode":"round_robin",
+            "headers":{{"authorization":"Bearer s3cret"}},
+            "endpoints":[{{"address":"http://127.0.0.1:{ep}/v1/"}}]}}]}}"#
+    );
+    let d = Dispatcher::start(Config::from_json(&json).unwrap()).unwrap();
+    let lease = d
+        .lease("svc", actix_dispatch::LeaseOptions::new())
+        .await
+        .unwrap();
+    let client = lease.client();
+    let mut to_endpoint = client.get(lease.url("/who").unwrap()).send().await.unwrap();
+    assert_eq!(to_endpoint.body().await.unwrap(), "Bearer s3cret");
+    let url = format!("http://127.0.0.1:{other}/v1/who");
+    let mut res = client.get(&url).send().await.unwrap();
+    assert_eq!(res.body().await.unwrap(), "none", "{url}");
+    drop(lease);
+    d.shutdown(Duration::from_secs(1)).await;
+    ep_handle.stop(false).await;
+    other_handle.stop(false).await;
+}
