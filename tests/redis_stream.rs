@@ -19,6 +19,8 @@
 #![cfg(feature = "redis")]
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
+#[path = "support/logs.rs"]
+mod logs;
 #[path = "support/redis.rs"]
 mod redis_server;
 

@@ -239,3 +239,47 @@ fn lines_over_the_services_bounds_are_dead_lettered() {
     assert_eq!(backend.calls.lock().unwrap().len(), 1);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A log line built from an entry cannot be forged: an entry whose text
+/// (here a field name, quoted back by the parser's error) holds a newline
+/// and a fake log line is logged with the newline escaped, on one line.
+#[test]
+fn an_entry_cannot_forge_a_log_line() {
+    crate::logs::capture();
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let backend = KeyedBackend::start();
+    let dir = temp_dir("bounds-forge");
+    let cfg = load_config(&dir, &server.url(), backend.port, 10);
+    let mut c = con(&server.url());
+    let forged =
+        "{\"service\":\"svc\",\"path\":\"/ok\",\"x\\nWARN actix_dispatch: forged line\":1}";
+    let _: String = redis::cmd("XADD")
+        .arg(TASKS)
+        .arg("*")
+        .arg("task")
+        .arg(forged)
+        .query(&mut c)
+        .expect("xadd");
+    let st = actix::System::new().block_on(async move {
+        let sc = StreamConfig {
+            consumer: "forge".into(),
+            claim_after: Some(Duration::from_secs(60)),
+            ..Default::default()
+        };
+        let d = start_consuming(cfg, sc).await;
+        let last = stream_until(&d, Duration::from_secs(5), |s| s.dead_lettered == 1).await;
+        d.shutdown(Duration::from_secs(1)).await;
+        last
+    });
+    assert_eq!(st.expect("stats").dead_lettered, 1);
+    let lines = crate::logs::lines();
+    let about: Vec<&String> = lines.iter().filter(|l| l.contains("forged line")).collect();
+    assert!(!about.is_empty(), "{lines:#?}");
+    for l in about {
+        assert!(!l.contains('\n'), "a raw newline: {l:?}");
+        assert!(l.contains("\\n"), "escaped: {l:?}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

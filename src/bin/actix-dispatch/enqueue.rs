@@ -107,7 +107,12 @@ pub(crate) fn main(args: EnqueueArgs) -> ExitCode {
                     }
                     Err(e) => {
                         invalid += 1;
-                        eprintln!("actix-dispatch enqueue: line {}: {e}", n + 1);
+                        // Escaped: the line is input, its text may hold newlines.
+                        eprintln!(
+                            "actix-dispatch enqueue: line {}: {}",
+                            n + 1,
+                            e.escape_debug()
+                        );
                     }
                 }
             }
