@@ -29,8 +29,15 @@
 //!   `refresh_interval`. After it, exactly one instance probes (a
 //!   `SET NX PX` claim expiring with the probe timeout); its success closes
 //!   the node for all, its failure opens it again for twice as long.
-//! * **Membership**: every instance heartbeats into a sorted set; the count
-//!   of live ones is in `stats()` and divides the rate of the local fallback.
+//! * **Membership**: every instance heartbeats into a sorted set
+//!   (`prefix:{members}`); the count of live ones is in `stats()` and
+//!   divides the rate of the local fallback. A score in the future is set
+//!   to now, so no foreign member counts for ever.
+//!
+//! Every key starts with `prefix:` (an ACL user limited to `~prefix:*`
+//! runs every call). Foreign content in a key is repaired and named in a
+//! `warn` once a minute per key, and a `MOVED` answer on a connection
+//! without `redis.cluster` is one configuration error (`repairs.rs`).
 //!
 //! [`SharedLimits`] is the engine's shared store: it implements the
 //! balancer's two traits, `TokenStore` and `SharedBreaker` (the seam is
