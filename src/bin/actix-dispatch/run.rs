@@ -255,7 +255,6 @@ impl Run {
         // The task stream: parse each line; a bad one is answered at once.
         let tasks = futures::stream::poll_fn({
             let (shared, rx) = (Rc::clone(&shared), Rc::clone(&rx));
-            let limits = limits;
             move |cx| loop {
                 if shared.stop.get() {
                     return Poll::Ready(None);
