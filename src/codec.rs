@@ -24,6 +24,12 @@
 //! fields are refused, so a misspelt `idempotnet` is an error, not silently
 //! dropped.
 //!
+//! A line is untrusted input (anyone who writes the file or the stream
+//! writes it): [`TaskLine::to_task_within`] builds it within its service's
+//! [`LineLimits`] (`lines` in the config: the longest timeout and deadline,
+//! the largest body and headers, whether a priority is taken), as the CLI
+//! and the stream consumer do.
+//!
 //! A result line names the outcome (`success`, `failure`, `rejected`,
 //! `fallback`, or `invalid` for a line that could not be read), a `reason`
 //! code for everything but success (the same codes [`reason_code`] gives the
@@ -50,8 +56,9 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
+pub use crate::config::LineLimits;
 use crate::outcome::{Outcome, Rejection, TaskResult};
-use crate::task::Task;
+use crate::task::{Priority, Task};
 use crate::Method;
 
 /// A task's id as the line gave it: a number or a string, echoed back
@@ -139,6 +146,17 @@ fn is_utf8(e: &BodyEncoding) -> bool {
     *e == BodyEncoding::Utf8
 }
 
+/// Refuses a body of `len` bytes over the line bound.
+fn body_within(len: usize, limits: &LineLimits) -> Result<(), String> {
+    if len > limits.max_body {
+        return Err(format!(
+            "body: {len} bytes, over the service's lines.max_body ({})",
+            limits.max_body
+        ));
+    }
+    Ok(())
+}
+
 impl TaskLine {
     /// Parses one line; an error names the field (`timeout: invalid value ...`).
     pub fn parse(line: &str) -> Result<TaskLine, String> {
@@ -153,9 +171,75 @@ impl TaskLine {
         Ok(t)
     }
 
-    /// Builds the engine's [`Task`]. Errors name the field; the engine's own
-    /// checks (path, headers, limits) still run at submit.
+    /// Builds the engine's [`Task`] as the line asks, unbounded: for lines
+    /// the application trusts. Lines from files and streams go through
+    /// [`TaskLine::to_task_within`]. Errors name the field; the engine's
+    /// own checks (path, headers, limits) still run at submit.
     pub fn to_task(&self) -> Result<Task, String> {
+        self.build(None)
+    }
+
+    /// Builds the engine's [`Task`] within what a line may ask of its
+    /// service ([`LineLimits`], the service's `lines`): a `timeout` or
+    /// `deadline` longer than the bound, a body or headers larger, are
+    /// refused naming the field and the bound; a `priority` is taken only
+    /// when the service allows it (else the task is of the default class,
+    /// logged at debug level).
+    ///
+    /// ```
+    /// use actix_dispatch::codec::TaskLine;
+    /// let cfg = actix_dispatch::Config::from_json(
+    ///     r#"{"services":[{"name":"api","timeout":"2s","endpoints":[{"address":"http://h/"}]}]}"#,
+    /// ).unwrap();
+    /// let limits = &cfg.services[0].lines;
+    /// let line = TaskLine::parse(r#"{"service":"api","path":"/a","timeout":"365days"}"#).unwrap();
+    /// let e = line.to_task_within(limits).unwrap_err();
+    /// assert!(e.starts_with("timeout: ") && e.contains("lines.max_timeout"), "{e}");
+    /// ```
+    pub fn to_task_within(&self, limits: &LineLimits) -> Result<Task, String> {
+        self.build(Some(limits))
+    }
+
+    /// The refusals of [`TaskLine::to_task_within`] that need no body
+    /// decoded: timeout, deadline, headers, and a body string too long
+    /// whatever its encoding.
+    fn check_within(&self, limits: &LineLimits) -> Result<(), String> {
+        let over = |field: &str, d: Duration, bound: &str, max: Duration| {
+            format!("{field}: {d:?} is over the service's lines.{bound} ({max:?})")
+        };
+        if let Some(t) = self.timeout.filter(|t| *t > limits.max_timeout) {
+            return Err(over("timeout", t, "max_timeout", limits.max_timeout));
+        }
+        if let Some(d) = self.deadline.filter(|d| *d > limits.max_deadline) {
+            return Err(over("deadline", d, "max_deadline", limits.max_deadline));
+        }
+        let header_bytes = self
+            .headers
+            .iter()
+            .map(|(k, v)| k.len().saturating_add(v.len()))
+            .fold(0usize, usize::saturating_add);
+        if header_bytes > limits.max_header_bytes {
+            return Err(format!(
+                "headers: {header_bytes} bytes, over the service's lines.max_header_bytes ({})",
+                limits.max_header_bytes
+            ));
+        }
+        if let Some(b) = &self.body {
+            // Base64 decodes to 3 bytes per 4 at most: refused before any
+            // decoding when even that is too much.
+            let at_least = match self.body_encoding {
+                BodyEncoding::Utf8 => b.len(),
+                BodyEncoding::Base64 => b.trim_end_matches('=').len() / 4 * 3,
+            };
+            body_within(at_least, limits)?;
+        }
+        Ok(())
+    }
+
+    fn build(&self, limits: Option<&LineLimits>) -> Result<Task, String> {
+        if let Some(l) = limits {
+            self.check_within(l)?;
+        }
         let body: Option<Vec<u8>> = match (&self.json, &self.body) {
             (Some(_), Some(_)) => return Err("`json` and `body` are exclusive".into()),
             (Some(v), None) => Some(serde_json::to_vec(v).map_err(|e| format!("json: {e}"))?),
@@ -167,6 +251,12 @@ impl TaskLine {
             }),
             (None, None) => None,
         };
+        if let (Some(l), Some(b)) = (limits, &body) {
+            body_within(b.len(), l).map_err(|e| match self.json {
+                Some(_) => e.replacen("body", "json", 1),
+                None => e,
+            })?;
+        }
         let method = match &self.method {
             Some(m) => Method::from_bytes(m.to_ascii_uppercase().as_bytes())
                 .map_err(|_| format!("method {m:?} is not an HTTP method"))?,
@@ -200,8 +290,16 @@ impl TaskLine {
         if let Some(a) = &self.affinity {
             task = task.affinity(a.clone());
         }
-        if let Some(p) = self.priority {
-            task = task.priority(p);
+        match (self.priority, limits) {
+            (Some(p), Some(l)) if !l.allow_priority && p != Priority::Default => {
+                log::debug!(
+                    "task line {:?}: priority {p} not taken (the service's \
+                     lines.allow_priority is false); default class",
+                    self.id
+                );
+            }
+            (Some(p), _) => task = task.priority(p),
+            (None, _) => {}
         }
         if self.stream {
             task = task.stream(true);
@@ -461,6 +559,82 @@ mod tests {
         let err = TaskLine::parse(r#"{"service":"s","path":"/","priority":"urgent"}"#).unwrap_err();
         assert!(err.starts_with("priority:"), "{err}");
         assert!(err.contains("urgent") && err.contains("sheddable"), "{err}");
+    }
+
+    fn limits() -> LineLimits {
+        let cfg = crate::Config::from_json(
+            r#"{"services":[{"name":"s","timeout":"2s","retry":{"max_retries":1,"backoff_max":"1s"},
+                "endpoints":[{"address":"http://h/"}],
+                "lines":{"max_body":8,"max_header_bytes":10}}]}"#,
+        )
+        .unwrap();
+        cfg.services[0].lines.clone()
+    }
+
+    #[test]
+    fn a_line_within_its_services_bounds_builds() {
+        let l = limits();
+        // The defaults: the service's timeout, its attempts' time (2 s × 2 + 1 s).
+        assert_eq!(l.max_timeout, Duration::from_secs(2));
+        assert_eq!(l.max_deadline, Duration::from_secs(5));
+        assert!(!l.allow_priority);
+        let t = TaskLine::parse(
+            r#"{"service":"s","path":"/","timeout":"2s","deadline":"5s","body":"12345678","headers":{"a":"123456789"}}"#,
+        )
+        .unwrap();
+        let task = t.to_task_within(&l).unwrap();
+        assert_eq!(task.body_bytes().len(), 8);
+    }
+
+    #[test]
+    fn a_line_over_its_services_bounds_is_refused_naming_the_field() {
+        let l = limits();
+        for (line, field, bound) in [
+            (
+                r#""timeout":"2001ms""#,
+                "timeout: 2.001s",
+                "lines.max_timeout (2s)",
+            ),
+            (r#""timeout":"365days""#, "timeout: ", "lines.max_timeout"),
+            (
+                r#""deadline":"6s""#,
+                "deadline: 6s",
+                "lines.max_deadline (5s)",
+            ),
+            (
+                r#""body":"123456789""#,
+                "body: 9 bytes",
+                "lines.max_body (8)",
+            ),
+            (
+                r#""body":"AAAAAAAAAAAA","body_encoding":"base64""#,
+                "body: 9 bytes",
+                "lines.max_body (8)",
+            ),
+            (r#""json":[1,2,3,4]"#, "json: 9 bytes", "lines.max_body (8)"),
+            (
+                r#""headers":{"abc":"12345678"}"#,
+                "headers: 11 bytes",
+                "lines.max_header_bytes (10)",
+            ),
+        ] {
+            let t = TaskLine::parse(&format!(r#"{{"service":"s","path":"/",{line}}}"#)).unwrap();
+            let e = t.to_task_within(&l).unwrap_err();
+            assert!(e.starts_with(field) && e.contains(bound), "{line}: {e}");
+            // The unbounded form (trusted lines) takes it.
+            assert!(t.to_task().is_ok(), "{line}");
+        }
+    }
+
+    #[test]
+    fn a_lines_priority_is_taken_only_when_the_service_allows_it() {
+        let line = TaskLine::parse(r#"{"service":"s","path":"/","priority":"critical"}"#).unwrap();
+        let mut l = limits();
+        let task = line.to_task_within(&l).unwrap();
+        assert_eq!(task.priority_class(), crate::task::Priority::Default);
+        l.allow_priority = true;
+        let task = line.to_task_within(&l).unwrap();
+        assert_eq!(task.priority_class(), crate::task::Priority::Critical);
     }
 
     #[test]

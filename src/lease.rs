@@ -282,14 +282,22 @@ impl Lease {
     /// An awc client set up for this endpoint as the engine's own are:
     /// its TLS settings (trusted authorities, `insecure_skip_verify`),
     /// keep-alive and connection age, the endpoint's configured headers on
-    /// every request, no redirects, and the service's `timeout` per request.
+    /// every request to the endpoint's origin (scheme, host and port: never
+    /// to another host the client is pointed at, so its credentials stay
+    /// with it), no redirects, and the service's `timeout` per request.
     /// Build requests with [`Lease::url`]. Each call makes a new client
     /// with its own connection pool: keep it for the lease's calls. Made
     /// on the calling thread (an awc client is not `Send`); it needs an
     /// actix runtime.
     pub fn client(&self) -> awc::Client {
         let e = &self.endpoint;
-        crate::transport::caller_client(&e.settings, e.timeout, &e.headers)
+        let headers = e
+            .headers
+            .iter()
+            .map(|h| (h.name.clone(), h.value.expose().clone()))
+            .collect();
+        let scoped = ScopedHeaders::new(&e.address, headers);
+        crate::transport::caller_client(&e.settings, e.timeout, scoped)
     }
 
     /// How long it has been held.
@@ -354,7 +362,9 @@ impl fmt::Debug for Lease {
 }
 
 mod book;
+mod scoped;
 pub(crate) use book::{LeaseBook, LeaseHand};
+pub(crate) use scoped::ScopedHeaders;
 
 #[cfg(test)]
 mod tests {

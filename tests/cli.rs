@@ -235,6 +235,79 @@ fn tasks_from_stdin_and_failures_and_malformed_lines_exit_1() {
     assert_eq!(b.hits(), 3);
 }
 
+/// Task lines are untrusted: a timeout or deadline past the service's
+/// `lines` bounds, a body or headers larger, are `invalid` results naming
+/// the field and the bound, never sent; a priority the service does not
+/// allow is dropped, not refused. Before, a line could set a 365-day
+/// timeout and any size of body or headers.
+#[test]
+fn lines_over_the_services_bounds_are_invalid_naming_the_field() {
+    let b = Backend::start();
+    let cfg = config(
+        "bounded.json",
+        &[&b],
+        r#""timeout":"2s","lines":{"max_body":16,"max_header_bytes":32}"#,
+    );
+    let big_header = "v".repeat(40);
+    let input = [
+        r#"{"id":"ok","service":"svc","path":"/items/1","body":"small","timeout":"2s"}"#
+            .to_string(),
+        r#"{"id":"t","service":"svc","path":"/items/2","timeout":"365days"}"#.to_string(),
+        r#"{"id":"d","service":"svc","path":"/items/3","deadline":"1day"}"#.to_string(),
+        format!(
+            r#"{{"id":"b","service":"svc","path":"/items/4","body":"{}"}}"#,
+            "x".repeat(17)
+        ),
+        format!(
+            r#"{{"id":"h","service":"svc","path":"/items/5","headers":{{"x-a":"{big_header}"}}}}"#
+        ),
+        r#"{"id":"p","service":"svc","path":"/items/6","priority":"critical"}"#.to_string(),
+    ]
+    .join("\n");
+    let out = run(
+        &[
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--progress",
+            "none",
+        ],
+        Some(&input),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let results = lines(&out);
+    assert_eq!(results.len(), 6, "{results:?}");
+    for id in ["ok", "p"] {
+        assert_eq!(
+            by_id(&results, &Value::from(id))["outcome"],
+            "success",
+            "{id}"
+        );
+    }
+    let invalid: Vec<(u64, String)> = results
+        .iter()
+        .filter(|r| r["outcome"] == "invalid")
+        .map(|r| {
+            (
+                r["line"].as_u64().unwrap(),
+                r["error"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let want = [
+        (2, "timeout: 31536000s", "lines.max_timeout (2s)"),
+        (3, "deadline: 86400s", "lines.max_deadline"),
+        (4, "body: 17 bytes", "lines.max_body (16)"),
+        (5, "headers: 43 bytes", "lines.max_header_bytes (32)"),
+    ];
+    assert_eq!(invalid.len(), want.len(), "{invalid:?}");
+    for ((at, error), (line, field, bound)) in invalid.iter().zip(want) {
+        assert_eq!(*at, line);
+        assert!(error.starts_with(field) && error.contains(bound), "{error}");
+    }
+    assert_eq!(b.hits(), 2, "only the lines within bounds were sent");
+}
+
 #[test]
 fn usage_and_config_errors_exit_2() {
     let b = Backend::start();

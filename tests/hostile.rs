@@ -141,9 +141,18 @@ async fn dot_segment_paths_never_reach_the_backend_but_colon_slash_slash_in_a_qu
         r"\..\..\admin",
         "/a/%5c..%5c..%5cadmin",
         "/./admin",
+        // A trailing space (Windows and IIS drop it), fullwidth dots.
+        "/..%20/admin",
+        "/.%09/admin",
+        "/\u{ff0e}\u{ff0e}/admin",
+        "/%EF%BC%8E%EF%BC%8E/admin",
     ] {
         let r = d.submit(Task::get("svc", p)).await;
         assert!(invalid_reason(&r).contains("dot-segment"), "{p}");
+    }
+    for p in ["/admin%00.png", "/a%0d%0aSet-Cookie:%20x"] {
+        let r = d.submit(Task::get("svc", p)).await;
+        assert!(invalid_reason(&r).contains("CR, LF or NUL"), "{p}");
     }
     assert_eq!(b.hits.load(Ordering::SeqCst), 0);
     let r = d
@@ -206,4 +215,99 @@ async fn a_task_for_did_reaches_service_did_case_insensitively() {
     let r = d.submit(Task::get("did", "/again")).await;
     assert!(r.is_success(), "{:?}", r.outcome);
     d.shutdown(Duration::from_secs(1)).await;
+}
+
+/// `queue.max_bytes`: the bodies of the tasks held (in flight included)
+/// are bounded in bytes, not only in count. With 1000 bytes, a 600-byte
+/// task in flight leaves room for 300 more, not 600; a body larger than
+/// the bound alone is refused; room comes back when a task is answered.
+/// Before, only `queue.capacity` (a count) bounded the queue.
+#[actix_rt::test]
+async fn the_queue_is_bounded_in_bytes_of_bodies() {
+    init_logs();
+    let b = Backend::start();
+    b.set_latency(Duration::from_millis(300));
+    let d = Dispatcher::start(config(
+        "round_robin",
+        &[(&b, 1, 4)],
+        r#""queue":{"max_bytes":1000}"#,
+    ))
+    .unwrap();
+    let post = |n: usize| Task::new("svc", actix_dispatch::Method::POST, "/b").body(vec![b'x'; n]);
+    let a = d.submit(post(600));
+    let over = d.submit(post(600)).await;
+    let c = d.submit(post(300));
+    let alone = d.submit(post(1001)).await;
+    for r in [&over, &alone] {
+        assert!(
+            matches!(r.outcome, Outcome::Rejected(Rejection::QueueFull)),
+            "{:?}",
+            r.outcome
+        );
+    }
+    let (a, c) = (a.await, c.await);
+    assert!(
+        a.is_success() && c.is_success(),
+        "{:?} {:?}",
+        a.outcome,
+        c.outcome
+    );
+    // Both answered: the bytes are free again.
+    let again = d.submit(post(1000)).await;
+    assert!(again.is_success(), "{:?}", again.outcome);
+    assert_eq!(b.hits(), 3);
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
+/// Answers with the `authorization` header it received (`none` without).
+fn auth_echo() -> (u16, actix_web::dev::ServerHandle) {
+    let server = HttpServer::new(|| {
+        App::new().default_service(web::to(|req: HttpRequest| async move {
+            let auth = (req.headers().get("authorization"))
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("none")
+                .to_owned();
+            HttpResponse::Ok().body(auth)
+        }))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(("127.0.0.1", 0))
+    .expect("bind");
+    let port = server.addrs()[0].port();
+    let server = server.run();
+    let handle = server.handle();
+    actix_rt::spawn(server);
+    (port, handle)
+}
+
+/// A lease client carries the endpoint's configured credentials to the
+/// endpoint only: a URL of another host (a `Location` followed by hand, a
+/// link from a body) gets none of them. Before, they were default headers
+/// of the client, sent to whatever host it was pointed at.
+#[actix_rt::test]
+async fn a_lease_client_keeps_the_endpoints_credentials_to_the_endpoint() {
+    init_logs();
+    let (ep, ep_handle) = auth_echo();
+    let (other, other_handle) = auth_echo();
+    let json = format!(
+        r#"{{"services":[{{"name":"svc","mode":"round_robin",
+            "headers":{{"authorization":"Bearer s3cret"}},
+            "endpoints":[{{"address":"http://127.0.0.1:{ep}/v1/"}}]}}]}}"#
+    );
+    let d = Dispatcher::start(Config::from_json(&json).unwrap()).unwrap();
+    let lease = d
+        .lease("svc", actix_dispatch::LeaseOptions::new())
+        .await
+        .unwrap();
+    let client = lease.client();
+    let mut to_endpoint = client.get(lease.url("/who").unwrap()).send().await.unwrap();
+    assert_eq!(to_endpoint.body().await.unwrap(), "Bearer s3cret");
+    let url = format!("http://127.0.0.1:{other}/v1/who");
+    let mut res = client.get(&url).send().await.unwrap();
+    assert_eq!(res.body().await.unwrap(), "none", "{url}");
+    drop(lease);
+    d.shutdown(Duration::from_secs(1)).await;
+    ep_handle.stop(false).await;
+    other_handle.stop(false).await;
 }

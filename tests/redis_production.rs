@@ -210,11 +210,62 @@ fn a_foreign_bucket_key_is_replaced_not_obeyed() {
         assert_eq!(key_type(&mut c, &key), "string", "{prefix}");
     }
     let lines = logs::lines();
-    let repaired = lines
+    for (key, found) in [
+        ("list:{svc}:rl", "held a list"),
+        ("huge:{svc}:rl", "a time past"),
+    ] {
+        let named = lines
+            .iter()
+            .filter(|l| l.contains("service svc") && l.contains(&format!("{key:?}")))
+            .filter(|l| l.contains(found))
+            .count();
+        assert_eq!(
+            named, 1,
+            "the repair names {key} and what it held: {lines:#?}"
+        );
+    }
+}
+
+/// A writer that keeps putting a list in a bucket key: every call
+/// repairs it, the log names the key once a minute, not once a call.
+#[test]
+fn a_repeated_repair_is_logged_once_a_minute_per_key() {
+    logs::capture();
+    let Some(srv) = RedisServer::start() else {
+        return;
+    };
+    let backend = Backend::start();
+    let url = srv.url();
+    let key = "again:{svc}:rl";
+    let cfg = config(
+        &url,
+        r#","prefix":"again","timeout":"1s","mode":"exact""#,
+        &backend,
+        r#","rate_limit":{"service":{"rate":1000,"burst":50},"shared":true}"#,
+    );
+    let repairs = with_instance(cfg, move |d| {
+        Box::pin(async move {
+            let mut c = con(&url);
+            let mut seen = 0;
+            for _ in 0..3 {
+                redis::cmd("DEL").arg(key).exec(&mut c).unwrap();
+                redis::cmd("RPUSH").arg(key).arg("x").exec(&mut c).unwrap();
+                assert_eq!(run_tasks(&d, 5, Duration::from_secs(5)).await, 5);
+                // A bucket again (or expired, full again): not the list.
+                seen += usize::from(key_type(&mut c, key) != "list");
+            }
+            seen
+        })
+    })
+    .join()
+    .expect("instance");
+    assert_eq!(repairs, 3, "each list was replaced");
+    let lines = logs::lines();
+    let named = lines
         .iter()
-        .filter(|l| l.contains("service svc") && l.contains("held foreign content"))
+        .filter(|l| l.starts_with("WARN") && l.contains(&format!("{key:?}")))
         .count();
-    assert!(repaired >= 2, "each repair is logged: {lines:#?}");
+    assert_eq!(named, 1, "{lines:#?}");
 }
 
 /// The breaker script against foreign keys: a probe claim with no expiry
@@ -229,7 +280,8 @@ fn foreign_breaker_keys_cannot_shut_a_node_out() {
     let mut c = con(&srv.url());
     let script = redis::Script::new(actix_dispatch::redis::BREAKER_LUA);
     let keys = ["b:open", "b:tripped", "b:probe", "b:reports"];
-    let run = |c: &mut redis::Connection, op: &str, args: &[u64]| -> i64 {
+    // The answer, and the keys replaced as (1-based index, what).
+    let run = |c: &mut redis::Connection, op: &str, args: &[u64]| -> (i64, Vec<(i64, String)>) {
         let mut inv = script.prepare_invoke();
         for k in keys {
             inv.key(k);
@@ -238,7 +290,17 @@ fn foreign_breaker_keys_cannot_shut_a_node_out() {
         for a in args {
             inv.arg(*a);
         }
-        inv.invoke(c).expect("breaker.lua")
+        let (answer, repaired): (i64, Vec<redis::Value>) = inv.invoke(c).expect("breaker.lua");
+        let repaired = repaired
+            .chunks(2)
+            .map(|p| {
+                (
+                    redis::from_redis_value(p[0].clone()).unwrap(),
+                    redis::from_redis_value(p[1].clone()).unwrap(),
+                )
+            })
+            .collect();
+        (answer, repaired)
     };
     // Half-open (tripped, not open), a foreign claim that never expires.
     redis::cmd("SET")
@@ -251,8 +313,11 @@ fn foreign_breaker_keys_cannot_shut_a_node_out() {
         .arg("nobody")
         .exec(&mut c)
         .unwrap();
-    // Won (1), with the repair flagged: -1 - 1.
-    assert_eq!(run(&mut c, "claim", &[500]), -2);
+    // Won (1), the claim named as what was replaced.
+    assert_eq!(
+        run(&mut c, "claim", &[500]),
+        (1, vec![(3, "a probe claim without expiry".to_string())])
+    );
     let owner: String = redis::cmd("GET").arg("b:probe").query(&mut c).unwrap();
     assert_eq!(owner, "me");
     // A list in `tripped`: deleted (not half-open any more), flagged.
@@ -266,15 +331,29 @@ fn foreign_breaker_keys_cannot_shut_a_node_out() {
         .arg("x")
         .exec(&mut c)
         .unwrap();
-    assert_eq!(run(&mut c, "claim", &[500]), -1);
+    assert_eq!(
+        run(&mut c, "claim", &[500]),
+        (0, vec![(2, "a list".to_string())])
+    );
     assert_eq!(key_type(&mut c, "b:tripped"), "none");
+    // A string where the reports set is: replaced, named.
+    redis::cmd("SET")
+        .arg("b:reports")
+        .arg("x")
+        .exec(&mut c)
+        .unwrap();
+    assert_eq!(
+        run(&mut c, "trip", &[200, 2, 1000]),
+        (0, vec![(4, "a string".to_string())])
+    );
+    assert_eq!(key_type(&mut c, "b:reports"), "zset");
     // A negative `tripped`: a failed probe opens for the first open time.
     redis::cmd("SET")
         .arg("b:tripped")
         .arg(-5000)
         .exec(&mut c)
         .unwrap();
-    assert_eq!(run(&mut c, "reopen", &[200, 10_000]), 400);
+    assert_eq!(run(&mut c, "reopen", &[200, 10_000]), (400, vec![]));
     let pttl: i64 = redis::cmd("PTTL").arg("b:open").query(&mut c).unwrap();
     assert!(pttl > 0 && pttl <= 400, "{pttl}");
 }
@@ -283,13 +362,14 @@ fn foreign_breaker_keys_cannot_shut_a_node_out() {
 /// (a sorted set again) and counts this instance.
 #[test]
 fn a_foreign_members_key_is_replaced() {
+    logs::capture();
     let Some(srv) = RedisServer::start() else {
         return;
     };
     let backend = Backend::start();
     let mut c = con(&srv.url());
     let key = actix_dispatch::redis::members_key("mem");
-    assert_eq!(key, "{mem}:members");
+    assert_eq!(key, "mem:{members}", "under the prefix, hash-tagged");
     redis::cmd("HSET")
         .arg(&key)
         .arg("a")
@@ -313,6 +393,13 @@ fn a_foreign_members_key_is_replaced() {
     assert_eq!(key_type(&mut c, &key), "zset");
     assert_eq!(shared.live_instances, 1, "{shared:?}");
     assert!(!shared.down, "{shared:?}");
+    let lines = logs::lines();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(&format!("{key:?}")) && l.contains("held a hash")),
+        "{lines:#?}"
+    );
 }
 
 // === TLS ===

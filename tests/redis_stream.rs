@@ -12,14 +12,20 @@
 //! - `hostile`: entries that can never run (not UTF-8, not JSON, another
 //!   service's, an invalid path or header), dead-lettered on first sight;
 //!   the worker's logs;
+//! - `bounds`: the byte bounds of an entry and of a read, the `MAXLEN ~`
+//!   of the results and dead-letter streams, what a line may ask;
 //! - `helpers`: the keyed backend, workers, configs and stream reads.
 
 #![cfg(feature = "redis")]
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
+#[path = "support/logs.rs"]
+mod logs;
 #[path = "support/redis.rs"]
 mod redis_server;
 
+#[path = "redis_stream/bounds.rs"]
+mod bounds;
 #[path = "redis_stream/consume.rs"]
 mod consume;
 #[path = "redis_stream/helpers.rs"]

@@ -34,6 +34,7 @@
 //! ```
 
 mod headers;
+mod lines;
 mod mode;
 mod raw;
 mod redis;
@@ -53,6 +54,8 @@ use crate::algo::budget::BudgetConfig;
 use crate::algo::strategy::LeastLoadWeights;
 
 pub use headers::{ConfigHeader, HeaderSet, Secret};
+pub(crate) use lines::RawLines;
+pub use lines::{LineLimits, DEFAULT_LINE_MAX_BODY, DEFAULT_LINE_MAX_HEADER_BYTES};
 pub use mode::Mode;
 pub use redis::{OnDown, RedisConfig, SentinelConfig, SharedMode, StreamConfig};
 pub use tls::{CaFile, TlsConfig};
@@ -212,6 +215,10 @@ pub struct QueueConfig {
     /// through `feed`); past it a task is refused `QueueFull` (default: the
     /// capacity, at least 10 000). Parked tasks keep their deadlines.
     pub max_waiting: usize,
+    /// Bytes of request bodies held at most, by every task the queue holds
+    /// (ready, parked, backing off, in flight) together (default 256 MiB):
+    /// a task whose body would pass it is refused `QueueFull`.
+    pub max_bytes: usize,
     /// Delay control (`queue.delay`, off unless the section is given:
     /// target 5 ms, interval 100 ms, newest first while overloaded): once
     /// the queue has not drained for an interval, tasks that waited past
@@ -426,6 +433,9 @@ pub struct ServiceConfig {
     /// Bounds of the learned limits of endpoints with `max_concurrent:
     /// "auto"` (defaults min 1, max 1000, initial 20).
     pub concurrency: crate::algo::concurrency::LearnedLimitConfig,
+    /// What a task line (a JSONL file's, a Redis stream's) may ask of the
+    /// service (`lines`; see [`LineLimits`]).
+    pub lines: LineLimits,
 }
 
 impl ServiceConfig {

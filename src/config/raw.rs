@@ -65,6 +65,9 @@ pub(crate) struct RawService {
     /// Client-side throttling of each node (off unless set).
     #[serde(default)]
     pub throttle: Option<RawThrottle>,
+    /// What a task line may ask of the service.
+    #[serde(default)]
+    pub lines: super::RawLines,
 }
 
 /// `throttle`: adaptive client-side throttling per node (`algo::throttle`).
@@ -184,6 +187,7 @@ pub(crate) struct RawQueue {
     pub capacity: usize,
     pub on_full: String,
     pub max_waiting: Option<usize>,
+    pub max_bytes: usize,
     pub delay: Option<RawDelay>,
     #[serde(with = "humantime_serde")]
     pub deadline: Option<Duration>,
@@ -198,6 +202,7 @@ impl Default for RawQueue {
             capacity: 10_000,
             on_full: "reject".into(),
             max_waiting: None,
+            max_bytes: 256 << 20,
             delay: None,
             deadline: None,
             slo: None,

@@ -39,14 +39,18 @@
 //!            "stream": { "consumer": "worker-1", "group": "dispatch", "services": ["api"],
 //!                        "claim_after": "30s", "claim_every": "1s", "max_deliveries": 5,
 //!                        "idempotency_header": "Idempotency-Key", "block": "1s",
-//!                        "done_ttl": "24h", "max_in_flight": 500 } }
+//!                        "done_ttl": "24h", "max_in_flight": 500,
+//!                        "max_entry_bytes": 1048576, "max_read_bytes": 67108864,
+//!                        "results_max_len": 100000, "dead_max_len": 100000 } }
 //! ```
 //!
 //! Values the consumer would otherwise clamp are refused, naming the field
 //! (`redis.stream.block`, ...): `block` in 10 ms..=60 s, `claim_after` in
 //! 100 ms..=7 days, `claim_every` in 100 ms..=10 s, `done_ttl` in
 //! 1 s..=365 days, `max_deliveries` at least 1, `max_in_flight` in
-//! 1..=1 000 000, `group` and `consumer` not blank, `idempotency_header` a
+//! 1..=1 000 000, `max_entry_bytes` in 256 B..=512 MiB, `max_read_bytes`
+//! from `max_entry_bytes` to 1 GiB, `results_max_len` and `dead_max_len`
+//! in 1..=10⁹, `group` and `consumer` not blank, `idempotency_header` a
 //! valid header name, and each of `services` a configured service
 //! (case-insensitively), listed once. Unknown fields are refused.
 //!

@@ -26,7 +26,8 @@ mod with_feature {
             r#"{"consumer":"worker-1","group":"g","services":["api","jobs"],
                 "claim_after":"30s","claim_every":"2s","max_deliveries":7,
                 "idempotency_header":"X-Entry","block":"250ms","done_ttl":"2h",
-                "max_in_flight":64}"#,
+                "max_in_flight":64,"max_entry_bytes":4096,"max_read_bytes":65536,
+                "results_max_len":50,"dead_max_len":7}"#,
         )
         .unwrap();
         let r = c.redis.unwrap();
@@ -41,7 +42,13 @@ mod with_feature {
             block: Duration::from_millis(250),
             done_ttl: Duration::from_secs(7200),
             max_in_flight: Some(64),
+            max_entry_bytes: 4096,
+            max_read_bytes: 65536,
+            results_max_len: 50,
+            dead_max_len: 7,
         };
+        assert_eq!(want.read_count(100), 16, "64 KiB / 4 KiB");
+        assert_eq!(want.read_count(3), 3, "the credit binds");
         assert_eq!(r.stream.as_ref(), Some(&want));
         assert_eq!(r.stream_config(), want);
     }
@@ -63,6 +70,9 @@ mod with_feature {
             d
         );
         assert_eq!(d.group, "dispatch");
+        assert_eq!((d.max_entry_bytes, d.max_read_bytes), (1 << 20, 64 << 20));
+        assert_eq!((d.results_max_len, d.dead_max_len), (100_000, 100_000));
+        assert_eq!(d.read_count(10_000), 64);
         assert_eq!(d.idempotency_header.as_deref(), Some("Idempotency-Key"));
     }
 
@@ -164,6 +174,17 @@ fn hostile_values_are_refused_naming_the_field() {
         (r#"{"services":["api","API"]}"#.to_owned(), "services[1]"),
         (r#"{"services":"api"}"#.to_owned(), "services"),
         (r#"{"max_delivery":3}"#.to_owned(), "max_delivery"),
+        (r#"{"max_entry_bytes":0}"#.to_owned(), "max_entry_bytes"),
+        (
+            r#"{"max_entry_bytes":1073741824}"#.to_owned(),
+            "max_entry_bytes",
+        ),
+        (
+            r#"{"max_entry_bytes":4096,"max_read_bytes":1024}"#.to_owned(),
+            "max_read_bytes",
+        ),
+        (r#"{"results_max_len":0}"#.to_owned(), "results_max_len"),
+        (r#"{"dead_max_len":0}"#.to_owned(), "dead_max_len"),
     ];
     for (stream, field) in cases {
         let e = with_stream(&stream).unwrap_err();

@@ -19,24 +19,30 @@
 -- All times are Redis TIME; keys share the service's hash tag.
 --
 -- Redis content is untrusted: a key of another type than this script
--- writes is deleted first (and the answer of `trip` and `claim` is then
--- negative, -1 - the answer, so the caller can log it); a `tripped` value
--- is bounded to the open times given; a probe claim that no instance of
--- this script can have set (no expiry, or longer than the probe ttl) is
--- dropped, so no foreign key can shut a node out for every instance.
+-- writes is deleted first; a `tripped` value is bounded to the open times
+-- given; a probe claim that no instance of this script can have set (no
+-- expiry, or longer than the probe ttl) is dropped, so no foreign key can
+-- shut a node out for every instance.
+--
+-- Every operation returns { answer, repaired }: repaired names each key
+-- replaced, { i, what, i, what, ... } (i the key's 1-based index, what it
+-- held), so the caller can log it.
 local op = ARGV[1]
-local repaired = false
+local repaired = {}
+local function repair(i, what)
+  redis.call('DEL', KEYS[i])
+  repaired[#repaired + 1] = i
+  repaired[#repaired + 1] = what
+end
 local want = { 'string', 'string', 'string', 'zset' }
 for i = 1, 4 do
   local kind = redis.call('TYPE', KEYS[i]).ok
   if kind ~= 'none' and kind ~= want[i] then
-    redis.call('DEL', KEYS[i])
-    repaired = true
+    repair(i, 'a ' .. kind)
   end
 end
 local function answer(v)
-  if repaired then return -1 - v end
-  return v
+  return { v, repaired }
 end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -61,13 +67,14 @@ elseif op == 'reopen' then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', open_ms)
   redis.call('SET', KEYS[2], open_ms, 'PX', open_ms * 4 + 60000)
   redis.call('DEL', KEYS[3])
-  return open_ms
+  return answer(open_ms)
 elseif op == 'claim' then
   local ttl = tonumber(ARGV[3])
   local held = redis.call('PTTL', KEYS[3])
-  if held == -1 or held > ttl then
-    redis.call('DEL', KEYS[3])
-    repaired = true
+  if held == -1 then
+    repair(3, 'a probe claim without expiry')
+  elseif held > ttl then
+    repair(3, 'a probe claim longer than the probe timeout (' .. held .. ' ms)')
   end
   if redis.call('PTTL', KEYS[1]) > 0 then return answer(0) end
   if redis.call('EXISTS', KEYS[2]) == 0 then return answer(0) end
@@ -75,6 +82,6 @@ elseif op == 'claim' then
   return answer(0)
 elseif op == 'close' then
   redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
-  return 1
+  return answer(1)
 end
 return redis.error_reply('unknown operation ' .. tostring(op))

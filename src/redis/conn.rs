@@ -341,7 +341,22 @@ pub async fn check(cfg: &RedisConfig) -> redis::RedisResult<()> {
     redis::cmd("PING")
         .query_async::<()>(&mut con)
         .await
-        .map_err(redact)
+        .map_err(redact)?;
+    // A key's command: a Cluster node answers MOVED for a key of another
+    // node's slots, which `PING` never shows.
+    match redis::cmd("EXISTS")
+        .arg(members_key(&cfg.prefix))
+        .query_async::<i64>(&mut con)
+        .await
+    {
+        Err(e) if super::repairs::is_moved(&e) => Err((
+            redis::ErrorKind::InvalidClientConfig,
+            "redis.cluster",
+            super::repairs::moved_message(&cfg.redacted_url()),
+        )
+            .into()),
+        r => r.map(drop).map_err(redact),
+    }
 }
 
 /// A connection of its own to `cfg`'s Redis, whichever its kind: one node

@@ -22,7 +22,8 @@
 -- Redis content is untrusted: a bucket key of another type (a list, a
 -- hash), a value that is not a number, or a TAT past what a grant can
 -- leave (now + tolerance + interval; `1e300` would stop traffic for good)
--- is replaced by a full bucket, and counted in the answer's last element.
+-- is replaced by a full bucket, and named in the answer's last element:
+-- { b, what, b, what, ... } (b the bucket's 1-based key, what it held).
 --
 -- Returns { now_us, granted_1, due_1, ..., granted_m, due_m, repaired }:
 -- due_a is how
@@ -55,20 +56,26 @@ else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local repaired = 0
+local repaired = {}
+local function repair(b, what)
+  redis.call('DEL', KEYS[b])
+  repaired[#repaired + 1] = b
+  repaired[#repaired + 1] = what
+end
 for b = 1, n do
   local kind = redis.call('TYPE', KEYS[b]).ok
   local v = now
   if kind == 'string' then
     v = tonumber(redis.call('GET', KEYS[b]))
-    if v == nil or v ~= v or v > now + tol[b] + iv[b] then
-      redis.call('DEL', KEYS[b])
-      repaired = repaired + 1
+    if v == nil or v ~= v then
+      repair(b, 'a string that is not a number')
+      v = now
+    elseif v > now + tol[b] + iv[b] then
+      repair(b, 'a time past any grant (' .. string.format('%.0f', v - now) .. ' us ahead)')
       v = now
     end
   elseif kind ~= 'none' then
-    redis.call('DEL', KEYS[b])
-    repaired = repaired + 1
+    repair(b, 'a ' .. kind)
   end
   if v < now then v = now end
   tat[b] = v

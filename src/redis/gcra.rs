@@ -8,8 +8,9 @@
 
 use std::time::Duration;
 
-use redis::Script;
+use redis::{Script, Value};
 
+use super::repairs::{parse_repairs, Repair};
 use super::GCRA_LUA;
 use crate::config::BucketConfig;
 
@@ -91,10 +92,21 @@ pub(super) fn gcra_answer(v: &[u64], asks: &[Ask]) -> (Vec<Got>, u64) {
     (got, now)
 }
 
-/// How many bucket keys the script replaced (its answer's last element,
-/// after the asks'), bounded by the keys a call can hold.
-pub(super) fn gcra_repaired(v: &[u64], asks: &[Ask]) -> u64 {
-    v.get(1 + 2 * asks.len()).copied().unwrap_or(0).min(1 << 20)
+/// Reads the script's whole answer: each ask's [`Got`], the script's
+/// clock (µs), and the bucket keys it replaced (its last element, after
+/// the asks'). A number that is not a non-negative integer reads as 0.
+pub(super) fn gcra_decode(v: &[Value], asks: &[Ask]) -> (Vec<Got>, u64, Vec<Repair>) {
+    let n = 1 + 2 * asks.len();
+    let ints: Vec<u64> = v
+        .iter()
+        .take(n)
+        .map(|x| match x {
+            Value::Int(i) => u64::try_from(*i).unwrap_or(0),
+            _ => 0,
+        })
+        .collect();
+    let (got, now) = gcra_answer(&ints, asks);
+    (got, now, parse_repairs(v.get(n)))
 }
 
 /// Runs `gcra.lua` once over `keys` (each with its bucket) for `asks`, at
@@ -109,8 +121,9 @@ pub async fn take_many<C: redis::aio::ConnectionLike>(
     let script = Script::new(GCRA_LUA);
     let mut inv = script.prepare_invoke();
     gcra_args(&mut inv, keys, asks, now_us);
-    let v: Vec<u64> = inv.invoke_async(con).await?;
-    Ok(gcra_answer(&v, asks))
+    let v: Vec<Value> = inv.invoke_async(con).await?;
+    let (got, now, _) = gcra_decode(&v, asks);
+    Ok((got, now))
 }
 
 /// Runs `gcra.lua` once: `want` tokens from every bucket of `keys` (each
@@ -156,5 +169,28 @@ mod tests {
         assert_eq!(got[1].due, Duration::from_micros(5));
         let (got, now) = gcra_answer(&[], &[ask(3)]);
         assert_eq!((now, got[0].granted, got[0].due), (0, 0, Duration::ZERO));
+    }
+
+    /// The whole answer: the asks' numbers, then the keys replaced.
+    #[test]
+    fn the_answer_names_the_keys_replaced() {
+        let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let v = vec![
+            Value::Int(9),
+            Value::Int(2),
+            Value::Int(-4),
+            Value::Array(vec![Value::Int(1), b("a list")]),
+        ];
+        let (got, now, repaired) = gcra_decode(&v, &[ask(3)]);
+        assert_eq!((now, got[0].granted, got[0].due), (9, 2, Duration::ZERO));
+        assert_eq!(
+            repaired,
+            vec![Repair {
+                index: 0,
+                found: "a list".into()
+            }]
+        );
+        let (_, _, none) = gcra_decode(&v[..3], &[ask(3)]);
+        assert!(none.is_empty());
     }
 }

@@ -29,8 +29,15 @@
 //!   `refresh_interval`. After it, exactly one instance probes (a
 //!   `SET NX PX` claim expiring with the probe timeout); its success closes
 //!   the node for all, its failure opens it again for twice as long.
-//! * **Membership**: every instance heartbeats into a sorted set; the count
-//!   of live ones is in `stats()` and divides the rate of the local fallback.
+//! * **Membership**: every instance heartbeats into a sorted set
+//!   (`prefix:{members}`); the count of live ones is in `stats()` and
+//!   divides the rate of the local fallback. A score in the future is set
+//!   to now, so no foreign member counts for ever.
+//!
+//! Every key starts with `prefix:` (an ACL user limited to `~prefix:*`
+//! runs every call). Foreign content in a key is repaired and named in a
+//! `warn` once a minute per key, and a `MOVED` answer on a connection
+//! without `redis.cluster` is one configuration error (`repairs.rs`).
 //!
 //! [`SharedLimits`] is the engine's shared store: it implements the
 //! balancer's two traits, `TokenStore` and `SharedBreaker` (the seam is
@@ -45,6 +52,7 @@
 mod conn;
 mod gcra;
 mod health;
+mod repairs;
 pub mod stream;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,10 +71,11 @@ use crate::config::{BucketConfig, RedisConfig};
 use conn::Conn;
 pub use conn::{check, client, connect, Connection};
 use health::{Change, Health, Kind};
+use repairs::{parse_repairs, ClusterHint, Repair, RepairLog};
 
 /// The GCRA script (see its header for keys and arguments).
 pub const GCRA_LUA: &str = include_str!("gcra.lua");
-use gcra::{gcra_answer, gcra_args, gcra_repaired};
+use gcra::{gcra_args, gcra_decode};
 pub use gcra::{gcra_params, take_many, take_tokens, Ask, Got, Taken};
 /// The shared-breaker script.
 pub const BREAKER_LUA: &str = include_str!("breaker.lua");
@@ -78,15 +87,30 @@ pub const MAX_SHARED_OPEN: Duration = Duration::from_secs(600);
 /// The most live instances believed from the membership count.
 const MAX_LIVE: u64 = 100_000;
 
+/// The heartbeat: KEYS[1] the membership set, ARGV[1] this instance,
+/// ARGV[2] the window (ms). Scores are Redis `TIME` in ms. A score in the
+/// future (a foreign write, or a master whose clock is behind the one it
+/// replaced) would count as live for ever and divide every instance's
+/// fallback rate: up to 1000 of them per call are set to now, so they
+/// expire after one window, and only scores in `[now - window, now]` are
+/// counted. Returns `{ live, repaired, clamped }`, `repaired` as the other
+/// scripts name a replaced key (`{ 1, what }`).
 const MEMBERS_LUA: &str = r#"
+local repaired = {}
 local kind = redis.call('TYPE', KEYS[1]).ok
-if kind ~= 'none' and kind ~= 'zset' then redis.call('DEL', KEYS[1]) end
+if kind ~= 'none' and kind ~= 'zset' then
+  redis.call('DEL', KEYS[1])
+  repaired = { 1, 'a ' .. kind }
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window = tonumber(ARGV[2])
+local ahead = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'LIMIT', 0, 1000)
+for i = 1, #ahead do redis.call('ZADD', KEYS[1], now, ahead[i]) end
 redis.call('ZADD', KEYS[1], now, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
-return redis.call('ZCARD', KEYS[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+redis.call('PEXPIRE', KEYS[1], window)
+return { redis.call('ZCOUNT', KEYS[1], now - window, now), repaired, #ahead }
 "#;
 
 /// What `stats()` shows of the shared state.
@@ -119,6 +143,10 @@ struct Inner {
     health: Mutex<Health>,
     round_trips: AtomicU64,
     failures: AtomicU64,
+    /// Keys whose repair was logged, and when (once a minute per key).
+    repairs: Mutex<RepairLog>,
+    /// Told when a standalone connection met a Cluster (`MOVED`).
+    cluster_hint: ClusterHint,
 }
 
 /// One instance's Redis connection and its calls. Cheap to clone.
@@ -148,6 +176,8 @@ impl SharedLimits {
                 health: Mutex::new(Health::default()),
                 round_trips: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
+                repairs: Mutex::new(RepairLog::default()),
+                cluster_hint: ClusterHint::default(),
             }),
         };
         actix::spawn(heartbeat(Arc::downgrade(&s.inner)));
@@ -194,9 +224,19 @@ impl SharedLimits {
             .map(|k| self.key(service, &format!("br:{node}:{k}")))
     }
 
+    /// Logs the keys a script replaced (`keys` are the call's), at most
+    /// once a minute per key.
+    fn log_repairs(&self, scope: &str, keys: &[&str], repaired: &[Repair]) {
+        if repaired.is_empty() {
+            return;
+        }
+        let mut log = self.inner.repairs.lock().expect("lock");
+        log.warn(scope, keys, repaired, Instant::now());
+    }
+
     /// Runs `breaker.lua` with `args` after the operation; fire and forget,
     /// or the integer answer to `then` (a repair the script made is logged
-    /// here, and its answer decoded).
+    /// here, naming the key).
     fn breaker_op(
         &self,
         service: &str,
@@ -220,18 +260,15 @@ impl SharedLimits {
             }
             let r = s
                 .call(Kind::Breakers, &svc, async move {
-                    let v: i64 = inv.invoke_async(&mut con).await?;
+                    let v: Vec<redis::Value> = inv.invoke_async(&mut con).await?;
                     Ok(v)
                 })
                 .await;
             then(r.map(|v| {
-                let (v, repaired) = breaker_answer(v);
-                if repaired {
-                    log::warn!(
-                        "service {svc}: node {n}: shared breaker keys held foreign content \
-                         (a wrong type, or a probe claim no instance set); replaced"
-                    );
-                }
+                let (v, repaired) = breaker_answer(&v);
+                let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+                let scope = format!("service {svc}: node {n}: shared breaker");
+                s.log_repairs(&scope, &keys, &repaired);
                 v
             }));
         });
@@ -250,7 +287,10 @@ impl SharedLimits {
         i.round_trips.fetch_add(1, Ordering::Relaxed);
         let r = match tokio::time::timeout(i.cfg.timeout, f).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(i.cfg.scrub(&e.to_string())),
+            Ok(Err(e)) => {
+                i.cluster_hint.check(&i.cfg.redacted_url(), &e);
+                Err(i.cfg.scrub(&e.to_string()))
+            }
             Err(_) => Err(format!("no answer within {:?}", i.cfg.timeout)),
         };
         if r.is_err() {
@@ -315,13 +355,13 @@ impl TokenStore for SharedLimits {
             gcra_args(&mut inv, &keys, &asks, None);
             let r = s
                 .call(Kind::Tokens, &svc, async move {
-                    let v: Vec<u64> = inv.invoke_async(&mut con).await?;
+                    let v: Vec<redis::Value> = inv.invoke_async(&mut con).await?;
                     Ok(v)
                 })
                 .await;
             let taken = r.map(|v| {
-                log_repairs(&svc, gcra_repaired(&v, &asks));
-                let (got, _) = gcra_answer(&v, &asks);
+                let (got, _, repaired) = gcra_decode(&v, &asks);
+                s.log_bucket_repairs(&svc, &keys, &repaired);
                 Grant {
                     granted: got[0].granted,
                     due: got[0].due,
@@ -371,13 +411,13 @@ impl TokenStore for SharedLimits {
             gcra_args(&mut inv, &keys, &calls, None);
             let r = s
                 .call(Kind::Tokens, &svc, async move {
-                    let v: Vec<u64> = inv.invoke_async(&mut con).await?;
+                    let v: Vec<redis::Value> = inv.invoke_async(&mut con).await?;
                     Ok(v)
                 })
                 .await;
             let got = r.map(|v| {
-                log_repairs(&svc, gcra_repaired(&v, &calls));
-                let (got, _) = gcra_answer(&v, &calls);
+                let (got, _, repaired) = gcra_decode(&v, &calls);
+                s.log_bucket_repairs(&svc, &keys, &repaired);
                 got.iter()
                     .map(|g| Grant {
                         granted: g.granted,
@@ -469,33 +509,37 @@ impl SharedBreaker for SharedLimits {
     }
 }
 
-/// Logs the bucket keys `gcra.lua` replaced for `service`.
-fn log_repairs(service: &str, repaired: u64) {
-    if repaired > 0 {
-        log::warn!(
-            "service {service}: {repaired} shared bucket key(s) held foreign content \
-             (a wrong type, not a number, or out of bounds); replaced by full buckets"
-        );
+impl SharedLimits {
+    /// Logs the bucket keys `gcra.lua` replaced for `service` (by a full
+    /// bucket).
+    fn log_bucket_repairs(&self, service: &str, keys: &[(String, BucketConfig)], r: &[Repair]) {
+        if r.is_empty() {
+            return;
+        }
+        let keys: Vec<&str> = keys.iter().map(|(k, _)| k.as_str()).collect();
+        let scope = format!("service {service}: shared bucket held foreign content");
+        self.log_repairs(&scope, &keys, r);
     }
 }
 
-/// Decodes `breaker.lua`'s answer: negative when it repaired a key.
-fn breaker_answer(v: i64) -> (i64, bool) {
-    if v < 0 {
-        (-1 - v, true)
-    } else {
-        (v, false)
-    }
+/// Decodes `breaker.lua`'s answer `{ answer, repaired }`.
+fn breaker_answer(v: &[redis::Value]) -> (i64, Vec<Repair>) {
+    let answer = match v.first() {
+        Some(redis::Value::Int(i)) => *i,
+        _ => 0,
+    };
+    (answer, parse_repairs(v.get(1)))
 }
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
-/// The membership key, `{prefix}:members`: hash-tagged, so the key has a
-/// slot of its own in a Redis Cluster (a script's keys share one slot).
+/// The membership key, `prefix:{members}`: under the prefix as every key
+/// is (an ACL user limited to `~prefix:*` reaches it), hash-tagged so the
+/// script's one key has a slot in a Redis Cluster.
 pub fn members_key(prefix: &str) -> String {
-    format!("{{{prefix}}}:members")
+    format!("{prefix}:{{members}}")
 }
 
 /// Heartbeats until the handle is dropped (one call per period).
@@ -508,17 +552,36 @@ async fn heartbeat(inner: Weak<Inner>) {
         let mut con = s.inner.conn.clone();
         let script = Script::new(MEMBERS_LUA);
         let mut inv = script.prepare_invoke();
-        inv.key(key).arg(&s.inner.instance).arg(millis(period * 3));
+        inv.key(&key).arg(&s.inner.instance).arg(millis(period * 3));
         let r = s
             .call(Kind::Members, "", async move {
-                let n: u64 = inv.invoke_async(&mut con).await?;
-                Ok(n)
+                let v: Vec<redis::Value> = inv.invoke_async(&mut con).await?;
+                Ok(v)
             })
             .await;
-        if let Some(n) = r {
+        if let Some(v) = r {
+            let (n, repaired, ahead) = members_answer(&v);
+            s.log_repairs("heartbeat", &[key.as_str()], &repaired);
+            if ahead > 0 {
+                let what = format!("{ahead} member(s) scored in the future (set to now)");
+                let r = [Repair {
+                    index: 0,
+                    found: what,
+                }];
+                s.log_repairs("heartbeat", &[key.as_str()], &r);
+            }
             s.inner.live.store(n.clamp(1, MAX_LIVE), Ordering::Relaxed);
         }
         drop(s);
         tokio::time::sleep(period).await;
     }
+}
+
+/// Decodes the heartbeat's `{ live, repaired, clamped }`.
+fn members_answer(v: &[redis::Value]) -> (u64, Vec<Repair>, u64) {
+    let int = |i: usize| match v.get(i) {
+        Some(redis::Value::Int(n)) => u64::try_from(*n).unwrap_or(0),
+        _ => 0,
+    };
+    (int(0), parse_repairs(v.get(1)), int(2))
 }

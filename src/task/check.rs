@@ -7,8 +7,11 @@
 //! proxies), or drop `;params` from a segment (Tomcat's `..;/`). So the path
 //! part (before `?`) is refused when any spelling of it, percent-decoded
 //! again and again (double encoding) with `\` read as `/` and `;params`
-//! dropped, has a `.` or `..` segment. A `://` or a `..` in the query is
-//! data and fine.
+//! dropped, has a `.` or `..` segment; a dot there may be a fullwidth one
+//! (U+FF0E and the other characters Unicode normalisation turns into `.`),
+//! and a segment's trailing spaces are dropped first (`.. ` is `..` on
+//! Windows). A decoding that holds NUL, CR or LF (`%00`) is refused too.
+//! A `://`, a `..` or a `%00` in the query is data and fine.
 //!
 //! Headers that change routing or framing (`Host`, `Connection`,
 //! `Transfer-Encoding`, `Content-Length`, `Upgrade`, `TE`, `Trailer`,
@@ -171,11 +174,18 @@ const fn byte_table(query: bool) -> [bool; 256] {
     t
 }
 
-/// Refuses dot-segments in `part` and in every percent-decoding of it.
+/// Refuses dot-segments in `part` and in every percent-decoding of it,
+/// and a decoding that holds NUL, CR or LF (`%00`, `%0d`, `%0a`: C-based
+/// servers end the path at the NUL, `/admin%00.png` reaches `/admin`).
 fn check_segments(path: &str, part: &[u8]) -> Result<(), String> {
     let mut decoded: Option<Vec<u8>> = None;
     for _ in 0..=DECODE_ROUNDS {
         let current = decoded.as_deref().unwrap_or(part);
+        if decoded.is_some() && current.iter().any(|b| matches!(b, b'\r' | b'\n' | 0)) {
+            return Err(format!(
+                "path {path:?} decodes to CR, LF or NUL (`%0d`, `%0a`, `%00`)"
+            ));
+        }
         if has_dot_segment(current) {
             return Err(format!(
                 "path {path:?} has a dot-segment (`.` or `..`, in some spelling): \
@@ -192,12 +202,37 @@ fn check_segments(path: &str, part: &[u8]) -> Result<(), String> {
     ))
 }
 
-/// Whether a segment, split on `/` or `\` and without its `;params`, is `.` or `..`.
+/// Whether a segment, split on `/` or `\` and without its `;params`, is `.` or `..`
+/// as some server reads it (see [`is_dot_name`]).
 fn has_dot_segment(part: &[u8]) -> bool {
     part.split(|&b| b == b'/' || b == b'\\').any(|seg| {
         let name = seg.split(|&b| b == b';').next().unwrap_or(seg);
-        name == b"." || name == b".."
+        is_dot_name(name)
     })
+}
+
+/// Characters that Unicode normalisation (NFKC) turns into `.`, in UTF-8:
+/// FULLWIDTH FULL STOP (U+FF0E), SMALL FULL STOP (U+FE52), ONE DOT LEADER
+/// (U+2024). A server or framework that normalises a path reads `\u{ff0e}\u{ff0e}`
+/// as `..`.
+const DOT_LOOKALIKES: [&[u8]; 3] = [b"\xEF\xBC\x8E", b"\xEF\xB9\x92", b"\xE2\x80\xA4"];
+
+/// Whether a segment's name is `.` or `..` once read as lenient servers
+/// read it: a dot may be any of [`DOT_LOOKALIKES`], and trailing spaces
+/// and tabs are dropped (Windows and IIS drop them from a file name, so
+/// `.. ` is `..` there).
+fn is_dot_name(name: &[u8]) -> bool {
+    let (mut dots, mut i) = (0usize, 0usize);
+    while i < name.len() {
+        if name[i] == b'.' {
+            (dots, i) = (dots + 1, i + 1);
+        } else if let Some(d) = DOT_LOOKALIKES.iter().find(|d| name[i..].starts_with(d)) {
+            (dots, i) = (dots + 1, i + d.len());
+        } else {
+            break;
+        }
+    }
+    (1..=2).contains(&dots) && name[i..].iter().all(|b| matches!(b, b' ' | b'\t'))
 }
 
 /// One round of percent-decoding, or `None` when there is nothing to decode.
@@ -324,10 +359,39 @@ mod tests {
             "/..;/admin",
             "/..;x=1/admin",
             "/..?x=1",
+            // A trailing space or tab (trimmed by Windows and IIS).
+            "/..%20/admin",
+            "/.%20/admin",
+            "/..%09/admin",
+            "/..%2520/admin",
+            "/a/.. ",
+            // Fullwidth and other dots that normalise to `.`.
+            "/\u{ff0e}\u{ff0e}/admin",
+            "/.\u{ff0e}/admin",
+            "/%EF%BC%8E%EF%BC%8E/admin",
+            "/%ef%bc%8e./admin",
+            "/%25EF%25BC%258E%25EF%25BC%258E/admin",
+            "/\u{fe52}\u{fe52}/admin",
+            "/\u{2024}\u{2024}/admin",
         ] {
             let e = check_path(p).expect_err(p);
             assert!(e.contains("dot-segment"), "{p}: {e}");
         }
+    }
+
+    #[test]
+    fn encoded_nul_cr_and_lf_are_refused() {
+        for p in [
+            "/admin%00.png",
+            "/a%2500b",
+            "/a%0d%0aX-Injected:%201",
+            "/a%0Ab",
+        ] {
+            let e = check_path(p).expect_err(p);
+            assert!(e.contains("CR, LF or NUL"), "{p}: {e}");
+        }
+        // In the query they are data.
+        assert!(check_path("/a?x=%00").is_ok());
     }
 
     #[test]
@@ -341,6 +405,11 @@ mod tests {
             "/a.b/c.d",
             "/%2e%2e%2e",
             "/a%2fb",
+            "/a%20b/..x",
+            "/%EF%BC%8E%EF%BC%8E%EF%BC%8E",
+            "/%EF%BC%8Etxt",
+            "/..x%20",
+            "/%20../a",
             "/?next=http://x/y",
             "/search?q=../../etc",
             "/v1/models:predict?x=1",

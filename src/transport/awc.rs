@@ -73,12 +73,13 @@ fn pools(settings: &ConnectionSettings, connect_timeout: Duration) -> (H1Pool, H
 }
 
 /// A client for a lease's caller ([`crate::Lease::client`]): connected as
-/// the engine's (TLS, keep-alive, connection age, no redirects), with the
-/// endpoint's configured headers on every request and `timeout` per request.
+/// the engine's (TLS, keep-alive, connection age, no redirects), with
+/// `timeout` per request and `scoped` around it (the endpoint's configured
+/// headers on requests to the endpoint only).
 pub(crate) fn caller_client(
     settings: &ConnectionSettings,
     timeout: Duration,
-    headers: &crate::config::HeaderSet,
+    scoped: crate::lease::ScopedHeaders,
 ) -> awc::Client {
     let tcp = actix_tls::connect::Connector::new(Resolver::default()).service();
     let connector = awc::Connector::new()
@@ -92,15 +93,11 @@ pub(crate) fn caller_client(
         Some(config) => connector.rustls_0_23(config),
         None => connector,
     };
-    headers
-        .iter()
-        .fold(
-            awc::Client::builder()
-                .disable_redirects()
-                .connector(connector)
-                .timeout(timeout),
-            |b, h| b.add_default_header((h.name.clone(), h.value.expose().clone())),
-        )
+    awc::Client::builder()
+        .disable_redirects()
+        .connector(connector)
+        .timeout(timeout)
+        .wrap(scoped)
         .finish()
 }
 

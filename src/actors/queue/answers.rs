@@ -211,6 +211,7 @@ impl QueueActor {
         let Some(mut p) = self.tasks.remove(no) else {
             return;
         };
+        self.bytes.remove(p.job().task.body_bytes().len());
         if p.state() == State::Waiting {
             // A parked task is counted as submitted when it is answered.
             self.counters.submitted += 1;

@@ -38,6 +38,11 @@ impl QueueActor {
             self.reject_new(msg, r, now);
             return false;
         }
+        if !self.bytes.admits(msg.task.job().task.body_bytes().len()) {
+            // `queue.max_bytes`: the bodies held would pass the bound.
+            self.reject_new(msg, Rejection::QueueFull, now);
+            return false;
+        }
         let class = msg.task.job().priority;
         self.classes.seen(class, now);
         // A full queue with no line of parked tasks makes room for a more
@@ -115,6 +120,7 @@ impl QueueActor {
     pub(super) fn enter(&mut self, msg: Submit, parked: bool, ctx: &mut Context<Self>) -> TaskNo {
         let now = self.now();
         let deadline = msg.task.job().deadline;
+        self.bytes.add(msg.task.job().task.body_bytes().len());
         let mut p = Pending::new(msg.task, self.epoch.stamp(now));
         p.patient = msg.wait;
         let no = self.tasks.enter(p, parked);

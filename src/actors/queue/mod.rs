@@ -41,6 +41,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 mod answers;
+mod bytes;
 mod deadlines;
 mod dispatch;
 mod intake;
@@ -102,6 +103,8 @@ pub struct QueueActor {
     metrics: crate::metrics::ServiceMetrics,
     pub(super) drains: Vec<oneshot::Sender<()>>,
     full: bool,
+    /// Bytes of the bodies of the tasks held (`queue.max_bytes`).
+    bytes: bytes::QueueBytes,
     /// The pipeline is dead (its balancer stopped): everything is refused.
     dead: bool,
     latencies: super::hedge::LatencyWindow,
@@ -181,6 +184,7 @@ impl QueueActor {
             metrics,
             drains: Vec::new(),
             full: false,
+            bytes: bytes::QueueBytes::new(cfg.queue.max_bytes),
             dead: false,
             latencies: super::hedge::LatencyWindow::new(1024),
             delay: delay_control(&cfg),
@@ -252,6 +256,7 @@ impl QueueActor {
             }));
         }
         self.tasks.clear();
+        self.bytes.clear();
         self.out.routes.clear();
         self.timers = TimerStore::default();
         if let Some((_, h)) = self.timer.take() {

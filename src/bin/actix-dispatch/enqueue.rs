@@ -85,12 +85,13 @@ pub(crate) fn main(args: EnqueueArgs) -> ExitCode {
                     continue;
                 }
                 let checked = TaskLine::parse(line).and_then(|t| {
-                    t.to_task()?;
                     let svc = config
                         .services
                         .iter()
-                        .find(|s| s.name.eq_ignore_ascii_case(&t.service))
+                        .find(|s| s.name.eq_ignore_ascii_case(t.service.trim()))
                         .ok_or_else(|| format!("unknown service {:?}", t.service))?;
+                    // What the consumer would refuse is refused here.
+                    t.to_task_within(&svc.lines)?;
                     Ok((svc.name.clone(), t))
                 });
                 match checked {
@@ -106,7 +107,12 @@ pub(crate) fn main(args: EnqueueArgs) -> ExitCode {
                     }
                     Err(e) => {
                         invalid += 1;
-                        eprintln!("actix-dispatch enqueue: line {}: {e}", n + 1);
+                        // Escaped: the line is input, its text may hold newlines.
+                        eprintln!(
+                            "actix-dispatch enqueue: line {}: {}",
+                            n + 1,
+                            e.escape_debug()
+                        );
                     }
                 }
             }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
-use actix_dispatch::codec::{ResultLine, TaskLine, WireId};
+use actix_dispatch::codec::{LineLimits, ResultLine, TaskLine, WireId};
 use actix_dispatch::{Config, Dispatcher, Instant, Outcome, Rejection, TaskResult};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
@@ -206,6 +206,14 @@ struct Run {
 impl Run {
     async fn go(self) -> ExitCode {
         let start = Instant::now();
+        // What a line may ask of each service (`lines`), by lower-cased
+        // name as services match.
+        let limits: HashMap<String, LineLimits> = self
+            .config
+            .services
+            .iter()
+            .map(|s| (s.name.to_lowercase(), s.lines.clone()))
+            .collect();
         let dispatcher = match Dispatcher::start(self.config) {
             Ok(d) => d,
             Err(e) => {
@@ -264,7 +272,13 @@ impl Run {
                     .map_err(|e| format!("line is not UTF-8: {}", e.utf8_error()))
                     .and_then(|t| {
                         let line = TaskLine::parse(&t)?;
-                        Ok((line.to_task()?, line.id, t))
+                        // Within its service's `lines`; a line for no
+                        // configured service is refused at submit.
+                        let task = match limits.get(&line.service.trim().to_lowercase()) {
+                            Some(l) => line.to_task_within(l)?,
+                            None => line.to_task()?,
+                        };
+                        Ok((task, line.id, t))
                     });
                 match parsed {
                     Ok((task, id, raw)) => {

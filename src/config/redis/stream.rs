@@ -47,7 +47,28 @@ pub struct StreamConfig {
     pub done_ttl: Duration,
     /// Entries in flight per service at most (default: the queue's capacity).
     pub max_in_flight: Option<usize>,
+    /// The largest entry taken as a task, in bytes of its fields' names
+    /// and values (default 1 MiB): a larger one goes to the dead letters
+    /// with its size, never parsed, and only its first KiB is kept there.
+    pub max_entry_bytes: usize,
+    /// What one read (`XREADGROUP`, `XAUTOCLAIM`) may bring at most, in
+    /// bytes (default 64 MiB): a read asks for at most `max_read_bytes /
+    /// max_entry_bytes` entries (64 by default), fewer when the credit is
+    /// smaller.
+    pub max_read_bytes: usize,
+    /// `MAXLEN ~` of the results stream (default 100 000 entries): results
+    /// that nobody reads cannot grow Redis's memory without bound.
+    pub results_max_len: u64,
+    /// `MAXLEN ~` of the dead-letter stream (default 100 000 entries).
+    pub dead_max_len: u64,
 }
+
+/// [`StreamConfig::max_entry_bytes`]'s default: 1 MiB.
+pub const DEFAULT_MAX_ENTRY_BYTES: usize = 1 << 20;
+/// [`StreamConfig::max_read_bytes`]'s default: 64 MiB.
+pub const DEFAULT_MAX_READ_BYTES: usize = 64 << 20;
+/// The default `MAXLEN ~` of the results and dead-letter streams.
+pub const DEFAULT_MAX_LEN: u64 = 100_000;
 
 impl Default for StreamConfig {
     fn default() -> Self {
@@ -62,6 +83,10 @@ impl Default for StreamConfig {
             block: Duration::from_secs(1),
             done_ttl: Duration::from_secs(24 * 3600),
             max_in_flight: None,
+            max_entry_bytes: DEFAULT_MAX_ENTRY_BYTES,
+            max_read_bytes: DEFAULT_MAX_READ_BYTES,
+            results_max_len: DEFAULT_MAX_LEN,
+            dead_max_len: DEFAULT_MAX_LEN,
         }
     }
 }
@@ -69,12 +94,21 @@ impl Default for StreamConfig {
 impl StreamConfig {
     /// The default `claim_after` of `svc`: twice the longest a delivery's
     /// attempts and backoffs take, plus a second for the queue:
-    /// `2 × (timeout × (max_retries + 1) + backoff_max × max_retries) + 1 s`.
+    /// `2 × (timeout × (max_retries + 1) + backoff_max × max_retries) + 1 s`,
+    /// `timeout` the longer of the service's and the longest a line may
+    /// ask (`lines.max_timeout`).
     pub fn default_claim_after(svc: &ServiceConfig) -> Duration {
-        let r = &svc.retry;
-        let work = svc.timeout.saturating_mul(r.max_retries.saturating_add(1))
-            + r.backoff_max.saturating_mul(r.max_retries);
+        let timeout = svc.timeout.max(svc.lines.max_timeout);
+        let work = crate::config::lines::attempts_time(timeout, &svc.retry);
         work.saturating_mul(2) + Duration::from_secs(1)
+    }
+
+    /// Entries one read asks for at most: the credit `free`, and no more
+    /// than `max_read_bytes / max_entry_bytes` (at least 1), so that a read
+    /// of entries within the bound brings at most `max_read_bytes`.
+    pub fn read_count(&self, free: u64) -> u64 {
+        let by_bytes = (self.max_read_bytes / self.max_entry_bytes.max(1)).max(1) as u64;
+        free.min(by_bytes)
     }
 }
 
@@ -103,6 +137,24 @@ pub(crate) struct RawStream {
     pub done_ttl: Duration,
     #[serde(default)]
     pub max_in_flight: Option<usize>,
+    #[serde(default = "default_max_entry_bytes")]
+    pub max_entry_bytes: usize,
+    #[serde(default = "default_max_read_bytes")]
+    pub max_read_bytes: usize,
+    #[serde(default = "default_max_len")]
+    pub results_max_len: u64,
+    #[serde(default = "default_max_len")]
+    pub dead_max_len: u64,
+}
+
+fn default_max_entry_bytes() -> usize {
+    DEFAULT_MAX_ENTRY_BYTES
+}
+fn default_max_read_bytes() -> usize {
+    DEFAULT_MAX_READ_BYTES
+}
+fn default_max_len() -> u64 {
+    DEFAULT_MAX_LEN
 }
 
 fn default_group() -> String {
@@ -184,6 +236,27 @@ pub(super) fn validate_stream(raw: &RawStream) -> Result<(), (String, String)> {
             return err("max_in_flight", "must be in 1..=1000000".into());
         }
     }
+    // Redis's own bulk string limit is 512 MiB.
+    if !(256..=512 << 20).contains(&raw.max_entry_bytes) {
+        return err(
+            "max_entry_bytes",
+            "must be in 256..=536870912 (512 MiB)".into(),
+        );
+    }
+    if raw.max_read_bytes < raw.max_entry_bytes || raw.max_read_bytes > 1 << 30 {
+        return err(
+            "max_read_bytes",
+            "must be at least max_entry_bytes and at most 1073741824 (1 GiB)".into(),
+        );
+    }
+    for (field, n) in [
+        ("results_max_len", raw.results_max_len),
+        ("dead_max_len", raw.dead_max_len),
+    ] {
+        if !(1..=1_000_000_000).contains(&n) {
+            return err(field, "must be in 1..=1000000000".into());
+        }
+    }
     if let Some(h) = &raw.idempotency_header {
         if awc::http::header::HeaderName::from_bytes(h.as_bytes()).is_err() {
             return err(
@@ -218,5 +291,9 @@ pub(super) fn stream_config(raw: RawStream) -> StreamConfig {
         block: raw.block,
         done_ttl: raw.done_ttl,
         max_in_flight: raw.max_in_flight,
+        max_entry_bytes: raw.max_entry_bytes,
+        max_read_bytes: raw.max_read_bytes,
+        results_max_len: raw.results_max_len,
+        dead_max_len: raw.dead_max_len,
     }
 }

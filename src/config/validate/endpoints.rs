@@ -88,6 +88,20 @@ pub(crate) fn normalize_address(address: &str) -> Result<String, String> {
     if uri.host().is_none_or(str::is_empty) {
         return Err(format!("{address:?} has no host"));
     }
+    if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+        // Never echoed: the userinfo may be a password. An address is
+        // shown in stats, labels and logs and sent as HTTP/2's
+        // `:authority`; credentials go in `headers` (a `Secret`).
+        let shown = format!(
+            "{}://<redacted>@{}",
+            uri.scheme_str().unwrap_or("http"),
+            uri.host().unwrap_or("")
+        );
+        return Err(format!(
+            "{shown}: an address must not hold a user or password (`user:password@`); \
+             set an `Authorization` header in the endpoint's `headers` instead"
+        ));
+    }
     if uri.query().is_some() || a.contains('#') {
         return Err(format!("{address:?} must not have a query or fragment"));
     }

@@ -248,6 +248,8 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
     let health_check = health_check::validate(&cx, raw.health_check)?;
     let hedge = hedge::validate(&cx, raw.hedge)?;
     let throttle = throttle(&cx, raw.throttle)?;
+    let lines = super::lines::validate(&raw.lines, LineLimits::for_service(raw.timeout, &retry))
+        .map_err(|(f, m)| cx.err(f, m))?;
     Ok(ServiceConfig {
         name: name.clone(),
         mode,
@@ -269,6 +271,7 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
         http2,
         concurrency,
         throttle,
+        lines,
     })
 }
 

@@ -8,6 +8,9 @@ pub(super) fn validate(cx: &Ctx<'_>, q: RawQueue) -> Result<QueueConfig, ConfigE
     if q.capacity == 0 {
         return Err(cx.err("queue.capacity", "must be greater than zero"));
     }
+    if q.max_bytes == 0 {
+        return Err(cx.err("queue.max_bytes", "must be greater than zero"));
+    }
     let on_full = match q.on_full.to_ascii_lowercase().as_str() {
         "reject" => OnFull::Reject,
         "wait" | "block" => OnFull::Wait,
@@ -60,6 +63,7 @@ pub(super) fn validate(cx: &Ctx<'_>, q: RawQueue) -> Result<QueueConfig, ConfigE
         capacity: q.capacity,
         on_full,
         max_waiting: q.max_waiting.unwrap_or(q.capacity.max(10_000)),
+        max_bytes: q.max_bytes,
         delay,
         deadline,
         slo,

@@ -271,3 +271,89 @@ fn max_concurrent_auto_learns_within_the_service_bounds() {
     );
     assert!(e.contains("field `concurrency.initial`"), "{e}");
 }
+
+/// An address with `user:password@` is refused, naming the field and
+/// never echoing the password: addresses appear in stats, metric labels,
+/// logs and HTTP/2's `:authority`.
+#[test]
+fn an_address_with_userinfo_is_refused_without_echoing_it() {
+    for address in [
+        "http://admin:s3cret-pw@10.0.0.1:8080/",
+        "https://s3cret-pw@api.example/v1/",
+        "http://admin:s3cret-pw@h",
+    ] {
+        let e = err(&format!(
+            r#"{{"services":[{{"name":"a","endpoints":[{{"address":"http://ok/"}},{{"address":"{address}"}}]}}]}}"#
+        ));
+        assert!(e.contains("endpoints[1].address"), "{e}");
+        assert!(e.contains("user or password"), "{e}");
+        assert!(!e.contains("s3cret-pw"), "{e}");
+    }
+    assert!(crate::config::normalize_address("http://u:p@h/").is_err());
+    assert!(crate::config::normalize_address("http://h/a@b/").is_ok());
+}
+
+/// `lines`: the defaults come from the service; set values are taken;
+/// bad ones name the field.
+#[test]
+fn lines_default_to_the_service_and_are_checked_by_field() {
+    let c = Config::from_json(
+        r#"{"services":[{"name":"a","timeout":"3s","endpoints":[{"address":"http://h/"}]}]}"#,
+    )
+    .unwrap();
+    let l = &c.services[0].lines;
+    assert_eq!(l.max_timeout, Duration::from_secs(3));
+    // 3 s × 4 attempts + 1 s × 3 backoffs (the default retry policy).
+    assert_eq!(l.max_deadline, Duration::from_secs(15));
+    assert_eq!(
+        (l.max_body, l.max_header_bytes, l.allow_priority),
+        (1 << 20, 16 << 10, false)
+    );
+    let c = Config::from_json(
+        r#"{"services":[{"name":"a","endpoints":[{"address":"http://h/"}],
+            "lines":{"max_timeout":"1m","max_deadline":"1h","max_body":10,"max_header_bytes":20,"allow_priority":true}}]}"#,
+    )
+    .unwrap();
+    let l = &c.services[0].lines;
+    assert_eq!(
+        (l.max_timeout, l.max_deadline),
+        (Duration::from_secs(60), Duration::from_secs(3600))
+    );
+    assert_eq!(
+        (l.max_body, l.max_header_bytes, l.allow_priority),
+        (10, 20, true)
+    );
+    for (lines, field) in [
+        (r#"{"max_timeout":"0s"}"#, "lines.max_timeout"),
+        (r#"{"max_deadline":"400days"}"#, "lines.max_deadline"),
+        (r#"{"max_body":2147483648}"#, "lines.max_body"),
+        (
+            r#"{"max_header_bytes":2147483648}"#,
+            "lines.max_header_bytes",
+        ),
+        (r#"{"max_bodyy":1}"#, "lines"),
+    ] {
+        let e = err(&format!(
+            r#"{{"services":[{{"name":"a","endpoints":[{{"address":"http://h/"}}],"lines":{lines}}}]}}"#
+        ));
+        assert!(e.contains(field), "{lines}: {e}");
+    }
+}
+
+#[test]
+fn queue_max_bytes_defaults_to_256_mib_and_zero_is_refused() {
+    let ok = |q: &str| {
+        Config::from_json(&format!(
+            r#"{{"services":[{{"name":"a","endpoints":[{{"address":"http://h/"}}],"queue":{q}}}]}}"#
+        ))
+    };
+    assert_eq!(ok("{}").unwrap().services[0].queue.max_bytes, 256 << 20);
+    assert_eq!(
+        ok(r#"{"max_bytes":1000}"#).unwrap().services[0]
+            .queue
+            .max_bytes,
+        1000
+    );
+    let e = ok(r#"{"max_bytes":0}"#).unwrap_err().to_string();
+    assert!(e.contains("queue.max_bytes"), "{e}");
+}

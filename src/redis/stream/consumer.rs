@@ -1,12 +1,14 @@
 //! The consumer of one service's stream: a reader by credit, a claimer,
 //! and the recording of each delivery's end.
 
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::redis::conn::Conn;
+use crate::redis::repairs::{parse_repairs, ClusterHint, RepairLog};
 use redis::{Script, Value};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -34,11 +36,23 @@ struct Consumer {
     block: Duration,
     done_ttl: Duration,
     capacity: u64,
+    /// The largest entry taken as a task (`max_entry_bytes`).
+    max_entry_bytes: usize,
+    /// What a line may ask of the service (`lines`).
+    limits: crate::config::LineLimits,
+    /// The settings a read's count comes from (`read_count`).
+    cfg: StreamConfig,
     ops: Conn,
     record: Script,
     counters: Arc<Counters>,
     prom: PromStream,
     room: Notify,
+    /// Keys whose repair was logged (once a minute per key).
+    repairs: RefCell<RepairLog>,
+    /// Told when a standalone connection met a Cluster (`MOVED`).
+    cluster_hint: ClusterHint,
+    /// The URL as logs show it.
+    url: String,
 }
 
 /// Starts consuming `svc`'s stream on the current arbiter.
@@ -86,11 +100,17 @@ pub(crate) async fn start(
             .max_in_flight
             .unwrap_or(svc.queue.capacity)
             .clamp(1, 1_000_000) as u64,
+        max_entry_bytes: cfg.max_entry_bytes,
+        limits: svc.lines.clone(),
+        cfg: cfg.clone(),
         ops,
         record: Script::new(RECORD_LUA),
         counters: streams.counters(&svc.name),
         prom,
         room: Notify::new(),
+        repairs: RefCell::new(RepairLog::default()),
+        cluster_hint: ClusterHint::default(),
+        url: redis.redacted_url(),
     };
     let created: redis::RedisResult<()> = redis::cmd("XGROUP")
         .arg("CREATE")
@@ -150,7 +170,7 @@ impl Consumer {
             }
             let mut cmd = redis::cmd("XREADGROUP");
             cmd.arg("GROUP").arg(&self.group).arg(&self.name);
-            cmd.arg("COUNT").arg(free);
+            cmd.arg("COUNT").arg(self.cfg.read_count(free));
             if own.is_none() {
                 let block = self.block.min(until_claim).max(Duration::from_millis(1));
                 cmd.arg("BLOCK").arg(block.as_millis() as u64);
@@ -161,6 +181,7 @@ impl Consumer {
             let v: Value = match cmd.query_async(&mut con).await {
                 Ok(v) => v,
                 Err(e) => {
+                    self.cluster_hint.check(&self.url, &e);
                     if !failing {
                         log::warn!("service {}: stream read: {e}; retrying", self.service);
                     }
@@ -214,7 +235,7 @@ impl Consumer {
             .arg(self.claim_after.as_millis() as u64)
             .arg(cursor.as_str())
             .arg("COUNT")
-            .arg(free)
+            .arg(self.cfg.read_count(free))
             .query_async(con)
             .await;
         let parts = match r {
@@ -305,9 +326,30 @@ impl Consumer {
     fn deliver(self: &Rc<Self>, id: String, fields: Fields, n: u64) {
         self.counters.in_flight.fetch_add(1, Ordering::Relaxed);
         let c = self.clone();
-        match parse_entry(&fields, &self.service) {
+        let size = entry_bytes(&fields);
+        if size > self.max_entry_bytes {
+            // Never parsed; the dead letter keeps its first KiB.
+            let error = format!(
+                "the entry is {size} bytes, over redis.stream.max_entry_bytes ({})",
+                self.max_entry_bytes
+            );
+            actix::spawn(async move {
+                let raw = raw_bytes(&fields);
+                let kept = &raw[..raw.len().min(DEAD_KEEP_BYTES)];
+                log::warn!("service {}: entry {}: {error}", c.service, esc(&id));
+                c.dead_letter(&id, kept, &error, n).await;
+                c.done_with_one();
+            });
+            return;
+        }
+        match parse_entry(&fields, &self.service, &self.limits) {
             Err(e) => actix::spawn(async move {
-                log::warn!("service {}: entry {id}: not a task: {e}", c.service);
+                log::warn!(
+                    "service {}: entry {}: not a task: {}",
+                    c.service,
+                    esc(&id),
+                    esc(&e)
+                );
                 c.dead_letter(&id, raw_bytes(&fields), &format!("invalid task: {e}"), n)
                     .await;
                 c.done_with_one();
@@ -349,7 +391,12 @@ impl Consumer {
             // service, configured when it was read; a pool changed at
             // runtime, or torn down at shutdown, is for a later delivery.)
             let error = format!("{why}");
-            log::warn!("service {}: entry {id}: refused: {error}", self.service);
+            log::warn!(
+                "service {}: entry {}: refused: {}",
+                self.service,
+                esc(id),
+                esc(&error)
+            );
             self.dead_letter(id, raw, &error, n).await;
             return;
         }
@@ -397,8 +444,9 @@ impl Consumer {
             .await;
         if let Err(e) = set {
             log::debug!(
-                "service {}: entry {id}: keeping its error: {e}",
-                self.service
+                "service {}: entry {}: keeping its error: {e}",
+                self.service,
+                esc(id)
             );
         }
     }
@@ -427,8 +475,10 @@ impl Consumer {
             self.counters.dead.fetch_add(1, Ordering::Relaxed);
             self.prom.event(StreamEvent::DeadLettered, 1);
             log::warn!(
-                "service {}: entry {id} dead-lettered after {n} deliveries: {error}",
-                self.service
+                "service {}: entry {} dead-lettered after {n} deliveries: {}",
+                self.service,
+                esc(id),
+                esc(error)
             );
         }
     }
@@ -437,29 +487,76 @@ impl Consumer {
     /// pending and is claimed again: still one result).
     async fn run_record(&self, target: &str, id: &str, fields: &[(&str, &[u8])]) -> Option<bool> {
         let k = |rest: &str| key(&self.prefix, &self.service, rest);
+        let keys = [
+            self.tasks.clone(),
+            k(target),
+            k(&format!("done:{id}")),
+            k(&format!("error:{id}")),
+        ];
+        let max_len = match target {
+            "dead" => self.cfg.dead_max_len,
+            _ => self.cfg.results_max_len,
+        };
         let mut inv = self.record.prepare_invoke();
-        inv.key(&self.tasks)
-            .key(k(target))
-            .key(k(&format!("done:{id}")))
-            .key(k(&format!("error:{id}")));
+        for key in &keys {
+            inv.key(key);
+        }
         inv.arg(&self.group)
             .arg(id)
-            .arg(self.done_ttl.as_millis() as u64);
+            .arg(self.done_ttl.as_millis() as u64)
+            .arg(max_len.max(1));
         for (f, v) in fields {
             inv.arg(*f).arg(*v);
         }
         let mut con = self.ops.clone();
-        match inv.invoke_async::<i64>(&mut con).await {
-            Ok(n) => Some(n == 1),
+        match inv.invoke_async::<Vec<Value>>(&mut con).await {
+            Ok(v) => {
+                let repaired = parse_repairs(v.get(1));
+                if !repaired.is_empty() {
+                    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+                    let scope = format!("service {}: stream", self.service);
+                    let now = Instant::now();
+                    self.repairs
+                        .borrow_mut()
+                        .warn(&scope, &keys, &repaired, now);
+                }
+                Some(matches!(v.first(), Some(Value::Int(1))))
+            }
             Err(e) => {
+                self.cluster_hint.check(&self.url, &e);
                 log::warn!(
-                    "service {}: entry {id}: recording failed ({e}); it stays pending",
-                    self.service
+                    "service {}: entry {}: recording failed ({e}); it stays pending",
+                    self.service,
+                    esc(id)
                 );
                 None
             }
         }
     }
+}
+
+/// What a dead letter keeps of an entry over `max_entry_bytes`.
+const DEAD_KEEP_BYTES: usize = 1024;
+
+/// An entry's size: its fields' names and values, in bytes.
+fn entry_bytes(fields: &Fields) -> usize {
+    fields
+        .iter()
+        .map(|(k, v)| {
+            k.len()
+                + match v {
+                    Ok(t) => t.len(),
+                    Err(b) => b.len(),
+                }
+        })
+        .fold(0usize, usize::saturating_add)
+}
+
+/// Text from a stream entry (or an error quoting it) as a log line shows
+/// it: newlines and other control characters escaped, so an entry cannot
+/// forge a line of its own.
+fn esc(text: &str) -> std::str::EscapeDebug<'_> {
+    text.escape_debug()
 }
 
 /// The bytes of an entry's `task` field as read (empty when missing): what
@@ -475,8 +572,13 @@ fn raw_bytes(fields: &Fields) -> &[u8] {
 /// The task of an entry of `service`'s stream, or why it can never run:
 /// no `task` field, a value that is not UTF-8, not a task line, a line
 /// that names another service (an entry belongs to its stream's service),
-/// or a task that does not build (an invalid path or header).
-pub(super) fn parse_entry(fields: &Fields, service: &str) -> Result<(Task, TaskLine), String> {
+/// a line that asks more than the service allows (`limits`), or a task
+/// that does not build (an invalid path or header).
+pub(super) fn parse_entry(
+    fields: &Fields,
+    service: &str,
+    limits: &crate::config::LineLimits,
+) -> Result<(Task, TaskLine), String> {
     let raw: &FieldValue = field(fields, TASK_FIELD)
         .ok_or_else(|| format!("the entry has no `{TASK_FIELD}` field"))?;
     let raw = raw
@@ -490,7 +592,7 @@ pub(super) fn parse_entry(fields: &Fields, service: &str) -> Result<(Task, TaskL
         ));
     }
     crate::task::check_path(&line.path)?;
-    let task = line.to_task()?;
+    let task = line.to_task_within(limits)?;
     Ok((task, line))
 }
 
@@ -503,9 +605,33 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_is_sized_by_its_fields_and_logged_escaped() {
+        let f = vec![
+            ("task".to_string(), Ok("abc".to_string())),
+            ("x".to_string(), Err(vec![0xff; 4])),
+        ];
+        assert_eq!(entry_bytes(&f), 4 + 3 + 1 + 4);
+        let forged = "bad\n[2026-01-01 WARN] forged line\u{1b}[31m";
+        let shown = esc(forged).to_string();
+        assert!(
+            !shown.contains('\n') && !shown.contains('\u{1b}'),
+            "{shown}"
+        );
+        assert!(shown.contains("\\n"), "{shown}");
+    }
+
+    fn limits() -> crate::config::LineLimits {
+        let cfg = crate::Config::from_json(
+            r#"{"services":[{"name":"api","endpoints":[{"address":"http://h/"}]}]}"#,
+        )
+        .unwrap();
+        cfg.services[0].lines.clone()
+    }
+
+    #[test]
     fn entries_that_can_never_run_are_refused_at_once() {
         let ok = one(Ok(r#"{"id":1,"service":"API","path":"/a"}"#.into()));
-        let (task, line) = parse_entry(&ok, "api").expect("a task");
+        let (task, line) = parse_entry(&ok, "api", &limits()).expect("a task");
         assert_eq!(line.id, Some(WireId::Number(1)));
         assert_eq!(task.path(), "/a");
         for (fields, want) in [
@@ -517,8 +643,16 @@ mod tests {
                 "names service \"jobs\", not this stream's \"api\"",
             ),
             (one(Ok(r#"{"service":"api","path":"/../etc"}"#.into())), ""),
+            (
+                one(Ok(
+                    r#"{"service":"api","path":"/a","timeout":"365days"}"#.into()
+                )),
+                "lines.max_timeout",
+            ),
         ] {
-            let e = parse_entry(&fields, "api").map(|_| ()).unwrap_err();
+            let e = parse_entry(&fields, "api", &limits())
+                .map(|_| ())
+                .unwrap_err();
             assert!(e.contains(want), "{e}");
         }
     }

@@ -21,15 +21,17 @@
 //!   on a connection of its own (a blocked read never delays a result),
 //!   where `n` is the credit left: the queue's capacity (or
 //!   [`StreamConfig::max_in_flight`]) minus the entries read and not yet
-//!   finished. The engine's queue never holds more than it can; the rest
+//!   finished, and at most `max_read_bytes / max_entry_bytes`
+//!   ([`StreamConfig::read_count`]), so one read of entries within the
+//!   bound brings at most `max_read_bytes`. The engine's queue never holds more than it can; the rest
 //!   waits in Redis. At start the consumer first reads its own pending
 //!   entries (`XREADGROUP .. 0`), so a restarted instance with the same
 //!   consumer name resumes what it had.
 //! * **One result per task.** A finished task goes through `record.lua`:
 //!   `SET {prefix}:{svc}:done:<entry> NX PX done_ttl`, and only if that
-//!   marker is new, `XADD {prefix}:{svc}:results * entry <entry> id <task id>
-//!   result <ResultLine JSON>`; then `XACK` and `XDEL` of the entry, in the
-//!   same script. A task delivered twice (its first instance was slow or
+//!   marker is new, `XADD {prefix}:{svc}:results MAXLEN ~ results_max_len *
+//!   entry <entry> id <task id> result <ResultLine JSON>`; then `XACK` and
+//!   `XDEL` of the entry, in the same script. A task delivered twice (its first instance was slow or
 //!   died after calling the backend) may call the backend twice but never
 //!   records a second result.
 //! * **Done or not.** A task is done when it succeeded or a backend gave a
@@ -43,13 +45,17 @@
 //!   from `XPENDING`; an entry delivered more than `max_deliveries` times,
 //!   or failing on its `max_deliveries`-th delivery, goes to
 //!   `{prefix}:{svc}:dead` (fields `entry`, `task`, `error`, `deliveries`,
-//!   `consumer`) through the same script, and is acknowledged.
+//!   `consumer`; `MAXLEN ~ dead_max_len`) through the same script, and is
+//!   acknowledged.
 //! * **Entries that can never run** go to the dead letters on first sight,
 //!   whatever their delivery count: no `task` field, a value that is not
-//!   UTF-8 (kept as its bytes), not a task line, a line naming another
-//!   service than its stream's (an entry belongs to its stream), a path
-//!   that climbs out of its prefix, or a task refused `InvalidTask` at
-//!   submit (a header it may not set). No delivery could change them; waiting
+//!   UTF-8 (kept as its bytes), an entry over `max_entry_bytes` (never
+//!   parsed; its first KiB kept), not a task line, a line naming another
+//!   service than its stream's (an entry belongs to its stream), a line
+//!   asking more than its service's `lines` allow
+//!   ([`crate::codec::TaskLine::to_task_within`]), a path that climbs out
+//!   of its prefix, or a task refused `InvalidTask` at submit (a header it
+//!   may not set). Log lines quote an entry's text escaped. No delivery could change them; waiting
 //!   `max_deliveries × claim_after` would only hold credit.
 //! * **Idempotency.** Each request carries `Idempotency-Key: <entry id>`
 //!   (name configurable, or off), so a backend can recognise a task re-run
@@ -66,8 +72,8 @@
 //! `claim_after` must be longer than any delivery can take, or a live
 //! instance's task is claimed and run a second time (still one result). The
 //! default per service is `2 × (timeout × (max_retries + 1) + backoff_max ×
-//! max_retries) + 1 s`; a task line's own, longer `timeout` or `deadline`
-//! needs a longer `claim_after`.
+//! max_retries) + 1 s`, `timeout` the longer of the service's and its
+//! `lines.max_timeout` (a line cannot ask for more).
 
 mod consumer;
 mod reply;
