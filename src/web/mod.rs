@@ -17,6 +17,9 @@
 //!   and, with the `metrics` feature, `GET /metrics` (Prometheus text 0.0.4
 //!   or OpenMetrics, by the request's `Accept`); `HEAD` on each answers as
 //!   `GET` without the body.
+//! - [`status_page`] serves a live status page (`GET /status`, one
+//!   self-contained HTML page) and its data (`GET /status.json`), read-only
+//!   and read at request time only.
 //!
 //! The handlers find the [`Dispatcher`] in the app data (as
 //! `web::Data<Dispatcher>` or a plain `Dispatcher`), and their options in a
@@ -102,9 +105,11 @@ mod admin;
 mod forward;
 mod limits;
 mod respond;
+mod status;
 
 pub use admin::{configure, health_of};
 pub use forward::{forward, is_hop_by_hop};
+pub use status::{status_page, StatusPage};
 
 use forward::connection_listed;
 use limits::HeaderLimits;
