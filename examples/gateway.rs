@@ -2,8 +2,9 @@
 //! `cargo run --example gateway --features web [-- CONFIG.json] [--listen ADDR]`.
 //!
 //! Every service of the config is mounted at `/{service}/{tail}` with
-//! [`actix_dispatch::web::forward`], and `GET /stats` and `GET /health` are
-//! served by [`actix_dispatch::web::configure`]. It listens on
+//! [`actix_dispatch::web::forward`], `GET /stats` and `GET /health` are
+//! served by [`actix_dispatch::web::configure`], and a live status page at
+//! `GET /status` by [`actix_dispatch::web::status_page`]. It listens on
 //! `127.0.0.1:8080` (`--listen` to change it, loopback only by default).
 //!
 //! Without CONFIG it starts three embedded demo backends on 127.0.0.1
@@ -17,6 +18,7 @@
 //! curl -i localhost:8080/demo/items/1
 //! curl -s localhost:8080/health
 //! curl -s localhost:8080/stats
+//! xdg-open http://localhost:8080/status
 //! ```
 //!
 //! Ctrl-C stops the server, then the engine (10 s grace).
@@ -24,7 +26,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use actix_dispatch::web::{configure, forward, ForwardConfig};
+use actix_dispatch::web::{configure, forward, status_page, ForwardConfig};
 use actix_dispatch::{Config, Dispatcher};
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 
@@ -124,7 +126,8 @@ fn main() -> std::io::Result<()> {
             let mut app = App::new()
                 .app_data(data.clone())
                 .app_data(ForwardConfig::default().max_body(1 << 20))
-                .configure(configure);
+                .configure(configure)
+                .service(status_page());
             for name in &routes {
                 app = app.route(&format!("/{name}/{{tail:.*}}"), forward(name.as_str()));
             }
@@ -138,7 +141,7 @@ fn main() -> std::io::Result<()> {
         for name in &services {
             println!("route   http://{listen}/{name}/...  ->  service {name:?}");
         }
-        println!("admin   http://{listen}/stats  http://{listen}/health");
+        println!("admin   http://{listen}/stats  http://{listen}/health  http://{listen}/status");
         server.run().await?;
         dispatcher.shutdown(Duration::from_secs(10)).await;
         Ok(())

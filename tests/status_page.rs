@@ -161,7 +161,13 @@ async fn status_page_in_a_browser_shows_the_open_breaker_and_moving_numbers() {
     let page = gw.url("/admin/status");
     let first = browse(&browser, &page, None, 5).await;
     actix_rt::time::sleep(Duration::from_millis(500)).await;
-    let second = browse(&browser, &page, None, 5).await;
+    // The second read: its tenth poll sees the first node's weight change.
+    let polls = gw.polls.load(Ordering::Relaxed);
+    let reweight = async {
+        wait_polls(&gw.polls, polls + 10).await;
+        gw.dispatcher.set_weight("svc", &b[0].url(), 3).await.unwrap();
+    };
+    let (second, ()) = futures::join!(browse(&browser, &page, None, 30), reweight);
 
     // The screenshot: a minute of the page's time, during which the second
     // node slows down and then the first starts failing, so the charts,
@@ -193,6 +199,14 @@ async fn status_page_in_a_browser_shows_the_open_breaker_and_moving_numbers() {
         assert!(dom.contains("not overloaded"), "{dom}");
         assert!(dom.contains("page opened: 1 service(s)"), "{dom}");
     }
+    // The first read saw no change, the second the weight's: logged, and
+    // the node highlighted.
+    for (dom, class) in [(&first, "node"), (&second, "node recent")] {
+        assert_eq!(node_attr(dom, &b[0].url(), "class"), class, "{dom}");
+        assert_eq!(node_attr(dom, &b[1].url(), "class"), "node", "{dom}");
+    }
+    let change = format!("svc: {} weight 1 → 3", b[0].url());
+    assert!(!first.contains(&change) && second.contains(&change), "{second}");
     // Numbers move: the second read saw more tasks than the first.
     let (a, z) = (tile(&first, "submitted"), tile(&second, "submitted"));
     assert!(z > a && a > 0.0, "submitted {a} then {z}");
@@ -514,7 +528,15 @@ fn attr(dom: &str, anchor: &str, name: &str) -> String {
 
 /// The breaker state the page shows for the node at `address`.
 fn node_breaker(dom: &str, address: &str) -> String {
-    attr(dom, &format!("data-address=\"{address}\""), "data-breaker")
+    node_attr(dom, address, "data-breaker")
+}
+
+/// Attribute `name` of the page's row of the node at `address`.
+fn node_attr(dom: &str, address: &str, name: &str) -> String {
+    let at = dom
+        .find(&format!("data-address=\"{address}\" data-breaker="))
+        .unwrap_or_else(|| panic!("no row of {address}:\n{dom}"));
+    attr(&dom[dom[..at].rfind('<').unwrap()..], "<tr", name)
 }
 
 /// The raw value of the service tile `key` (`svc`'s: the first service).

@@ -1,55 +1,6 @@
-//! [`status_page`]: a live status page of the pool, in a browser, as
-//! HAProxy's stats page or Envoy's admin page give one.
-//!
-//! Two read-only resources, relative to where it is mounted:
-//!
-//! - `GET /status`: one self-contained HTML page (inline CSS and script, no
-//!   external asset; its `Content-Security-Policy` forbids loading any).
-//! - `GET /status.json`: the [`Dispatcher::stats`] figures the page shows,
-//!   one snapshot per request (the schema below); the page polls it once a
-//!   second.
-//!
-//! `HEAD` answers as `GET` without the body. Everything the page shows
-//! over time (rates per second, the charts of the last five minutes, the
-//! log of state changes, which node changed lately) it derives itself from
-//! successive snapshots, and its history lives in the browser. The server
-//! keeps nothing for it, and the engine does no work for it per task: a
-//! snapshot is `stats()`, read when asked (the counters the engine keeps
-//! anyway, and one pass over each node's latency histogram).
-//!
-//! Nothing secret is served: a node's address loses any userinfo
-//! (`user:password@`), as does any URL in a gate's reason; no header value
-//! of any request or endpoint is in `stats()`. Mount it where only
-//! operators reach it (an admin listener, or behind a guard), as
-//! `configure`'s `/stats`.
-//!
-//! The JSON, `version` 1 (a field added later keeps the version; a field
-//! removed or changed in meaning bumps it):
-//!
-//! ```text
-//! { "version": 1, "clock_ms": u64, "refused": u64,
-//!   "services": [ { "name": str, "mode": str,
-//!       "submitted": u64, "succeeded": u64, "failed": u64, "rejected": u64,
-//!       "shed": u64, "shed_at_intake": u64,
-//!       "shed_by_class": { "critical": u64, "default": u64, "sheddable": u64 },
-//!       "retried": u64, "hedged": u64, "cancelled": u64,
-//!       "queued": u64, "waiting": u64, "capacity": u64, "peak_queued": u64,
-//!       "in_flight": u64, "overloaded": bool, "retry_budget_left": u64,
-//!       "gate": str | null,
-//!       "nodes": [ { "address": str, "weight": u32, "effective_weight": u32,
-//!           "active": bool, "draining": bool, "health": str,
-//!           "breaker": "closed" | "open" | "half-open", "open_for_ms": u64 | null,
-//!           "trips": u64, "in_flight": u32, "max_concurrent": u32,
-//!           "concurrency_limit": u32, "free_limit": u32,
-//!           "total": u64, "errors": u64, "error_rate": f64,
-//!           "latency_p50_ms": f64, "latency_p99_ms": f64, "ewma_latency_ms": f64,
-//!           "tokens": u32 | null } ] } ] }
-//! ```
-//!
-//! `clock_ms` is a monotonic clock (milliseconds since the process first
-//! served a snapshot): the page divides the change of a counter between two
-//! snapshots by the change of `clock_ms`, so a slow poll never inflates a
-//! rate.
+//! The live status page ([`status_page`]): one self-contained HTML page
+//! (`status.html`, included whole) and a JSON snapshot of `stats()` it
+//! polls, both read at request time only.
 
 use std::sync::OnceLock;
 
@@ -66,26 +17,91 @@ const PAGE: &str = include_str!("status.html");
 
 /// What the page may load: nothing but itself and its JSON.
 const CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
-                   connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; \
+                   connect-src 'self'; base-uri 'none'; form-action 'none'; \
                    frame-ancestors 'none'";
 
-/// The status page's two resources, `GET /status` (the page) and
-/// `GET /status.json` (its data), relative to where it is mounted:
+/// A live status page of the pool, in a browser, as HAProxy's stats page
+/// or Envoy's admin page give one; mount it with `App::service` or
+/// `Scope::service`:
 ///
 /// ```no_run
 /// use actix_dispatch::web::{configure, status_page};
-/// use actix_web::{web, App};
+/// use actix_dispatch::Dispatcher;
+/// use actix_web::{guard, web, App, HttpServer};
 ///
-/// # fn app(d: web::Data<actix_dispatch::Dispatcher>) {
-/// // An admin listener's app: /admin/status, /admin/status.json,
-/// // /admin/stats, /admin/health.
-/// let app = App::new()
-///     .app_data(d)
-///     .service(web::scope("/admin").service(status_page()).configure(configure));
-/// # }
+/// async fn admin(dispatcher: Dispatcher) -> std::io::Result<()> {
+///     // An admin listener on loopback: /admin/status, /admin/status.json,
+///     // /admin/stats, /admin/health.
+///     let data = web::Data::new(dispatcher);
+///     HttpServer::new(move || {
+///         App::new()
+///             .app_data(data.clone())
+///             .service(web::scope("/admin").service(status_page()).configure(configure))
+///     })
+///     .bind(("127.0.0.1", 9901))?
+///     .run()
+///     .await
+/// }
+///
+/// // Or in the public app, for loopback clients only.
+/// fn loopback_only() -> actix_web::Scope {
+///     web::scope("/admin")
+///         .guard(guard::fn_guard(|ctx| {
+///             ctx.head().peer_addr.is_some_and(|a| a.ip().is_loopback())
+///         }))
+///         .service(status_page())
+/// }
 /// ```
 ///
-/// See the [module](self) for what it serves and costs.
+/// Two read-only resources, relative to where it is mounted:
+///
+/// - `GET /status`: one self-contained HTML page (inline CSS and script, no
+///   external asset; its `Content-Security-Policy` forbids loading any).
+/// - `GET /status.json`: the [`Dispatcher::stats`] figures the page shows,
+///   one snapshot per request (the schema below); the page polls it once a
+///   second.
+///
+/// `HEAD` answers as `GET` without the body. Everything the page shows
+/// over time (rates per second, the charts of the last five minutes, the
+/// log of state changes, which node changed lately) it derives itself from
+/// successive snapshots, and its history lives in the browser. The server
+/// keeps nothing for it, and the engine does no work for it per task: a
+/// snapshot is `stats()`, read when asked (the counters the engine keeps
+/// anyway, and one pass over each node's latency histogram).
+///
+/// Nothing secret is served: a node's address loses any userinfo
+/// (`user:password@`), as does any URL in a gate's reason; no header value
+/// of any request or endpoint is in `stats()`. Mount it where only
+/// operators reach it (an admin listener, or behind a guard), as
+/// `configure`'s `/stats`.
+///
+/// The JSON, `version` 1 (a field added later keeps the version; a field
+/// removed or changed in meaning bumps it):
+///
+/// ```text
+/// { "version": 1, "clock_ms": u64, "refused": u64,
+///   "services": [ { "name": str, "mode": str,
+///       "submitted": u64, "succeeded": u64, "failed": u64, "rejected": u64,
+///       "shed": u64, "shed_at_intake": u64,
+///       "shed_by_class": { "critical": u64, "default": u64, "sheddable": u64 },
+///       "retried": u64, "hedged": u64, "cancelled": u64,
+///       "queued": u64, "waiting": u64, "capacity": u64, "peak_queued": u64,
+///       "in_flight": u64, "overloaded": bool, "retry_budget_left": u64,
+///       "gate": str | null,
+///       "nodes": [ { "address": str, "weight": u32, "effective_weight": u32,
+///           "active": bool, "draining": bool, "health": str,
+///           "breaker": "closed" | "open" | "half-open", "open_for_ms": u64 | null,
+///           "trips": u64, "in_flight": u32, "max_concurrent": u32,
+///           "concurrency_limit": u32, "free_limit": u32,
+///           "total": u64, "errors": u64, "error_rate": f64,
+///           "latency_p50_ms": f64, "latency_p99_ms": f64, "ewma_latency_ms": f64,
+///           "tokens": u32 | null } ] } ] }
+/// ```
+///
+/// `clock_ms` is a monotonic clock (milliseconds since the process first
+/// served a snapshot): the page divides the change of a counter between two
+/// snapshots by the change of `clock_ms`, so a slow poll never inflates a
+/// rate.
 pub fn status_page() -> StatusPage {
     StatusPage { _private: () }
 }
