@@ -165,7 +165,10 @@ async fn status_page_in_a_browser_shows_the_open_breaker_and_moving_numbers() {
     let polls = gw.polls.load(Ordering::Relaxed);
     let reweight = async {
         wait_polls(&gw.polls, polls + 10).await;
-        gw.dispatcher.set_weight("svc", &b[0].url(), 3).await.unwrap();
+        gw.dispatcher
+            .set_weight("svc", &b[0].url(), 3)
+            .await
+            .unwrap();
     };
     let (second, ()) = futures::join!(browse(&browser, &page, None, 30), reweight);
 
@@ -206,7 +209,10 @@ async fn status_page_in_a_browser_shows_the_open_breaker_and_moving_numbers() {
         assert_eq!(node_attr(dom, &b[1].url(), "class"), "node", "{dom}");
     }
     let change = format!("svc: {} weight 1 → 3", b[0].url());
-    assert!(!first.contains(&change) && second.contains(&change), "{second}");
+    assert!(
+        !first.contains(&change) && second.contains(&change),
+        "{second}"
+    );
     // Numbers move: the second read saw more tasks than the first.
     let (a, z) = (tile(&first, "submitted"), tile(&second, "submitted"));
     assert!(z > a && a > 0.0, "submitted {a} then {z}");
