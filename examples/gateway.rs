@@ -20,6 +20,7 @@
 //! curl -i localhost:8080/demo/items/1
 //! curl -s localhost:9090/health
 //! curl -s localhost:9090/stats
+//! xdg-open http://localhost:9090/status
 //! ```
 //!
 //! Ctrl-C stops the servers, then the engine (10 s grace).
@@ -27,7 +28,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use actix_dispatch::web::{configure, forward, ForwardConfig};
+use actix_dispatch::web::{configure, forward, status_page, ForwardConfig};
 use actix_dispatch::{Config, Dispatcher};
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 
@@ -146,12 +147,16 @@ fn main() -> std::io::Result<()> {
             println!("route   http://{listen}/{name}/...  ->  service {name:?}");
         }
         // The admin routes on their own listener: they name every backend.
-        let admin_server =
-            HttpServer::new(move || App::new().app_data(data.clone()).configure(configure))
-                .workers(1)
-                .bind(admin.as_str())
-                .unwrap_or_else(|e| fail(&format!("cannot listen on {admin}: {e}")));
-        println!("admin   http://{admin}/stats  http://{admin}/health");
+        let admin_server = HttpServer::new(move || {
+            App::new()
+                .app_data(data.clone())
+                .configure(configure)
+                .service(status_page())
+        })
+        .workers(1)
+        .bind(admin.as_str())
+        .unwrap_or_else(|e| fail(&format!("cannot listen on {admin}: {e}")));
+        println!("admin   http://{admin}/stats  http://{admin}/health  http://{admin}/status");
         futures::try_join!(server.run(), admin_server.run())?;
         dispatcher.shutdown(Duration::from_secs(10)).await;
         Ok(())

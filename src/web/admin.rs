@@ -17,7 +17,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 }
 
 /// A route for `GET` and `HEAD` (a monitor's probe is often a `HEAD`).
-fn get_or_head() -> Route {
+pub(super) fn get_or_head() -> Route {
     use actix_web::guard;
     web::route().guard(guard::Any(guard::Get()).or(guard::Head()))
 }

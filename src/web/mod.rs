@@ -20,6 +20,9 @@
 //!   serve them on a listener of their own (a second `HttpServer` bound to
 //!   an address the public cannot reach, as in the example below) or behind
 //!   a guard, never beside the public routes.
+//! - [`status_page`] serves a live status page (`GET /status`, one
+//!   self-contained HTML page) and its data (`GET /status.json`), read-only
+//!   and read at request time only: mount it beside the admin routes.
 //!
 //! The handlers find the [`Dispatcher`] in the app data (as
 //! `web::Data<Dispatcher>` or a plain `Dispatcher`), and their options in a
@@ -135,9 +138,11 @@ mod admin;
 mod forward;
 mod limits;
 mod respond;
+mod status;
 
 pub use admin::{configure, health_of};
 pub use forward::{forward, is_hop_by_hop};
+pub use status::{status_page, StatusPage};
 
 use forward::connection_listed;
 use limits::HeaderLimits;
