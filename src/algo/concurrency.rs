@@ -20,11 +20,15 @@
 //! - **knee found**: the limit is the top of its interval, rounded, so that
 //!   noise errs towards a request more, never towards an idle worker.
 //!
-//! Every `probe_interval` one window runs a step above (twice) or below
-//! (once), so the record stays fresh around the limit. A level whose
+//! Every `probe_interval` one short window runs a step above (a quarter,
+//! at least two: one more request is within the noise of a few samples),
+//! so that a backend that gained workers is seen. A level whose
 //! latencies now differ from its record (or from the fit's prediction) by
-//! more than 4 standard errors and 20 % (30 %) means the backend changed (workers lost or added): the record is dropped, and the
-//! limit moves by Little's law (`limit * old mean / new mean`) or grows.
+//! more than 4 standard errors and 20 % (30 %) means the backend changed
+//! (workers lost or added): the record is dropped, and the limit moves by
+//! Little's law (`limit * old mean / new mean`) or grows. The spread of
+//! those standard errors is the record's pooled one, not a window's: a few
+//! samples of a skewed service time most often show too little.
 //! Pushback (429, 503) and a window mostly of timeouts multiply it by
 //! `backoff`. A window where the limit did not bind teaches nothing.
 //!
@@ -37,8 +41,8 @@
 //!   below the mean, and reads service-time variance as queueing (the
 //!   collapse of Vegas and Gradient limits under exponential service times).
 //! - No periodic pin to a low concurrency (Envoy's minRTT window, whose
-//!   throughput dip and 503s are envoyproxy/envoy#11579): the probe below
-//!   is one step, and only every other `probe_interval`.
+//!   throughput dip and 503s are envoyproxy/envoy#11579): probes only go
+//!   above the limit, and cost latency for one window, never throughput.
 //! - No baseline that drifts with the load it measures (Gradient2's long
 //!   window, concurrency-limits #134) and no growth term that creeps under
 //!   steady overload (#137): the limit moves only on the fitted knee.
@@ -87,8 +91,8 @@ impl Default for LearnedLimitConfig {
     /// `min: 1`, `max: 1000`, `initial: 4` (slow start finds a larger
     /// backend within a few windows), `backoff: 0.9` (AIMD's),
     /// `probe_interval: 1 s`, `probe_jitter: 0.15` (Envoy's). A probe is
-    /// one window a step away from the limit: one second keeps the record
-    /// around the limit fresh enough to see a doubled backend within two.
+    /// one short window a step above the limit: one a second sees a
+    /// doubled backend within two seconds.
     fn default() -> Self {
         LearnedLimitConfig {
             min: 1,
@@ -223,8 +227,6 @@ pub struct LearnedLimit {
     phase: Phase,
     /// The level of the probe running, if any.
     probe: Option<u32>,
-    /// Refresh probes run so far: two up, then one down.
-    probes: u32,
     /// Samples of requests sent before this judge another level (or the
     /// burst that filled it); `None` until the first answer.
     epoch: Option<Instant>,
@@ -269,7 +271,6 @@ impl LearnedLimit {
             rng,
             phase: Phase::SlowStart,
             probe: None,
-            probes: 0,
             epoch: None,
             window_start: now,
             window: Window::default(),
@@ -364,7 +365,11 @@ impl LearnedLimit {
             SampleKind::Timeout => self.window.timeouts += 1,
             SampleKind::NodeFailure => self.window.failures += 1,
         }
-        let needed = (2 * self.limit()).clamp(MIN_WINDOW_SAMPLES, MAX_WINDOW_SAMPLES);
+        // A probe's window is half as long: it costs latency while it runs.
+        let needed = match self.probe {
+            Some(_) => (2 * self.limit()).clamp(MIN_WINDOW_SAMPLES / 2, MAX_WINDOW_SAMPLES / 2),
+            None => (2 * self.limit()).clamp(MIN_WINDOW_SAMPLES, MAX_WINDOW_SAMPLES),
+        };
         let long = now.saturating_duration_since(self.window_start) >= MAX_WINDOW;
         if self.window.outcomes() < needed && !(long && self.window.outcomes() >= 4) {
             return None;
@@ -465,7 +470,7 @@ impl LearnedLimit {
         fresh.merge(&w.latencies);
         let changed = self
             .expected(level)
-            .filter(|(old, rel)| old.differs(&fresh, 4.0, *rel))
+            .filter(|(old, rel)| old.differs(&fresh, 3.0, *rel, self.levels.cv2()))
             .map(|(old, _)| old);
         if let Some(old) = changed {
             // The backend changed: what was known is stale, this level's
@@ -537,13 +542,12 @@ impl LearnedLimit {
             && next == self.limit
             && now >= self.next_probe
         {
-            // A refresh probe: a step above or below, in turn.
+            // A refresh probe: one window a step above. Never below: a
+            // step below idles a worker when the limit is at the knee, and
+            // a backend that lost workers shows it at the limit itself.
             self.next_probe = self.draw_probe_time(now);
-            let s = step(self.limit);
-            self.probes = self.probes.wrapping_add(1);
-            let up = self.probes % 3 != 0 || self.limit <= self.config.min;
-            let at = if up { self.limit + s } else { self.limit - s };
             self.phase = Phase::Probe;
+            let at = self.limit + step(self.limit).max(2);
             self.set_level(self.limit, Some(at), now);
             return;
         }

@@ -14,12 +14,14 @@
 //! - **Queue**: a waiting task is shed once `now + latency > due`: it can no
 //!   longer be served in time, and sending it would spend a backend's time
 //!   on an answer nobody waits for.
-//! - **Order**: oldest first, until the queue has stood (not once empty)
-//!   for as long as the tasks have from submission to due: then every task
-//!   served oldest first would wait about all of its time, and the newest
-//!   are served first instead (Fail at Scale's adaptive LIFO, with the
-//!   user's own time as the interval). A burst shorter than that is served
-//!   in order, so its tail keeps the time to be served after it.
+//! - **Order**: oldest first, unless the queue has stood (not once empty)
+//!   for twice as long as the tasks have from submission to due and still grows
+//!   (more came than went in the last 25 ms): then every task served
+//!   oldest first would wait about all of its time, and the newest are
+//!   served first instead (Fail at Scale's adaptive LIFO, with the user's
+//!   own time as the interval). Oldest first is what serves the most tasks
+//!   in time when all have the same time (the newest only serves them
+//!   sooner), so a queue that drains, after a burst, drains in order.
 //!
 //! The rate counts only the time the queue had tasks waiting: when it was
 //! empty, sends followed arrivals and say nothing of what the backends can
@@ -33,8 +35,17 @@ use crate::algo::time;
 
 /// The send rate is an average over periods of at least this much backlog.
 const PERIOD: Duration = Duration::from_millis(100);
+/// Whether the queue grows is judged over periods this long (short: a
+/// queue that starts to drain is served in order at once).
+const GROWTH_PERIOD: Duration = Duration::from_millis(25);
 /// Weight of the newest period in the rate.
 const GAIN: f64 = 0.3;
+/// A queue is standing (served newest first while it grows) once it has not
+/// been empty for this many times the tasks' time from submission to due.
+/// One would turn a burst of that length newest first, which leaves its
+/// oldest tasks to be shed and the queue too young to serve in the lull
+/// after it; two keep bursts of up to twice the deadline in order.
+const STANDING_WINDOWS: u32 = 2;
 /// Newest-first lasts at least this long after the last shed.
 const MIN_HOLD: Duration = Duration::from_millis(50);
 
@@ -54,6 +65,12 @@ pub struct DeadlineControl {
     standing_since: Option<Instant>,
     /// The time the latest task with a due time had, from submission to due.
     window: Option<Duration>,
+    /// Arrivals and sends of the current 25 ms, and since when.
+    arrivals: u64,
+    period_sends: u64,
+    period_start: Option<Instant>,
+    /// More came than went in the last whole 25 ms.
+    growing: bool,
 }
 
 impl DeadlineControl {
@@ -67,6 +84,14 @@ impl DeadlineControl {
             }
         }
         self.last = Some((now, waiting));
+        self.period_sends += sent;
+        let start = *self.period_start.get_or_insert(now);
+        if now.saturating_duration_since(start) >= GROWTH_PERIOD {
+            self.growing = self.arrivals > self.period_sends;
+            self.arrivals = 0;
+            self.period_sends = 0;
+            self.period_start = Some(now);
+        }
         match (waiting, self.standing_since) {
             (true, None) => self.standing_since = Some(now),
             (false, _) => self.standing_since = None,
@@ -80,18 +105,27 @@ impl DeadlineControl {
         }
     }
 
+    /// A task came in (to the queue or refused).
+    pub fn on_arrival(&mut self) {
+        self.arrivals += 1;
+    }
+
     /// A task due `window` after its submission came in.
     pub fn on_due(&mut self, window: Duration) {
         self.window = Some(window);
     }
 
-    /// Whether to serve the newest first: the queue has stood at least as
-    /// long as the latest task's time from submission to due.
+    /// Whether to serve the newest first: the queue has stood at least
+    /// twice as long as the latest task's time from submission to due, and
+    /// grows.
     pub fn lifo(&self, now: Instant) -> bool {
-        match (self.standing_since, self.window) {
-            (Some(since), Some(w)) => now.saturating_duration_since(since) >= w,
-            _ => false,
-        }
+        self.growing
+            && match (self.standing_since, self.window) {
+                (Some(since), Some(w)) => {
+                    now.saturating_duration_since(since) >= w.saturating_mul(STANDING_WINDOWS)
+                }
+                _ => false,
+            }
     }
 
     /// Tasks sent per second while tasks waited, if measured yet.
@@ -193,21 +227,39 @@ mod tests {
     }
 
     #[test]
-    fn newest_first_once_the_queue_stood_as_long_as_tasks_have() {
+    fn newest_first_once_the_queue_stood_twice_as_long_as_tasks_have() {
         let t0 = Instant::now();
         let mut c = DeadlineControl::default();
-        c.on_turn(0, true, t0);
-        assert!(!c.lifo(t0 + MS * 500), "no task with a due time seen");
-        c.on_due(MS * 250);
-        c.on_turn(1, true, t0 + MS * 249);
+        // Two arrivals for each send, every 10 ms.
+        let mut turn = |c: &mut DeadlineControl, ms: u32, waiting: bool, arrivals: u64| {
+            for _ in 0..arrivals {
+                c.on_arrival();
+            }
+            c.on_turn(1, waiting, t0 + MS * ms);
+        };
+        turn(&mut c, 0, true, 2);
+        for ms in (10..=240).step_by(10) {
+            turn(&mut c, ms, true, 2);
+        }
+        assert!(!c.lifo(t0 + MS * 240), "no task with a due time seen");
+        c.on_due(MS * 125);
+        turn(&mut c, 249, true, 2);
         assert!(!c.lifo(t0 + MS * 249));
         assert!(c.lifo(t0 + MS * 250));
-        // Empty once: oldest first again, and the count starts anew.
-        c.on_turn(1, false, t0 + MS * 300);
-        assert!(!c.lifo(t0 + MS * 300));
-        c.on_turn(1, true, t0 + MS * 310);
-        assert!(!c.lifo(t0 + MS * 559));
-        assert!(c.lifo(t0 + MS * 560));
+        // Arrivals stop: the queue drains, oldest first, once a whole
+        // period has shown it.
+        for ms in (260..=460).step_by(10) {
+            turn(&mut c, ms, true, 0);
+        }
+        assert!(!c.lifo(t0 + MS * 460));
+        // Empty once: the count starts anew.
+        turn(&mut c, 470, false, 2);
+        for ms in (480..=700).step_by(10) {
+            turn(&mut c, ms, true, 2);
+        }
+        turn(&mut c, 720, true, 2);
+        assert!(!c.lifo(t0 + MS * 729));
+        assert!(c.lifo(t0 + MS * 730));
     }
 
     #[test]

@@ -98,14 +98,26 @@ impl Acc {
         self.var() / (self.n * self.mean * self.mean)
     }
 
+    /// The squared coefficient of variation (variance over the squared
+    /// mean, with the floor of [`var`](Self::var)).
+    pub fn cv2(&self) -> f64 {
+        if self.mean <= 0.0 {
+            return 0.0;
+        }
+        self.var() / (self.mean * self.mean)
+    }
+
     /// Whether `other`'s mean differs from this one's by more than `z`
-    /// standard errors and by more than `rel` of this one.
-    pub fn differs(&self, other: &Acc, z: f64, rel: f64) -> bool {
+    /// standard errors and by more than `rel` of this one. The spread is
+    /// the larger of the two's and `cv2`: a few samples of a skewed service
+    /// time (one slow answer in ten) most often show too small a variance.
+    pub fn differs(&self, other: &Acc, z: f64, rel: f64, cv2: f64) -> bool {
         if self.n < 2.0 || other.n < 2.0 || self.mean <= 0.0 || other.mean <= 0.0 {
             return false;
         }
+        let cv2 = cv2.max(self.cv2()).max(other.cv2());
         let d = (other.mean / self.mean).ln();
-        d.abs() > rel.ln_1p() && d.abs() > z * (self.var_ln() + other.var_ln()).sqrt()
+        d.abs() > rel.ln_1p() && d.abs() > z * (cv2 * (1.0 / self.n + 1.0 / other.n)).sqrt()
     }
 }
 
@@ -183,10 +195,28 @@ impl Levels {
     }
 
     /// Fits the knee; `None` with fewer than two levels known.
+    /// The squared coefficient of variation of all the levels' samples
+    /// together (0 with none): a level's own, from few samples, is often
+    /// too small for a skewed service time.
+    pub fn cv2(&self) -> f64 {
+        let (mut n, mut sum) = (0.0, 0.0);
+        for (_, a) in self.known() {
+            n += a.n;
+            sum += a.n * a.cv2();
+        }
+        if n > 0.0 {
+            sum / n
+        } else {
+            0.0
+        }
+    }
+
+    /// Fits the knee; `None` with fewer than two levels known.
     pub fn fit(&self) -> Option<Knee> {
+        let pooled = self.cv2();
         let pts: Vec<(f64, f64, f64)> = self
             .known()
-            .map(|(l, a)| (f64::from(l), a.mean.ln(), 1.0 / a.var_ln()))
+            .map(|(l, a)| (f64::from(l), a.mean.ln(), a.n / a.cv2().max(pooled)))
             .collect();
         if pts.len() < 2 {
             return None;
@@ -327,13 +357,18 @@ mod tests {
     #[test]
     fn differs_needs_both_significance_and_size() {
         let a = acc(0.020, 1.0, 64);
-        assert!(!a.differs(&acc(0.022, 1.0, 64), 3.0, 0.15));
-        assert!(a.differs(&acc(0.040, 1.0, 64), 3.0, 0.15));
+        assert!(!a.differs(&acc(0.022, 1.0, 64), 3.0, 0.15, 0.0));
+        assert!(a.differs(&acc(0.040, 1.0, 64), 3.0, 0.15, 0.0));
         let f = acc(0.020, 0.0, 64);
         assert!(
-            !f.differs(&acc(0.022, 0.0, 64), 3.0, 0.15),
+            !f.differs(&acc(0.022, 0.0, 64), 3.0, 0.15, 0.0),
             "10 % is below 15 %"
         );
+        // Few samples that happen to agree say little of a skewed service:
+        // the spread given (a CV of 3) keeps a doubling within the noise.
+        let few = acc(0.040, 0.0, 8);
+        assert!(f.differs(&few, 3.0, 0.15, 0.0));
+        assert!(!f.differs(&few, 3.0, 0.15, 9.0));
     }
 
     #[test]

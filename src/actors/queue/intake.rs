@@ -45,6 +45,7 @@ impl QueueActor {
         }
         let class = msg.task.job().priority;
         self.classes.seen(class, now);
+        self.due.on_arrival();
         // A full queue with no line of parked tasks makes room for a more
         // important task: the oldest ready task of a lower class goes.
         if !self.has_room() && self.tasks.counts().parked == 0 {
@@ -74,6 +75,12 @@ impl QueueActor {
         if let Some(due) = self.due_of(msg.task.job()).filter(|_| !msg.wait) {
             self.due
                 .on_due(due.saturating_duration_since(msg.task.job().submitted));
+            if !crate::algo::deadline::DeadlineControl::servable(due, self.expected_latency(), now)
+            {
+                // Too late even with nothing ahead: no overload of ours.
+                self.reject_new(msg, Rejection::DeadlinePassed, now);
+                return false;
+            }
             if self.refused_for_time(class, due, now) {
                 self.shed_for_time(now);
                 let reason = self.overloaded(class, Shed::Intake, now);

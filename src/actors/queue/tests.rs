@@ -241,7 +241,7 @@ async fn a_bounced_hedge_then_a_failed_first_attempt_fails_the_task() {
 #[actix_rt::test]
 async fn a_standing_queue_is_shed_without_news_from_the_balancer() {
     tokio::time::pause();
-    let (queue, seen) = start(ONE_NODE);
+    let (queue, seen) = start(ONE_NODE_DELAY);
     // One credit: one task goes out and never answers; the rest stand.
     queue.news(vec![Room::credit(1)]);
     let mut slots: Vec<Slot> = (0..10)
@@ -280,6 +280,12 @@ fn answered(slot: &mut Slot) -> char {
 const ONE_NODE: &str = r#"{"services":[{"name":"svc","timeout":"60s",
             "endpoints":[{"address":"http://127.0.0.1:9/"}]}]}"#;
 
+/// One node, and the delay control (`queue.delay`, off unless given) on
+/// with its defaults.
+const ONE_NODE_DELAY: &str = r#"{"services":[{"name":"svc","timeout":"60s",
+            "queue":{"delay":{}},
+            "endpoints":[{"address":"http://127.0.0.1:9/"}]}]}"#;
+
 /// Overloads the queue: one credit, then `n` default tasks (the first goes
 /// out and is not answered), then 120 ms without a send, past an interval.
 /// The slots, and what each was answered with (see [`answered`]).
@@ -302,7 +308,7 @@ async fn overload(queue: &Queue, n: u64) -> (Vec<Slot>, String) {
 #[actix_rt::test]
 async fn under_overload_new_tasks_are_refused_at_intake_and_critical_go_first() {
     tokio::time::pause();
-    let (queue, seen) = start(ONE_NODE);
+    let (queue, seen) = start(ONE_NODE_DELAY);
     // One sent in the first interval; the standing three are shed once
     // the queue is overloaded.
     let (_first, got) = overload(&queue, 4).await;
@@ -413,7 +419,7 @@ async fn a_full_queue_sheds_the_least_important_for_a_more_important_task() {
 #[actix_rt::test]
 async fn a_critical_task_is_shed_only_past_the_interval_while_sheddable_ones_go() {
     tokio::time::pause();
-    let (queue, _seen) = start(ONE_NODE);
+    let (queue, _seen) = start(ONE_NODE_DELAY);
     let (_d, got) = overload(&queue, 2).await;
     assert_eq!(got, "-O", "overloaded: the standing task is shed");
     let mut c = submit(
@@ -456,7 +462,7 @@ async fn a_critical_task_is_shed_only_past_the_interval_while_sheddable_ones_go(
 #[actix_rt::test]
 async fn a_task_in_a_short_queue_is_shed_only_past_the_interval() {
     tokio::time::pause();
-    let (queue, seen) = start(ONE_NODE);
+    let (queue, seen) = start(ONE_NODE_DELAY);
     let (_d, got) = overload(&queue, 3).await;
     assert_eq!(got, "-OO", "overloaded, one send per interval");
     let mut a = submit(&queue, Task::get("svc", "/a"), 10);

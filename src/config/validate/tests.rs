@@ -222,11 +222,17 @@ fn throttle_is_off_by_default_and_checked_by_field() {
 }
 
 #[test]
-fn queue_delay_control_is_on_by_default_and_checked_by_field() {
+fn queue_delay_control_is_off_unless_given_and_checked_by_field() {
     let cfg =
         Config::from_json(r#"{"services":[{"name":"a","endpoints":[{"address":"http://h/"}]}]}"#)
             .unwrap();
-    let d = cfg.services[0].queue.delay.clone().expect("on by default");
+    let q = &cfg.services[0].queue;
+    assert_eq!((&q.delay, q.deadline, q.slo), (&None, None, None));
+    let on = Config::from_json(
+        r#"{"services":[{"name":"a","queue":{"delay":{}},"endpoints":[{"address":"http://h/"}]}]}"#,
+    )
+    .unwrap();
+    let d = on.services[0].queue.delay.clone().expect("on when given");
     assert_eq!(d, crate::algo::codel::CodelConfig::default());
     let off = Config::from_json(
         r#"{"services":[{"name":"a","queue":{"delay":{"enabled":false}},"endpoints":[{"address":"http://h/"}]}]}"#,
@@ -241,6 +247,28 @@ fn queue_delay_control_is_on_by_default_and_checked_by_field() {
         r#"{"services":[{"name":"a","queue":{"delay":{"max_wait":"0s"}},"endpoints":[{"address":"http://h/"}]}]}"#,
     );
     assert!(e.contains("field `queue.delay.max_wait`"), "{e}");
+    let t = Config::from_json(
+        r#"{"services":[{"name":"a","queue":{"deadline":"250ms","slo":"100ms"},"endpoints":[{"address":"http://h/"}]}]}"#,
+    )
+    .unwrap();
+    let q = &t.services[0].queue;
+    assert_eq!(
+        (q.deadline, q.slo),
+        (
+            Some(std::time::Duration::from_millis(250)),
+            Some(std::time::Duration::from_millis(100))
+        )
+    );
+    for (field, json) in [
+        ("queue.deadline", r#""deadline":"0s""#),
+        ("queue.slo", r#""slo":"0s""#),
+        ("queue.slo", r#""slo":"400days""#),
+    ] {
+        let e = err(&format!(
+            r#"{{"services":[{{"name":"a","queue":{{{json}}},"endpoints":[{{"address":"http://h/"}}]}}]}}"#
+        ));
+        assert!(e.contains(&format!("field `{field}`")), "{e}");
+    }
 }
 
 #[test]
