@@ -22,6 +22,10 @@
 //!   own time as the interval). Oldest first is what serves the most tasks
 //!   in time when all have the same time (the newest only serves them
 //!   sooner), so a queue that drains, after a burst, drains in order.
+//!   A window after newest first began, the queue keeps only what the
+//!   backends take in one attempt's time ([`DeadlineControl::depth`]): a
+//!   task deeper than that would be served only if arrivals paused, late;
+//!   it is shed at once.
 //!
 //! The rate counts only the time the queue had tasks waiting: when it was
 //! empty, sends followed arrivals and say nothing of what the backends can
@@ -36,7 +40,9 @@ use crate::algo::time;
 /// The send rate is an average over periods of at least this much backlog.
 const PERIOD: Duration = Duration::from_millis(100);
 /// Whether the queue grows is judged over periods this long (short: a
-/// queue that starts to drain is served in order at once).
+/// queue that starts to drain is served in order at once; a lull of random
+/// arrivals that turns a standing queue over for a period finds it kept
+/// shallow by [`DeadlineControl::depth`], so no old task is served late).
 const GROWTH_PERIOD: Duration = Duration::from_millis(25);
 /// Weight of the newest period in the rate.
 const GAIN: f64 = 0.3;
@@ -69,7 +75,9 @@ pub struct DeadlineControl {
     arrivals: u64,
     period_sends: u64,
     period_start: Option<Instant>,
-    /// More came than went in the last whole 25 ms.
+    /// Arrivals less sends of the last whole period.
+    net: i64,
+    /// More came than went in the last whole period.
     growing: bool,
 }
 
@@ -87,7 +95,8 @@ impl DeadlineControl {
         self.period_sends += sent;
         let start = *self.period_start.get_or_insert(now);
         if now.saturating_duration_since(start) >= GROWTH_PERIOD {
-            self.growing = self.arrivals > self.period_sends;
+            self.net = self.arrivals as i64 - self.period_sends as i64;
+            self.growing = self.net > 0;
             self.arrivals = 0;
             self.period_sends = 0;
             self.period_start = Some(now);
@@ -119,13 +128,33 @@ impl DeadlineControl {
     /// twice as long as the latest task's time from submission to due, and
     /// grows.
     pub fn lifo(&self, now: Instant) -> bool {
-        self.growing
-            && match (self.standing_since, self.window) {
-                (Some(since), Some(w)) => {
-                    now.saturating_duration_since(since) >= w.saturating_mul(STANDING_WINDOWS)
-                }
-                _ => false,
+        self.growing && self.stood(now, STANDING_WINDOWS)
+    }
+
+    /// Whether the queue has stood for `windows` times the tasks' time.
+    fn stood(&self, now: Instant, windows: u32) -> bool {
+        match (self.standing_since, self.window) {
+            (Some(since), Some(w)) => {
+                now.saturating_duration_since(since) >= w.saturating_mul(windows)
             }
+            _ => false,
+        }
+    }
+
+    /// While the newest are served first, how many tasks the queue keeps:
+    /// what the backends take in one attempt's time (`latency`) at the
+    /// measured rate, at least one. A task deeper than that is served only
+    /// when arrivals pause, and by then it is late: it is better refused
+    /// now, while its caller can still act on it. `None` when serving in
+    /// order (every task the queue holds may still be served in time).
+    pub fn depth(&self, latency: Duration, now: Instant) -> Option<usize> {
+        // One window after newest first began: a burst that just reached
+        // the standing length keeps its backlog for the lull after it.
+        if !self.growing || !self.stood(now, STANDING_WINDOWS + 1) {
+            return None;
+        }
+        let rate = self.rate.unwrap_or(0.0);
+        Some(((rate * latency.as_secs_f64()).ceil() as usize).max(1))
     }
 
     /// Tasks sent per second while tasks waited, if measured yet.
@@ -259,7 +288,20 @@ mod tests {
         }
         turn(&mut c, 720, true, 2);
         assert!(!c.lifo(t0 + MS * 729));
+        assert_eq!(c.depth(MS * 20, t0 + MS * 729), None);
         assert!(c.lifo(t0 + MS * 730));
+        // The depth one window later: about one send per 10 ms (100/s, the
+        // lull counted); one attempt of 20 ms: a depth of 2.
+        assert_eq!(c.depth(MS * 20, t0 + MS * 730), None);
+        assert!((c.rate().unwrap() - 100.0).abs() < 5.0, "{:?}", c.rate());
+        assert_eq!(c.depth(MS * 20, t0 + MS * 855), Some(2));
+        assert_eq!(c.depth(MS, t0 + MS * 855), Some(1));
+        // A period without arrivals: in order again, no depth.
+        for ms in (860..=890).step_by(10) {
+            turn(&mut c, ms, true, 0);
+        }
+        assert!(!c.lifo(t0 + MS * 890));
+        assert_eq!(c.depth(MS * 20, t0 + MS * 890), None);
     }
 
     #[test]

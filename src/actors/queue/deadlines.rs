@@ -102,6 +102,21 @@ impl QueueActor {
                 self.drop_late(no, now, ctx);
             }
         }
+        if let Some(depth) = self.due.depth(self.expected_latency(), now) {
+            // Newest first: the deep end of the queue would be served late.
+            'shed: for class in Priority::ALL.into_iter().rev() {
+                while self.tasks.counts().ready > depth {
+                    let Some(no) = self.tasks.oldest_ready_in(class) else {
+                        continue 'shed;
+                    };
+                    if self.tasks.get(&no).is_some_and(|p| p.patient) {
+                        continue 'shed;
+                    }
+                    self.tasks.take_oldest_ready_in(class);
+                    self.drop_late(no, now, ctx);
+                }
+            }
+        }
         let waiting = self.tasks.counts().ready > 0;
         self.due.on_turn(sent, waiting, now);
         if self.due_overloaded && !self.due_overloaded(now) {
