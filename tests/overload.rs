@@ -302,7 +302,7 @@ async fn critical_tasks_are_served_while_the_sheddable_majority_is_shed() {
         critical_ok >= 70,
         "{critical_ok} of 75 critical tasks succeeded"
     );
-    let shed = d.stats().await.services[0].queue.shed_by_class.clone();
+    let shed = d.stats().await.services[0].queue.shed_by_class;
     assert!(shed.sheddable > 150, "{shed:?}");
     let served: u64 = bs.iter().map(Capped::served).sum();
     assert!(served >= 120, "the backends kept serving: {served}");

@@ -24,6 +24,8 @@ pub(crate) struct LatencyWindow {
     next: usize,
     since_sort: usize,
     sorted: Vec<Duration>,
+    /// The sum of `samples`.
+    sum: Duration,
 }
 
 impl LatencyWindow {
@@ -33,6 +35,7 @@ impl LatencyWindow {
             next: 0,
             since_sort: 0,
             sorted: Vec::new(),
+            sum: Duration::ZERO,
         }
     }
 
@@ -41,15 +44,25 @@ impl LatencyWindow {
         if self.samples.len() < cap {
             self.samples.push(d);
         } else {
+            self.sum = self.sum.saturating_sub(self.samples[self.next]);
             self.samples[self.next] = d;
             self.next = (self.next + 1) % cap;
         }
+        self.sum = self.sum.saturating_add(d);
         self.since_sort += 1;
         if self.since_sort >= (cap / 16).max(1) || self.sorted.len() < 16 {
             self.sorted.clone_from(&self.samples);
             self.sorted.sort_unstable();
             self.since_sort = 0;
         }
+    }
+
+    /// The mean latency, once at least 16 samples are in.
+    pub fn mean(&self) -> Option<Duration> {
+        let n = u32::try_from(self.samples.len())
+            .ok()
+            .filter(|&n| n >= 16)?;
+        Some(self.sum / n)
     }
 
     /// Latency at percentile `p` (0..100), once at least 16 samples are in.
@@ -77,6 +90,8 @@ mod tests {
             w.record(Duration::from_millis(i));
         }
         assert_eq!(w.percentile(0.0), Some(Duration::from_millis(0)));
+        // 0..=63 ms: a mean of 31.5 ms; then 64 more of 100 ms replace them.
+        assert_eq!(w.mean(), Some(Duration::from_micros(31_500)));
         assert_eq!(w.percentile(100.0), Some(Duration::from_millis(63)));
         let p50 = w.percentile(50.0).unwrap();
         assert!(p50 >= Duration::from_millis(31) && p50 <= Duration::from_millis(32));

@@ -260,7 +260,7 @@ mod tests {
         let t0 = Instant::now();
         let mut c = DeadlineControl::default();
         // Two arrivals for each send, every 10 ms.
-        let mut turn = |c: &mut DeadlineControl, ms: u32, waiting: bool, arrivals: u64| {
+        let turn = |c: &mut DeadlineControl, ms: u32, waiting: bool, arrivals: u64| {
             for _ in 0..arrivals {
                 c.on_arrival();
             }

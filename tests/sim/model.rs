@@ -104,8 +104,7 @@ impl BackendSpec {
     pub fn workers_at(&self, t: Duration) -> u32 {
         self.changes
             .iter()
-            .filter(|(at, _)| *at <= t)
-            .last()
+            .rfind(|(at, _)| *at <= t)
             .map_or(self.workers, |(_, w)| *w)
     }
 

@@ -15,10 +15,12 @@ impl QueueActor {
             .or_else(|| self.cfg.queue.slo.map(|s| time::add(job.submitted, s)))
     }
 
-    /// What an attempt is expected to take: the median of recent successes
-    /// (zero before any).
+    /// What an attempt is expected to take: the mean of recent successes
+    /// (zero before 16). The mean, as HAProxy's `timeout queue` is set from
+    /// it: a skewed service's median would send tasks whose slow answers
+    /// come too late, and a high percentile would refuse most of what fits.
     pub(super) fn expected_latency(&self) -> Duration {
-        self.latencies.percentile(50.0).unwrap_or(Duration::ZERO)
+        self.latencies.mean().unwrap_or(Duration::ZERO)
     }
 
     /// How long serving newest first lasts after the last shed for time.
