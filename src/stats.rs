@@ -100,12 +100,14 @@ pub struct QueueStats {
     pub fallbacks: u64,
     /// Hedged attempts sent.
     pub hedged: u64,
-    /// Tasks shed `Overloaded`: refused at intake while overloaded, shed
-    /// after waiting past the delay control's target, or displaced from a
-    /// full queue by a more important task.
+    /// Tasks shed `Overloaded`: refused at intake or shed from the queue
+    /// once their due time was out of reach (or past `queue.delay`'s bound),
+    /// or displaced from a full queue by a more important task.
     pub shed: u64,
     /// `shed` by the tasks' priority class.
     pub shed_by_class: ByPriority,
+    /// Ready tasks waiting to be sent now, by priority class.
+    pub ready_by_class: ByPriority,
     /// Of `shed`, those refused at intake (answered at once, without
     /// waiting in the queue).
     pub shed_at_intake: u64,

@@ -90,10 +90,11 @@ impl Gateway {
 
 /// Three nodes (the third's breaker opens after 3 failures and stays open
 /// a minute), a few slots each so tasks queue, two retries; with `creds`,
-/// a second service whose one endpoint's address holds a password.
+/// a second service whose one endpoint has a secret header (an address
+/// with `user:password@` is refused at load).
 fn three_nodes(b: &[Backend], creds: bool) -> Config {
     let creds = if creds {
-        r#",{"name":"creds","endpoints":[{"address":"http://user:s3cret@127.0.0.1:1/"}]}"#
+        r#",{"name":"creds","endpoints":[{"address":"http://127.0.0.1:1/","headers":{"authorization":"Bearer s3cret"}}]}"#
     } else {
         ""
     };
@@ -274,6 +275,7 @@ async fn status_json_holds_to_its_schema() {
                 ("shed", U),
                 ("shed_at_intake", U),
                 ("shed_by_class", Obj),
+                ("ready_by_class", Obj),
                 ("retried", U),
                 ("hedged", U),
                 ("cancelled", U),
@@ -289,11 +291,13 @@ async fn status_json_holds_to_its_schema() {
             ],
             "service",
         );
-        check(
-            &s["shed_by_class"],
-            &[("critical", U), ("default", U), ("sheddable", U)],
-            "shed_by_class",
-        );
+        for by_class in ["shed_by_class", "ready_by_class"] {
+            check(
+                &s[by_class],
+                &[("critical", U), ("default", U), ("sheddable", U)],
+                by_class,
+            );
+        }
         for n in s["nodes"].as_array().unwrap() {
             check(
                 n,

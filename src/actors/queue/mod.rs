@@ -295,6 +295,9 @@ impl QueueActor {
             hedged: self.counters.hedged,
             shed: self.counters.shed,
             shed_by_class: crate::stats::ByPriority::from_array(self.counters.shed_by_class),
+            ready_by_class: crate::stats::ByPriority::from_array(
+                self.tasks.counts().ready_in.map(|n| n as u64),
+            ),
             shed_at_intake: self.counters.shed_at_intake,
             cancelled: self.counters.cancelled,
             overloaded: self.delay.as_ref().is_some_and(|d| d.congested().is_some())
