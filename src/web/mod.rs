@@ -182,6 +182,9 @@ pub enum StreamWhen {
     Never,
 }
 
+/// A forwarded task's deadline when [`ForwardConfig::deadline`] is not set.
+const DEFAULT_DEADLINE: Duration = Duration::from_secs(15);
+
 /// The methods a route forwards when [`ForwardConfig::allowed_methods`] is
 /// not set, as an `Allow` field lists them: every method but `TRACE` (a
 /// backend that echoes it sends the configured credentials back to the
@@ -190,8 +193,11 @@ pub enum StreamWhen {
 const DEFAULT_ALLOW: &str = "GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH";
 
 impl Default for ForwardConfig {
-    /// Bodies up to 2 MiB (the engine's default response limit), no
-    /// deadline (each attempt is bounded by the service's timeout),
+    /// Bodies up to 2 MiB (the engine's default response limit), a
+    /// deadline of 15 s for each request (Envoy's default route timeout:
+    /// a client of an online service has a time it waits, so a request
+    /// that cannot be served within it is refused at once, 503, rather
+    /// than queued; [`ForwardConfig::without_deadline`] turns it off),
     /// `QueueFull` → 503 with `Retry-After: 1`, `RateLimited` → 429;
     /// request headers up to 100 fields, 8 KiB a field and 32 KiB in all
     /// (nginx's and Envoy's limits; see [`ForwardConfig::max_header_bytes`]);
@@ -209,7 +215,7 @@ impl ForwardConfig {
     /// an app without a `ForwardConfig` borrows it instead of making one.
     const DEFAULT: ForwardConfig = ForwardConfig {
         max_body: 2 * 1024 * 1024,
-        deadline: None,
+        deadline: Some(DEFAULT_DEADLINE),
         queue_full_status: StatusCode::SERVICE_UNAVAILABLE,
         rate_limited_status: StatusCode::TOO_MANY_REQUESTS,
         queue_full_retry_after: Duration::from_secs(1),
@@ -229,9 +235,20 @@ impl ForwardConfig {
     }
 
     /// Deadline of each forwarded task, from when the request arrives
-    /// (all attempts together; past it the client gets a 504).
+    /// (all attempts together; past it the client gets a 504; default
+    /// 15 s). A request that cannot be served within it is refused at once
+    /// (503 with `Retry-After`) or shed from the queue (see the README's
+    /// Overload section).
     pub fn deadline(mut self, within: Duration) -> Self {
         self.deadline = Some(within);
+        self
+    }
+
+    /// No deadline: a forwarded task waits until it is served, bounded
+    /// only by the queue's capacity (and each attempt by the service's
+    /// timeout), as a task submitted without one does.
+    pub fn without_deadline(mut self) -> Self {
+        self.deadline = None;
         self
     }
 
@@ -417,6 +434,17 @@ fn dispatcher_of(req: &HttpRequest) -> Option<Dispatcher> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_forwarded_task_is_due_in_15_s_unless_set() {
+        assert_eq!(
+            ForwardConfig::default().deadline,
+            Some(Duration::from_secs(15))
+        );
+        let d = ForwardConfig::default().deadline(Duration::from_millis(250));
+        assert_eq!(d.deadline, Some(Duration::from_millis(250)));
+        assert_eq!(ForwardConfig::default().without_deadline().deadline, None);
+    }
 
     #[test]
     fn trace_and_connect_are_refused_unless_listed() {
