@@ -524,3 +524,33 @@ async fn leases_with_the_same_affinity_key_get_the_same_endpoint() {
     assert!(used.len() > 1, "keys spread over the nodes: {used:?}");
     d.shutdown(Duration::from_secs(1)).await;
 }
+
+/// The defaults shed nothing by a time nobody stated: a lease (no
+/// deadline) that waits for the slot another lease holds gets it when
+/// that one is returned, however long that takes.
+#[actix_rt::test]
+async fn a_lease_without_a_deadline_waits_for_the_slot() {
+    init_logs();
+    let (_b, d) = one_node(1, "");
+    let held = d.lease("svc", LeaseOptions::new()).await.unwrap();
+    let waiting = actix_rt::spawn({
+        let d = d.clone();
+        async move {
+            d.lease("svc", LeaseOptions::new())
+                .await
+                .map(|l| l.address().to_owned())
+        }
+    });
+    // Well past the old delay control's 100 ms interval.
+    actix_rt::time::sleep(Duration::from_millis(400)).await;
+    assert!(!waiting.is_finished(), "it waits in the queue");
+    drop(held);
+    let got = actix_rt::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("answered once the slot is free")
+        .unwrap();
+    assert!(got.is_ok(), "{got:?}");
+    let s = stats_until(&d, |s| in_flight(s) == 0).await;
+    assert_eq!((s.leases.granted, s.queue.shed), (2, 0));
+    d.shutdown(Duration::from_secs(1)).await;
+}
