@@ -7,7 +7,9 @@
 //! Scenarios: `overhead`, `throughput`, `nginx`, `peers`, `slow-node`, `memory`, `soak`, `all`
 //! (every one of those), `overload` (open loop past the capacity of
 //! fixed-capacity backends: goodput, against tower and HAProxy), `gateway`
-//! (the `web` gateway against nginx under wrk; needs `--features web`), and `micro`
+//! (the `web` gateway against nginx under wrk; needs `--features web`), `sim`
+//! (the overload scenario matrix in the deterministic simulator of
+//! `tests/sim`, beside its oracle: `sim.md`), and `micro`
 //! (turns the criterion estimates of
 //! `cargo bench --features internals --bench algo` into a table). `--smoke`
 //! shrinks everything to a few hundred tasks and a second or two. Results go
@@ -46,6 +48,12 @@ mod overload;
 mod peers;
 #[path = "loadbench/report.rs"]
 mod report;
+// The deterministic simulator of the tests, shared with `sim` below.
+#[path = "../tests/sim/mod.rs"]
+#[allow(clippy::double_ended_iterator_last)]
+mod sim;
+#[path = "loadbench/sim.rs"]
+mod simulate;
 #[path = "loadbench/slow_node.rs"]
 mod slow_node;
 #[path = "loadbench/soak.rs"]
@@ -80,6 +88,8 @@ pub enum Scenario {
     Gateway,
     /// Open loop at 0.5x to 4x the capacity of fixed-capacity backends: goodput, vs tower and HAProxy.
     Overload,
+    /// The overload scenario matrix in the deterministic simulator (paused clock), beside its oracle.
+    Sim,
     /// A service limit shared through Redis (lease, exact) against a local one (feature `redis`).
     Cluster,
     /// Tabulates the criterion results of `cargo bench --features internals --bench algo` against the targets.
@@ -111,6 +121,7 @@ impl Scenario {
             Scenario::Soak => "soak",
             Scenario::All => "all",
             Scenario::Overload => "overload",
+            Scenario::Sim => "sim",
             Scenario::Gateway => "gateway",
             Scenario::GatewayServe => "gateway-serve",
             Scenario::Cluster => "cluster",
@@ -203,6 +214,10 @@ pub struct Cli {
     /// (0.4x critical + 1.6x sheddable); default 0.5,1,2,4,mixed,0.5.
     #[arg(long)]
     pub levels: Option<String>,
+
+    /// (sim) seeds per scenario (default 3; 1 with --smoke).
+    #[arg(long)]
+    pub seeds: Option<u64>,
 
     /// (overload) the SLO: a success counts as goodput within this many ms.
     #[arg(long, default_value_t = 250)]
@@ -301,6 +316,7 @@ async fn run(cli: Cli) -> i32 {
             Scenario::Soak => soak::run(&cli).await,
             Scenario::Micro => micro::run(&cli),
             Scenario::Overload => overload::run(&cli).await,
+            Scenario::Sim => simulate::run(&cli),
             Scenario::Gateway => gateway::run(&cli).await,
             Scenario::Cluster => cluster::run(&cli).await,
             Scenario::All
@@ -313,7 +329,12 @@ async fn run(cli: Cli) -> i32 {
         };
         match result {
             Ok(rep) => {
-                if let Err(e) = report::save(&out, &rep) {
+                let saved = report::save(&out, &rep).and_then(|()| match s {
+                    // Their tables are read on their own too.
+                    Scenario::Sim | Scenario::Overload => report::save_markdown(&out, &rep),
+                    _ => Ok(()),
+                });
+                if let Err(e) = saved {
                     eprintln!("{}: cannot write results: {e}", s.name());
                     failed.push(s.name());
                 }
