@@ -62,6 +62,8 @@ mod soak;
 mod throughput;
 #[path = "loadbench/tower_peer.rs"]
 mod tower_peer;
+#[path = "loadbench/workloads.rs"]
+mod workloads;
 
 use clap::{Parser, ValueEnum};
 
@@ -211,13 +213,19 @@ pub struct Cli {
     pub gateway_workers: usize,
 
     /// (overload) load levels in order, multiples of capacity or `mixed`
-    /// (0.4x critical + 1.6x sheddable); default 0.5,1,2,4,mixed,0.5.
+    /// (0.4x critical + 1.6x sheddable); default 0.5,1,2,4,mixed,0.5; `none`
+    /// runs only the workloads.
     #[arg(long)]
     pub levels: Option<String>,
 
     /// (sim) seeds per scenario (default 3; 1 with --smoke).
     #[arg(long)]
     pub seeds: Option<u64>,
+
+    /// (overload) the workloads with deadlines to run after the levels: exp, bimodal, sizes,
+    /// change, bursts (comma separated), or none; default all.
+    #[arg(long)]
+    pub workloads: Option<String>,
 
     /// (overload) the SLO: a success counts as goodput within this many ms.
     #[arg(long, default_value_t = 250)]
@@ -247,9 +255,17 @@ pub struct Cli {
     /// (backend) `server:ms:from_ms:to_ms`: server is that slow during [from, to) after `start`.
     #[arg(long, hide = true)]
     pub slow: Vec<String>,
-    /// (backend) requests each server serves at once, the rest wait inside it (0: no limit).
-    #[arg(long, hide = true, default_value_t = 0)]
-    pub capacity: usize,
+    /// (backend) requests each server serves at once, the rest wait inside it (0: no limit),
+    /// comma separated (the last repeats).
+    #[arg(long, hide = true, default_value = "0")]
+    pub capacity: String,
+    /// (backend) service-time distribution around the latency: fixed, exp or bimodal, comma
+    /// separated (the last repeats).
+    #[arg(long, hide = true, default_value = "fixed")]
+    pub service: String,
+    /// (backend) seed of the service-time draws.
+    #[arg(long, hide = true, default_value_t = 1)]
+    pub service_seed: u64,
     /// (gateway-serve) the backends' URLs, comma separated.
     #[arg(long, hide = true, default_value = "")]
     pub upstreams: String,
