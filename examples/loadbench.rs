@@ -6,7 +6,9 @@
 //!
 //! Scenarios: `overhead`, `throughput`, `nginx`, `peers`, `slow-node`, `memory`, `soak`, `all`
 //! (every one of those), `overload` (open loop past the capacity of
-//! fixed-capacity backends: goodput, against tower and HAProxy), `gateway`
+//! fixed-capacity backends: goodput, against tower and HAProxy; then
+//! workloads with deadlines: noisy service times, servers of different
+//! sizes, a capacity change, bursts), `gateway`
 //! (the `web` gateway against nginx under wrk; needs `--features web`), `sim`
 //! (the overload scenario matrix in the deterministic simulator of
 //! `tests/sim`, beside its oracle: `sim.md`), and `micro`
@@ -88,7 +90,8 @@ pub enum Scenario {
     All,
     /// The `web` gateway against nginx as reverse proxies, loaded by wrk (needs `--features web`).
     Gateway,
-    /// Open loop at 0.5x to 4x the capacity of fixed-capacity backends: goodput, vs tower and HAProxy.
+    /// Open loop at 0.5x to 4x the capacity of fixed-capacity backends, then noisy, mixed-size,
+    /// changing and bursty workloads with deadlines: goodput, vs tower and HAProxy.
     Overload,
     /// The overload scenario matrix in the deterministic simulator (paused clock), beside its oracle.
     Sim,

@@ -289,7 +289,13 @@ pub fn serve(cli: &Cli) -> Result<(), String> {
         .map(Service::parse)
         .collect::<Result<Vec<_>, _>>()?;
     let service: Vec<Service> = (0..n)
-        .map(|i| service.get(i).or(service.last()).copied().unwrap_or(Service::Fixed))
+        .map(|i| {
+            service
+                .get(i)
+                .or(service.last())
+                .copied()
+                .unwrap_or(Service::Fixed)
+        })
         .collect();
     let slow = cli
         .slow
@@ -308,7 +314,11 @@ pub fn serve(cli: &Cli) -> Result<(), String> {
         latency_us,
         service,
         rngs: (0..n)
-            .map(|i| Mutex::new(SmallRng::seed_from_u64(cli.service_seed ^ (0x9E37 * (i as u64 + 1)))))
+            .map(|i| {
+                Mutex::new(SmallRng::seed_from_u64(
+                    cli.service_seed ^ (0x9E37 * (i as u64 + 1)),
+                ))
+            })
             .collect(),
         slow,
         base: Instant::now(),

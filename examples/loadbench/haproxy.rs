@@ -117,7 +117,12 @@ fn overload_config(
     let queue_ms = queue.as_millis().max(1);
     let mut servers = String::new();
     for (i, p) in ports.iter().enumerate() {
-        let m = maxconn.get(i).or(maxconn.last()).copied().unwrap_or(1).max(1);
+        let m = maxconn
+            .get(i)
+            .or(maxconn.last())
+            .copied()
+            .unwrap_or(1)
+            .max(1);
         let _ = writeln!(servers, "    server s{i} 127.0.0.1:{p} maxconn {m}");
     }
     format!(

@@ -27,6 +27,12 @@
 //!
 //! The class of a task is the bench's own label; [`with_priority`] is the
 //! one place where the engine is told it.
+//!
+//! After the levels come the workloads with deadlines (`workloads.rs`):
+//! noisy service times, servers of different sizes, a capacity change and
+//! bursts, each on backends of its own, the engine with `"auto"` and a
+//! 250 ms deadline per task beside HAProxy and tower. `--levels none` or
+//! `--workloads none` skips either part.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -704,8 +710,8 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
             // Connections opened before the first level: a few rounds of one
             // request per worker.
             for round in 0..3 {
-                let batch =
-                    (0..BACKENDS * WORKERS).map(|i| who.send(round * 100 + i, Class::Default, None));
+                let batch = (0..BACKENDS * WORKERS)
+                    .map(|i| who.send(round * 100 + i, Class::Default, None));
                 let _ = actix_rt::time::timeout(p.patience, futures::future::join_all(batch)).await;
             }
             for level in &levels {
@@ -756,8 +762,7 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
         patience: p.patience,
         drain: Duration::from_millis(if cli.smoke { 100 } else { 1000 }),
     };
-    let worked =
-        crate::workloads::run(cli, &workload_list, &knobs, &haproxy_bin).await?;
+    let worked = crate::workloads::run(cli, &workload_list, &knobs, &haproxy_bin).await?;
 
     rep.body = if results.is_empty() {
         String::new()

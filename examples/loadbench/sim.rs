@@ -67,9 +67,9 @@ pub fn run(cli: &Cli) -> Result<Report, String> {
     let jobs: Vec<(Scenario, Option<f64>, Limit, u64)> = list
         .iter()
         .flat_map(|(s, change)| {
-            limits.iter().flat_map(move |&l| {
-                (1..=seeds).map(move |seed| (s.clone(), *change, l, seed))
-            })
+            limits
+                .iter()
+                .flat_map(move |&l| (1..=seeds).map(move |seed| (s.clone(), *change, l, seed)))
         })
         .collect();
     let total = jobs.len();
@@ -266,8 +266,10 @@ fn summarize(ran: &[Ran], limits: &[Limit]) -> Vec<Class> {
             }
             let ratios: Vec<f64> = rows.iter().map(|r| r.goodput_ratio()).collect();
             let settles = |pick: fn(&Settle) -> Option<Duration>| {
-                let v: Vec<Option<Duration>> =
-                    rows.iter().filter_map(|r| r.settle.as_ref().map(pick)).collect();
+                let v: Vec<Option<Duration>> = rows
+                    .iter()
+                    .filter_map(|r| r.settle.as_ref().map(pick))
+                    .collect();
                 (!v.is_empty()).then(|| worst_settle(&v))
             };
             out.push(Class {
@@ -430,17 +432,19 @@ fn targets(rep: &mut Report, classes: &[Class], per_sim_sec: f64, secs: f64, cpu
         "auto: settle after a capacity change",
         "<= 2 s",
         list(&changes, &|c| format!("{} s", secs_cell(c.worst_settle))),
-        Some(
-            changes
-                .iter()
-                .all(|c| c.worst_settle.flatten().is_some_and(|d| d <= Duration::from_secs(2))),
-        ),
+        Some(changes.iter().all(|c| {
+            c.worst_settle
+                .flatten()
+                .is_some_and(|d| d <= Duration::from_secs(2))
+        })),
     );
     let critical: Vec<&Class> = auto.iter().copied().filter(|c| c.critical).collect();
     rep.target(
         "auto: critical tasks at 2x, a sheddable majority",
         ">= 99.5 % served in time",
-        list(&critical, &|c| format!("{:.2} %", c.min_critical_ok * 100.0)),
+        list(&critical, &|c| {
+            format!("{:.2} %", c.min_critical_ok * 100.0)
+        }),
         Some(critical.iter().all(|c| c.min_critical_ok >= 0.995)),
     );
     rep.target(

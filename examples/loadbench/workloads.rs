@@ -179,15 +179,15 @@ pub fn selected(cli: &Cli) -> Result<Vec<Workload>, String> {
         return Ok(Vec::new());
     }
     let names: Vec<&str> = list.split(',').map(str::trim).collect();
-    if let Some(bad) = names
-        .iter()
-        .find(|n| !all.iter().any(|w| w.name == **n))
-    {
+    if let Some(bad) = names.iter().find(|n| !all.iter().any(|w| w.name == **n)) {
         return Err(format!(
             "--workloads: {bad:?}: expected exp, bimodal, sizes, change, bursts or none"
         ));
     }
-    Ok(all.into_iter().filter(|w| names.contains(&w.name)).collect())
+    Ok(all
+        .into_iter()
+        .filter(|w| names.contains(&w.name))
+        .collect())
 }
 
 /// The arrivals of one run: Poisson (on/off for bursts) from `seed`.
@@ -365,12 +365,10 @@ async fn run_one(
                 r.all.refused,
                 r.all.failed,
                 r.all.gave_up,
-                r.critical
-                    .as_ref()
-                    .map_or(String::new(), |c| format!(
-                        ", critical {:.2} % in time",
-                        critical_share(c) * 100.0
-                    ))
+                r.critical.as_ref().map_or(String::new(), |c| format!(
+                    ", critical {:.2} % in time",
+                    critical_share(c) * 100.0
+                ))
             );
             results.push(r);
         }
@@ -637,7 +635,10 @@ mod tests {
     #[test]
     fn schedules_are_seeded_and_shaped() {
         let a = schedule(Load::Steady(1.0), 600.0, Duration::from_secs(2), 3);
-        assert_eq!(a, schedule(Load::Steady(1.0), 600.0, Duration::from_secs(2), 3));
+        assert_eq!(
+            a,
+            schedule(Load::Steady(1.0), 600.0, Duration::from_secs(2), 3)
+        );
         assert!((1000..1400).contains(&a.len()), "{}", a.len());
         let b = schedule(Load::Bursts, 600.0, Duration::from_secs(2), 3);
         assert!(b.iter().all(|(t, _)| t.as_secs_f64() % 1.0 < 0.5));
