@@ -592,8 +592,25 @@ impl BackendProc {
     /// Sets each server's worker count (see the module doc); the answer is
     /// the counts now.
     pub fn resize(&mut self, workers: &[usize]) -> Result<Vec<u64>, String> {
+        self.resize_later(workers)?;
+        self.resized()
+    }
+
+    /// Asks for [`BackendProc::resize`] without waiting for the answer
+    /// (a load loop's thread must not wait on the backend process): read
+    /// it with [`BackendProc::resized`], one per call, before any other
+    /// command.
+    pub fn resize_later(&mut self, workers: &[usize]) -> Result<(), String> {
         let w: Vec<String> = workers.iter().map(usize::to_string).collect();
-        let line = self.command(&format!("workers {}", w.join(",")))?;
+        let stdin = self.stdin.as_mut().ok_or("backend stdin closed")?;
+        writeln!(stdin, "workers {}", w.join(","))
+            .and_then(|_| stdin.flush())
+            .map_err(|e| format!("backend stdin: {e}"))
+    }
+
+    /// The answer to the oldest unread [`BackendProc::resize_later`].
+    pub fn resized(&mut self) -> Result<Vec<u64>, String> {
+        let line = self.read_line()?;
         let p = line
             .strip_prefix("WORKERS ")
             .ok_or_else(|| format!("backend answered {line:?} to workers"))?;

@@ -21,6 +21,7 @@
 
 use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -198,14 +199,28 @@ impl Haproxy {
     /// Sets server `i`'s `maxconn` while haproxy runs (through the admin
     /// socket of the `overload` config).
     pub fn set_maxconn(&self, i: usize, maxconn: usize) -> Result<(), String> {
-        use std::io::{Read, Write};
+        let sock = self.set_maxconn_later(i, maxconn)?;
+        Self::answered(sock)
+    }
+
+    /// Sends [`Haproxy::set_maxconn`]'s command without waiting for the
+    /// answer (a load loop's thread must not wait on haproxy); read it
+    /// with [`Haproxy::answered`].
+    pub fn set_maxconn_later(&self, i: usize, maxconn: usize) -> Result<UnixStream, String> {
+        use std::io::Write;
         let path = self.dir.join("admin.sock");
-        let mut sock = std::os::unix::net::UnixStream::connect(&path)
+        let mut sock = UnixStream::connect(&path)
             .map_err(|e| format!("haproxy admin socket {}: {e}", path.display()))?;
         sock.set_read_timeout(Some(Duration::from_secs(2)))
             .map_err(|e| e.to_string())?;
         writeln!(sock, "set maxconn server backends/s{i} {}", maxconn.max(1))
             .map_err(|e| format!("haproxy admin socket: {e}"))?;
+        Ok(sock)
+    }
+
+    /// The answer to a command sent by [`Haproxy::set_maxconn_later`].
+    pub fn answered(mut sock: UnixStream) -> Result<(), String> {
+        use std::io::Read;
         // haproxy answers, then closes the connection (non-interactive mode).
         let mut answer = String::new();
         let _ = sock.read_to_string(&mut answer);

@@ -305,7 +305,7 @@ pub(crate) struct Sample {
     pub(crate) latency: Duration,
     /// From the call (the sender's, once its schedule let it) to the
     /// answer: the time to refuse without the sender's own lag.
-    since_call: Duration,
+    pub(crate) since_call: Duration,
     pub(crate) answer: Answer,
 }
 

@@ -235,6 +235,9 @@ pub struct WorkloadResult {
     /// Seconds for goodput to settle after the workers halved and after
     /// they doubled back (`None` inside: never within the run).
     pub settle_secs: Option<(Option<f64>, Option<f64>)>,
+    /// For `change`: goodput per second in each 500 ms of the run (by
+    /// the time of the answer), to see the recovery's shape.
+    pub timeline: Option<Vec<u32>>,
     pub backend_peak_waiting: u64,
     pub sender_max_lag_ms: f64,
     #[serde(skip)]
@@ -332,13 +335,21 @@ async fn run_one(
             let list = schedule(load, capacity, length, SEED + j as u64);
             backend.borrow_mut().start_schedule()?;
             let t0 = Instant::now() + Duration::from_millis(20);
+            // The changes are sent on time; their answers are read after
+            // the run, so the sender never waits on them.
+            let pending = RefCell::new(Vec::new());
             let changes = async {
                 if load != Load::Change {
                     return Ok(());
                 }
                 for (at, workers) in [(length / 3, &half), (length * 2 / 3, &w.workers)] {
                     actix_rt::time::sleep_until(t0 + at).await;
-                    resize(&backend, ha.as_ref(), workers)?;
+                    backend.borrow_mut().resize_later(workers)?;
+                    if let Some(h) = &ha {
+                        for (i, &n) in workers.iter().enumerate() {
+                            pending.borrow_mut().push(h.set_maxconn_later(i, n)?);
+                        }
+                    }
                 }
                 Ok::<(), String>(())
             };
@@ -347,6 +358,13 @@ async fn run_one(
                 changes,
             )
             .await;
+            let changed = changed.and_then(|()| {
+                if load == Load::Change {
+                    backend.borrow_mut().resized()?;
+                    backend.borrow_mut().resized()?;
+                }
+                pending.take().into_iter().try_for_each(Haproxy::answered)
+            });
             if let Err(e) = changed {
                 // Put the servers back before saying why.
                 let _ = resize(&backend, ha.as_ref(), &w.workers);
@@ -447,6 +465,7 @@ fn summarize(
         };
         (at(length / 3, half), at(length * 2 / 3, capacity))
     });
+    let timeline = (load == Load::Change).then(|| timeline(&run.samples, length));
     WorkloadResult {
         workload: w.name.to_owned(),
         load: load.name(),
@@ -454,6 +473,7 @@ fn summarize(
         all: all.summary(secs, capacity),
         critical: matches!(load, Load::Critical(_)).then(|| crit.summary(secs, capacity)),
         settle_secs,
+        timeline,
         backend_peak_waiting: peak,
         sender_max_lag_ms: (run.max_lag.as_secs_f64() * 1e5).round() / 100.0,
         steady: match load {
@@ -461,6 +481,20 @@ fn summarize(
             _ => None,
         },
     }
+}
+
+/// Goodput per second in each 500 ms of a run of `length`, by the time
+/// of the answer (answers after the end count in the last bin).
+fn timeline(samples: &[Sample], length: Duration) -> Vec<u32> {
+    let bins = (length.as_millis() / 500).max(1) as usize;
+    let mut v = vec![0u32; bins];
+    for s in samples {
+        if s.answer == Answer::Success && s.latency <= DEADLINE {
+            let b = ((s.intended + s.latency).as_millis() / 500) as usize;
+            v[b.min(bins - 1)] += 2;
+        }
+    }
+    v
 }
 
 /// HAProxy's result for the same workload and load, if it ran.
@@ -507,6 +541,14 @@ pub fn tables(all: &[WorkloadResult]) -> String {
             ]
         })
         .collect();
+    let lines: Vec<Vec<String>> = all
+        .iter()
+        .filter_map(|r| {
+            let t = r.timeline.as_ref()?;
+            let v: Vec<String> = t.iter().map(u32::to_string).collect();
+            Some(vec![r.contender.clone(), v.join(" ")])
+        })
+        .collect();
     let mut md = String::from(
         "\n### Workloads with deadlines\n\nEvery task carries a 250 ms deadline (the engine is \
          told it); goodput counts the successes within it. Capacity: the servers' workers / \
@@ -530,6 +572,13 @@ pub fn tables(all: &[WorkloadResult]) -> String {
         ],
         rows,
     ));
+    if !lines.is_empty() {
+        md.push_str(
+            "\n`change`: goodput per second in each 500 ms of the run, by the time of the answer \
+             (the workers halve at a third of the run and double back at two thirds):\n\n",
+        );
+        md.push_str(&table(&["contender", "goodput/s per 500 ms"], lines));
+    }
     md
 }
 
@@ -648,6 +697,28 @@ mod tests {
         assert!(c
             .iter()
             .all(|(_, k)| matches!(k, Class::Critical | Class::Sheddable)));
+    }
+
+    #[test]
+    fn the_timeline_counts_answers_in_time_by_when_they_came() {
+        let s = |at_ms: u64, lat_ms: u64, answer: Answer| Sample {
+            class: Class::Default,
+            intended: Duration::from_millis(at_ms),
+            latency: Duration::from_millis(lat_ms),
+            since_call: Duration::ZERO,
+            answer,
+        };
+        let v = timeline(
+            &[
+                s(100, 20, Answer::Success),
+                s(450, 100, Answer::Success),
+                s(600, 300, Answer::Success),
+                s(700, 10, Answer::Refused),
+                s(1400, 200, Answer::Success),
+            ],
+            Duration::from_millis(1500),
+        );
+        assert_eq!(v, vec![2, 2, 2]);
     }
 
     #[test]
