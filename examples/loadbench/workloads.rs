@@ -31,7 +31,8 @@
 //! goodput (successes within the deadline from the intended start) and its
 //! ratio to HAProxy's, p99 of the successes, refusals, the share of the
 //! critical tasks served in time, and for `change` the time goodput takes
-//! to settle after each change (the simulator's `settle_time`).
+//! to settle after each change (the simulator's `settle_time`, against
+//! what HAProxy delivered after that change) and the goodput per 500 ms.
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -235,6 +236,10 @@ pub struct WorkloadResult {
     /// Seconds for goodput to settle after the workers halved and after
     /// they doubled back (`None` inside: never within the run).
     pub settle_secs: Option<(Option<f64>, Option<f64>)>,
+    /// The goodput settling is measured against (tasks per second, after
+    /// each change): HAProxy's in the same run when it ran, else
+    /// min(offered, nominal capacity).
+    pub settle_reference: Option<[f64; 2]>,
     /// For `change`: goodput per second in each 500 ms of the run (by
     /// the time of the answer), to see the recovery's shape.
     pub timeline: Option<Vec<u32>>,
@@ -242,6 +247,11 @@ pub struct WorkloadResult {
     pub sender_max_lag_ms: f64,
     #[serde(skip)]
     steady: Option<f64>,
+    /// For `change`: every task's fate, for `settle_against`.
+    #[serde(skip)]
+    records: Vec<Record>,
+    #[serde(skip)]
+    length: Duration,
 }
 
 /// The knobs shared with the levels of `overload`.
@@ -395,7 +405,49 @@ async fn run_one(
         }
         actix_rt::time::sleep(k.drain).await;
     }
+    settle_against_haproxy(&mut results);
     Ok(results)
+}
+
+/// Seconds from each change (at a third and two thirds of a run of
+/// `length`) until goodput stays within 0.9 of `targets[i]` (tasks per
+/// second), as the simulator measures it.
+fn settle(records: &[Record], length: Duration, targets: [f64; 2]) -> (Option<f64>, Option<f64>) {
+    let at = |from: Duration, target: f64| {
+        settle_time(records, Some(DEADLINE), from, target, length).map(|d| d.as_secs_f64())
+    };
+    (at(length / 3, targets[0]), at(length * 2 / 3, targets[1]))
+}
+
+/// What HAProxy (`maxconn` = the true workers, following the change)
+/// delivered, by its timeline `t` of a run of `l`, in the second half of
+/// each phase after a change: the goodput real sockets reach at that capacity (a few per cent
+/// under the nominal one: a 20 ms sleep ends on the timer's next
+/// millisecond tick).
+fn delivered(t: &[u32], l: Duration) -> Option<[f64; 2]> {
+    let bin = |d: Duration| (d.as_millis() / 500) as usize;
+    // The last bin also holds the answers after the end: left out.
+    let mean = |from: Duration, to: Duration| {
+        let v = t.get(bin(from)..bin(to).min(t.len() - 1))?;
+        (!v.is_empty()).then(|| v.iter().map(|&x| f64::from(x)).sum::<f64>() / v.len() as f64)
+    };
+    Some([mean(l / 2, l * 2 / 3)?, mean(l * 5 / 6, l)?])
+}
+
+/// Settle times of the `change` runs measured against what HAProxy
+/// delivered in the same run (see [`delivered`]), when it ran.
+fn settle_against_haproxy(results: &mut [WorkloadResult]) {
+    let reference = results
+        .iter()
+        .find(|r| r.timeline.is_some() && r.contender.starts_with(HAPROXY_PREFIX))
+        .and_then(|r| delivered(r.timeline.as_deref()?, r.length));
+    let Some(targets) = reference else {
+        return;
+    };
+    for r in results.iter_mut().filter(|r| r.timeline.is_some()) {
+        r.settle_secs = Some(settle(&r.records, r.length, targets));
+        r.settle_reference = Some(targets);
+    }
 }
 
 /// Sets every server's workers, and HAProxy's `maxconn` with them.
@@ -455,15 +507,20 @@ fn summarize(
             crit.add(s, DEADLINE);
         }
     }
+    // Against the nominal capacity here; against what HAProxy delivered,
+    // when it ran, once every contender has (`settle_against`).
+    let recs = if load == Load::Change {
+        records(&run.samples)
+    } else {
+        Vec::new()
+    };
+    let offered = 1.5 * capacity;
     let settle_secs = (load == Load::Change).then(|| {
-        let recs = records(&run.samples);
-        let offered = 1.5 * capacity;
-        let half = capacity / 2.0;
-        let at = |f: Duration, target: f64| {
-            settle_time(&recs, Some(DEADLINE), f, offered.min(target), length)
-                .map(|d| d.as_secs_f64())
-        };
-        (at(length / 3, half), at(length * 2 / 3, capacity))
+        settle(
+            &recs,
+            length,
+            [offered.min(capacity / 2.0), offered.min(capacity)],
+        )
     });
     let timeline = (load == Load::Change).then(|| timeline(&run.samples, length));
     WorkloadResult {
@@ -472,8 +529,11 @@ fn summarize(
         contender: contender.to_owned(),
         all: all.summary(secs, capacity),
         critical: matches!(load, Load::Critical(_)).then(|| crit.summary(secs, capacity)),
+        settle_reference: settle_secs.map(|_| [offered.min(capacity / 2.0), offered.min(capacity)]),
         settle_secs,
         timeline,
+        records: recs,
+        length,
         backend_peak_waiting: peak,
         sender_max_lag_ms: (run.max_lag.as_secs_f64() * 1e5).round() / 100.0,
         steady: match load {
@@ -578,6 +638,16 @@ pub fn tables(all: &[WorkloadResult]) -> String {
              (the workers halve at a third of the run and double back at two thirds):\n\n",
         );
         md.push_str(&table(&["contender", "goodput/s per 500 ms"], lines));
+        if let Some([a, b]) = all.iter().find_map(|r| r.settle_reference) {
+            md.push_str(&format!(
+                "\nSettle: from a change until goodput stays within 0.9 of {a:.0}/s after the \
+                 halving and {b:.0}/s after the doubling (the simulator's `settle_time`): what \
+                 HAProxy, `maxconn` = the true workers, delivered in the second half of each \
+                 phase when it ran (real sockets reach a few per cent under the nominal \
+                 capacity: a 20 ms sleep ends on the timer's next millisecond tick), else \
+                 min(offered, nominal capacity).\n"
+            ));
+        }
     }
     md
 }
@@ -719,6 +789,17 @@ mod tests {
             Duration::from_millis(1500),
         );
         assert_eq!(v, vec![2, 2, 2]);
+    }
+
+    #[test]
+    fn the_reference_is_the_second_half_of_each_phase_without_the_last_bin() {
+        // 9 s: halved at 3 s, doubled at 6 s; bins of 500 ms.
+        let mut t = vec![600; 18];
+        t[9..12].copy_from_slice(&[270, 280, 290]);
+        t[15..17].copy_from_slice(&[530, 550]);
+        t[17] = 900;
+        assert_eq!(delivered(&t, Duration::from_secs(9)), Some([280.0, 540.0]));
+        assert_eq!(delivered(&[600], Duration::from_millis(900)), None);
     }
 
     #[test]
