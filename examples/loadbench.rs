@@ -6,8 +6,12 @@
 //!
 //! Scenarios: `overhead`, `throughput`, `nginx`, `peers`, `slow-node`, `memory`, `soak`, `all`
 //! (every one of those), `overload` (open loop past the capacity of
-//! fixed-capacity backends: goodput, against tower and HAProxy), `gateway`
-//! (the `web` gateway against nginx under wrk; needs `--features web`), and `micro`
+//! fixed-capacity backends: goodput, against tower and HAProxy; then
+//! workloads with deadlines: noisy service times, servers of different
+//! sizes, a capacity change, bursts), `gateway`
+//! (the `web` gateway against nginx under wrk; needs `--features web`), `sim`
+//! (the overload scenario matrix in the deterministic simulator of
+//! `tests/sim`, beside its oracle: `sim.md`), and `micro`
 //! (turns the criterion estimates of
 //! `cargo bench --features internals --bench algo` into a table). `--smoke`
 //! shrinks everything to a few hundred tasks and a second or two. Results go
@@ -46,6 +50,12 @@ mod overload;
 mod peers;
 #[path = "loadbench/report.rs"]
 mod report;
+// The deterministic simulator of the tests, shared with `sim` below.
+#[path = "../tests/sim/mod.rs"]
+#[allow(clippy::double_ended_iterator_last)]
+mod sim;
+#[path = "loadbench/sim.rs"]
+mod simulate;
 #[path = "loadbench/slow_node.rs"]
 mod slow_node;
 #[path = "loadbench/soak.rs"]
@@ -54,6 +64,8 @@ mod soak;
 mod throughput;
 #[path = "loadbench/tower_peer.rs"]
 mod tower_peer;
+#[path = "loadbench/workloads.rs"]
+mod workloads;
 
 use clap::{Parser, ValueEnum};
 
@@ -78,8 +90,11 @@ pub enum Scenario {
     All,
     /// The `web` gateway against nginx as reverse proxies, loaded by wrk (needs `--features web`).
     Gateway,
-    /// Open loop at 0.5x to 4x the capacity of fixed-capacity backends: goodput, vs tower and HAProxy.
+    /// Open loop at 0.5x to 4x the capacity of fixed-capacity backends, then noisy, mixed-size,
+    /// changing and bursty workloads with deadlines: goodput, vs tower and HAProxy.
     Overload,
+    /// The overload scenario matrix in the deterministic simulator (paused clock), beside its oracle.
+    Sim,
     /// A service limit shared through Redis (lease, exact) against a local one (feature `redis`).
     Cluster,
     /// Tabulates the criterion results of `cargo bench --features internals --bench algo` against the targets.
@@ -111,6 +126,7 @@ impl Scenario {
             Scenario::Soak => "soak",
             Scenario::All => "all",
             Scenario::Overload => "overload",
+            Scenario::Sim => "sim",
             Scenario::Gateway => "gateway",
             Scenario::GatewayServe => "gateway-serve",
             Scenario::Cluster => "cluster",
@@ -200,9 +216,19 @@ pub struct Cli {
     pub gateway_workers: usize,
 
     /// (overload) load levels in order, multiples of capacity or `mixed`
-    /// (0.4x critical + 1.6x sheddable); default 0.5,1,2,4,mixed,0.5.
+    /// (0.4x critical + 1.6x sheddable); default 0.5,1,2,4,mixed,0.5; `none`
+    /// runs only the workloads.
     #[arg(long)]
     pub levels: Option<String>,
+
+    /// (sim) seeds per scenario (default 3; 1 with --smoke).
+    #[arg(long)]
+    pub seeds: Option<u64>,
+
+    /// (overload) the workloads with deadlines to run after the levels: exp, bimodal, sizes,
+    /// change, bursts (comma separated), or none; default all.
+    #[arg(long)]
+    pub workloads: Option<String>,
 
     /// (overload) the SLO: a success counts as goodput within this many ms.
     #[arg(long, default_value_t = 250)]
@@ -232,9 +258,17 @@ pub struct Cli {
     /// (backend) `server:ms:from_ms:to_ms`: server is that slow during [from, to) after `start`.
     #[arg(long, hide = true)]
     pub slow: Vec<String>,
-    /// (backend) requests each server serves at once, the rest wait inside it (0: no limit).
-    #[arg(long, hide = true, default_value_t = 0)]
-    pub capacity: usize,
+    /// (backend) requests each server serves at once, the rest wait inside it (0: no limit),
+    /// comma separated (the last repeats).
+    #[arg(long, hide = true, default_value = "0")]
+    pub capacity: String,
+    /// (backend) service-time distribution around the latency: fixed, exp or bimodal, comma
+    /// separated (the last repeats).
+    #[arg(long, hide = true, default_value = "fixed")]
+    pub service: String,
+    /// (backend) seed of the service-time draws.
+    #[arg(long, hide = true, default_value_t = 1)]
+    pub service_seed: u64,
     /// (gateway-serve) the backends' URLs, comma separated.
     #[arg(long, hide = true, default_value = "")]
     pub upstreams: String,
@@ -301,6 +335,7 @@ async fn run(cli: Cli) -> i32 {
             Scenario::Soak => soak::run(&cli).await,
             Scenario::Micro => micro::run(&cli),
             Scenario::Overload => overload::run(&cli).await,
+            Scenario::Sim => simulate::run(&cli),
             Scenario::Gateway => gateway::run(&cli).await,
             Scenario::Cluster => cluster::run(&cli).await,
             Scenario::All
@@ -313,7 +348,12 @@ async fn run(cli: Cli) -> i32 {
         };
         match result {
             Ok(rep) => {
-                if let Err(e) = report::save(&out, &rep) {
+                let saved = report::save(&out, &rep).and_then(|()| match s {
+                    // Their tables are read on their own too.
+                    Scenario::Sim | Scenario::Overload => report::save_markdown(&out, &rep),
+                    _ => Ok(()),
+                });
+                if let Err(e) = saved {
                     eprintln!("{}: cannot write results: {e}", s.name());
                     failed.push(s.name());
                 }

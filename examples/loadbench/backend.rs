@@ -18,6 +18,19 @@
 //! and a request sent past that waits longer and longer inside the backend.
 //! The `peaks` command answers `PEAKS w1,w2,..`: the most requests waiting
 //! at once inside each server since the last `start` (which resets them).
+//! `--capacity` takes one count per server (`2,4,8`; the last repeats), and
+//! the command `workers n1,n2,..` changes them while the process runs
+//! (answers `WORKERS n1,n2,..`): a server grown gets its new workers at once;
+//! a shrunk one loses its idle workers at once and busy ones as they finish
+//! their request, so it never serves more than its new count for longer than
+//! one service time.
+//!
+//! `--service fixed|exp|bimodal` (per server, the last repeats) draws each
+//! request's service time around the server's latency as mean: fixed;
+//! exponential; or bimodal, half the mean with probability 0.9 and 5.5 times
+//! it otherwise (10 ms and 110 ms around 20 ms, as the simulator's bimodal
+//! class). The draws come from `--service-seed` (one generator per server,
+//! in the order requests arrive).
 //!
 //! [`BackendProc`] is the client side: it starts this binary again with the
 //! hidden `backend` scenario and talks to it over the pipes.
@@ -25,12 +38,14 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix_dispatch::Instant;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
-use tokio::sync::Semaphore;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::Cli;
 
@@ -69,9 +84,79 @@ impl Slow {
     }
 }
 
+/// How a server's service time is drawn around its mean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    Fixed,
+    Exp,
+    Bimodal,
+}
+
+impl Service {
+    pub fn parse(s: &str) -> Result<Service, String> {
+        match s.trim() {
+            "fixed" => Ok(Service::Fixed),
+            "exp" => Ok(Service::Exp),
+            "bimodal" => Ok(Service::Bimodal),
+            other => Err(format!(
+                "--service {other:?}: expected fixed, exp or bimodal"
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Service::Fixed => "fixed",
+            Service::Exp => "exp",
+            Service::Bimodal => "bimodal",
+        }
+    }
+
+    /// One service time of mean `mean_us`, in µs, at most 50 means.
+    fn draw(self, mean_us: u64, rng: &mut SmallRng) -> u64 {
+        let m = mean_us as f64;
+        let us = match self {
+            Service::Fixed => m,
+            Service::Exp => -m * (1.0 - rng.random::<f64>()).ln(),
+            Service::Bimodal => {
+                if rng.random::<f64>() < 0.1 {
+                    5.5 * m
+                } else {
+                    0.5 * m
+                }
+            }
+        };
+        us.min(50.0 * m).round() as u64
+    }
+}
+
+/// `a,b,c` as numbers, one per server (the last repeats; empty: `dflt`).
+fn per_server<T: std::str::FromStr + Copy>(
+    list: &str,
+    n: usize,
+    dflt: T,
+    flag: &str,
+) -> Result<Vec<T>, String>
+where
+    T::Err: std::fmt::Display,
+{
+    let v: Vec<T> = list
+        .split(',')
+        .filter(|x| !x.trim().is_empty())
+        .map(|x| x.trim().parse::<T>())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{flag}: {e}"))?;
+    Ok((0..n)
+        .map(|i| v.get(i).or(v.last()).copied().unwrap_or(dflt))
+        .collect())
+}
+
 struct State {
     ports: Vec<u16>,
     latency_us: Vec<u64>,
+    /// Per server: how its service time is drawn, and its generator.
+    service: Vec<Service>,
+    rngs: Vec<Mutex<SmallRng>>,
     slow: Vec<Slow>,
     base: Instant,
     /// Nanoseconds from `base` to the last `start`.
@@ -86,15 +171,72 @@ struct State {
 /// The workers of a fixed-capacity server.
 struct Pool {
     workers: Arc<Semaphore>,
+    /// The worker count asked for (`--capacity`, then `workers`).
+    target: Mutex<u64>,
+    /// Busy workers still to retire after a shrink: each leaves as it ends
+    /// its request instead of taking the next one.
+    retire: AtomicU64,
     waiting: AtomicU64,
     peak_waiting: AtomicU64,
+}
+
+impl Pool {
+    fn new(workers: usize) -> Pool {
+        Pool {
+            workers: Arc::new(Semaphore::new(workers)),
+            target: Mutex::new(workers as u64),
+            retire: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
+            peak_waiting: AtomicU64::new(0),
+        }
+    }
+
+    /// Sets the worker count to `n` (at least 1).
+    fn resize(&self, n: u64) {
+        let n = n.max(1);
+        let mut target = self.target.lock().unwrap_or_else(|e| e.into_inner());
+        if n < *target {
+            let less = *target - n;
+            let idle = self.workers.forget_permits(less as usize) as u64;
+            self.retire.fetch_add(less - idle, Ordering::SeqCst);
+        } else if n > *target {
+            let mut more = n - *target;
+            // First undo retirements still pending.
+            while more > 0 && self.take_retirement() {
+                more -= 1;
+            }
+            self.workers.add_permits(more as usize);
+        }
+        *target = n;
+    }
+
+    /// Takes one pending retirement, if any.
+    fn take_retirement(&self) -> bool {
+        self.retire
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| r.checked_sub(1))
+            .is_ok()
+    }
+
+    /// A worker ends its request: it retires if one is due, else frees.
+    fn release(&self, permit: OwnedSemaphorePermit) {
+        if self.take_retirement() {
+            permit.forget();
+        }
+    }
+
+    fn target(&self) -> u64 {
+        *self.target.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 async fn handle(req: HttpRequest, st: web::Data<State>) -> HttpResponse {
     let port = req.app_config().local_addr().port();
     let k = st.ports.iter().position(|&p| p == port).unwrap_or(0);
     st.hits[k].fetch_add(1, Ordering::Relaxed);
-    let mut us = st.latency_us[k];
+    let mut us = {
+        let mut rng = st.rngs[k].lock().unwrap_or_else(|e| e.into_inner());
+        st.service[k].draw(st.latency_us[k], &mut rng)
+    };
     if !st.slow.is_empty() {
         let since_ms = (st.base.elapsed().as_nanos() as u64)
             .saturating_sub(st.epoch_ns.load(Ordering::Relaxed))
@@ -107,18 +249,21 @@ async fn handle(req: HttpRequest, st: web::Data<State>) -> HttpResponse {
     }
     // A fixed-capacity server: wait for a worker (FIFO), hold it for the
     // whole service time.
-    let _worker = match &st.pools[k] {
+    let worker = match &st.pools[k] {
         Some(pool) => {
             let now = pool.waiting.fetch_add(1, Ordering::Relaxed) + 1;
             pool.peak_waiting.fetch_max(now, Ordering::Relaxed);
             let permit = Arc::clone(&pool.workers).acquire_owned().await;
             pool.waiting.fetch_sub(1, Ordering::Relaxed);
-            permit.ok()
+            permit.ok().map(|p| (pool, p))
         }
         None => None,
     };
     if us > 0 {
         actix_web::rt::time::sleep(Duration::from_micros(us)).await;
+    }
+    if let Some((pool, permit)) = worker {
+        pool.release(permit);
     }
     HttpResponse::Ok()
         .insert_header(("x-backend", st.names[k].as_str()))
@@ -137,6 +282,21 @@ pub fn serve(cli: &Cli) -> Result<(), String> {
     let latency_us: Vec<u64> = (0..n)
         .map(|i| lat.get(i).or(lat.last()).copied().unwrap_or(0) * 1000)
         .collect();
+    let capacity: Vec<usize> = per_server(&cli.capacity, n, 0, "--capacity")?;
+    let service: Vec<Service> = cli
+        .service
+        .split(',')
+        .map(Service::parse)
+        .collect::<Result<Vec<_>, _>>()?;
+    let service: Vec<Service> = (0..n)
+        .map(|i| {
+            service
+                .get(i)
+                .or(service.last())
+                .copied()
+                .unwrap_or(Service::Fixed)
+        })
+        .collect();
     let slow = cli
         .slow
         .iter()
@@ -152,19 +312,22 @@ pub fn serve(cli: &Cli) -> Result<(), String> {
     let state = web::Data::new(State {
         ports: ports.clone(),
         latency_us,
+        service,
+        rngs: (0..n)
+            .map(|i| {
+                Mutex::new(SmallRng::seed_from_u64(
+                    cli.service_seed ^ (0x9E37 * (i as u64 + 1)),
+                ))
+            })
+            .collect(),
         slow,
         base: Instant::now(),
         epoch_ns: AtomicU64::new(0),
         hits: (0..n).map(|_| AtomicU64::new(0)).collect(),
         names: (0..n).map(|i| format!("b{i}")).collect(),
-        pools: (0..n)
-            .map(|_| {
-                (cli.capacity > 0).then(|| Pool {
-                    workers: Arc::new(Semaphore::new(cli.capacity)),
-                    waiting: AtomicU64::new(0),
-                    peak_waiting: AtomicU64::new(0),
-                })
-            })
+        pools: capacity
+            .iter()
+            .map(|&c| (c > 0).then(|| Pool::new(c)))
             .collect(),
     });
 
@@ -183,6 +346,25 @@ pub fn serve(cli: &Cli) -> Result<(), String> {
                         pool.peak_waiting.store(now, Ordering::Relaxed);
                     }
                     println!("STARTED");
+                }
+                cmd if cmd.starts_with("workers ") => {
+                    let n = st.pools.len();
+                    match per_server::<u64>(&cmd["workers ".len()..], n, 1, "workers") {
+                        Ok(w) => {
+                            for (pool, w) in st.pools.iter().zip(w) {
+                                if let Some(pool) = pool {
+                                    pool.resize(w);
+                                }
+                            }
+                            let now: Vec<String> = st
+                                .pools
+                                .iter()
+                                .map(|p| p.as_ref().map_or(0, Pool::target).to_string())
+                                .collect();
+                            println!("WORKERS {}", now.join(","));
+                        }
+                        Err(e) => println!("ERROR {e}"),
+                    }
                 }
                 "hits" => {
                     let h: Vec<String> = st
@@ -257,7 +439,11 @@ impl BackendProc {
         workers: usize,
         max_secs: u64,
     ) -> Result<BackendProc, String> {
-        Self::spawn_with(servers, latency_ms, slow, 0, workers, max_secs)
+        let mut cmd = Self::command_for(servers, latency_ms, workers, max_secs)?;
+        for s in slow {
+            cmd.arg("--slow").arg(s.arg());
+        }
+        Self::start(cmd)
     }
 
     /// Starts `servers` fixed-capacity backends: each serves `capacity`
@@ -269,24 +455,47 @@ impl BackendProc {
         workers: usize,
         max_secs: u64,
     ) -> Result<BackendProc, String> {
-        Self::spawn_with(
+        Self::spawn_pools(
+            &[capacity],
+            latency_ms,
+            Service::Fixed,
+            1,
             servers,
-            &[latency_ms],
-            &[],
-            capacity.max(1),
             workers,
             max_secs,
         )
     }
 
-    fn spawn_with(
+    /// Starts one fixed-capacity backend per entry of `capacity` (its
+    /// workers), service times drawn by `service` around `latency_ms`
+    /// from `seed`; `servers` at least as many (the last count repeats).
+    pub fn spawn_pools(
+        capacity: &[usize],
+        latency_ms: u64,
+        service: Service,
+        seed: u64,
         servers: usize,
-        latency_ms: &[u64],
-        slow: &[Slow],
-        capacity: usize,
         workers: usize,
         max_secs: u64,
     ) -> Result<BackendProc, String> {
+        let servers = servers.max(capacity.len());
+        let caps: Vec<String> = capacity.iter().map(|c| c.max(&1).to_string()).collect();
+        let mut cmd = Self::command_for(servers, &[latency_ms], workers, max_secs)?;
+        cmd.arg("--capacity")
+            .arg(caps.join(","))
+            .arg("--service")
+            .arg(service.name())
+            .arg("--service-seed")
+            .arg(seed.to_string());
+        Self::start(cmd)
+    }
+
+    fn command_for(
+        servers: usize,
+        latency_ms: &[u64],
+        workers: usize,
+        max_secs: u64,
+    ) -> Result<Command, String> {
         let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
         let lat: Vec<String> = latency_ms.iter().map(u64::to_string).collect();
         let mut cmd = Command::new(exe);
@@ -302,12 +511,11 @@ impl BackendProc {
             .arg("--backend-workers")
             .arg(workers.to_string())
             .arg("--max-secs")
-            .arg(max_secs.to_string())
-            .arg("--capacity")
-            .arg(capacity.to_string());
-        for s in slow {
-            cmd.arg("--slow").arg(s.arg());
-        }
+            .arg(max_secs.to_string());
+        Ok(cmd)
+    }
+
+    fn start(mut cmd: Command) -> Result<BackendProc, String> {
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -376,6 +584,36 @@ impl BackendProc {
         let p = line
             .strip_prefix("PEAKS ")
             .ok_or_else(|| format!("backend answered {line:?} to peaks"))?;
+        p.split(',')
+            .map(|x| x.parse::<u64>().map_err(|e| e.to_string()))
+            .collect()
+    }
+
+    /// Sets each server's worker count (see the module doc); the answer is
+    /// the counts now.
+    pub fn resize(&mut self, workers: &[usize]) -> Result<Vec<u64>, String> {
+        self.resize_later(workers)?;
+        self.resized()
+    }
+
+    /// Asks for [`BackendProc::resize`] without waiting for the answer
+    /// (a load loop's thread must not wait on the backend process): read
+    /// it with [`BackendProc::resized`], one per call, before any other
+    /// command.
+    pub fn resize_later(&mut self, workers: &[usize]) -> Result<(), String> {
+        let w: Vec<String> = workers.iter().map(usize::to_string).collect();
+        let stdin = self.stdin.as_mut().ok_or("backend stdin closed")?;
+        writeln!(stdin, "workers {}", w.join(","))
+            .and_then(|_| stdin.flush())
+            .map_err(|e| format!("backend stdin: {e}"))
+    }
+
+    /// The answer to the oldest unread [`BackendProc::resize_later`].
+    pub fn resized(&mut self) -> Result<Vec<u64>, String> {
+        let line = self.read_line()?;
+        let p = line
+            .strip_prefix("WORKERS ")
+            .ok_or_else(|| format!("backend answered {line:?} to workers"))?;
         p.split(',')
             .map(|x| x.parse::<u64>().map_err(|e| e.to_string()))
             .collect()

@@ -14,10 +14,14 @@
 //! operator protecting fixed-capacity backends writes: `maxconn` per server
 //! (at most that many requests on a server at once, the rest wait in
 //! HAProxy's queue) and `timeout queue` (a request that waited that long is
-//! answered 503 by HAProxy itself).
+//! answered 503 by HAProxy itself). `maxconn` is per server (each its
+//! true worker count), and an admin socket in the temporary directory lets
+//! [`Haproxy::set_maxconn`] follow a backend whose workers change, as an
+//! operator who knows the truth would (`set maxconn server`).
 
 use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -98,25 +102,35 @@ backend backends
     )
 }
 
-/// The `overload` config: as [`config`], plus `maxconn` on every server and
-/// `timeout queue`; no retries (a queue timeout is final, a 503 from HAProxy).
+/// The `overload` config: as [`config`], plus `maxconn` on every server
+/// (one count per server, the last repeats), `timeout queue` and an admin
+/// socket at `admin`; no retries (a queue timeout is final, a 503 from
+/// HAProxy).
 fn overload_config(
     port: u16,
     ports: &[u16],
-    maxconn: usize,
+    maxconn: &[usize],
     queue: Duration,
     timeout: Duration,
+    admin: &Path,
 ) -> String {
     let ms = timeout.as_millis().max(1);
     let queue_ms = queue.as_millis().max(1);
     let mut servers = String::new();
     for (i, p) in ports.iter().enumerate() {
-        let _ = writeln!(servers, "    server s{i} 127.0.0.1:{p} maxconn {maxconn}");
+        let m = maxconn
+            .get(i)
+            .or(maxconn.last())
+            .copied()
+            .unwrap_or(1)
+            .max(1);
+        let _ = writeln!(servers, "    server s{i} 127.0.0.1:{p} maxconn {m}");
     }
     format!(
         "global
     nbthread 1
     maxconn 8192
+    stats socket {} mode 600 level admin
 
 defaults
     mode http
@@ -136,8 +150,17 @@ frontend bench
 
 backend backends
     balance leastconn
-{servers}"
+{servers}",
+        admin.display()
     )
+}
+
+/// The temporary directory of the haproxy on `port`.
+fn dir_for(port: u16) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "actix-dispatch-bench-haproxy-{}-{port}",
+        std::process::id()
+    ))
 }
 
 /// A running haproxy.
@@ -154,28 +177,63 @@ impl Haproxy {
         Self::run(bin, port, config(port, ports, timeout))
     }
 
-    /// Starts haproxy in front of `ports` with `maxconn` per server and
-    /// `timeout queue` (the `overload` scenario's config).
+    /// Starts haproxy in front of `ports` with `maxconn` per server (one
+    /// count per server, the last repeats) and `timeout queue` (the
+    /// `overload` scenario's config).
     pub fn start_overload(
         bin: &Path,
         ports: &[u16],
-        maxconn: usize,
+        maxconn: &[usize],
         queue: Duration,
         timeout: Duration,
     ) -> Result<Haproxy, String> {
         let port = free_port()?;
+        let admin = dir_for(port).join("admin.sock");
         Self::run(
             bin,
             port,
-            overload_config(port, ports, maxconn, queue, timeout),
+            overload_config(port, ports, maxconn, queue, timeout, &admin),
         )
     }
 
+    /// Sets server `i`'s `maxconn` while haproxy runs (through the admin
+    /// socket of the `overload` config).
+    pub fn set_maxconn(&self, i: usize, maxconn: usize) -> Result<(), String> {
+        let sock = self.set_maxconn_later(i, maxconn)?;
+        Self::answered(sock)
+    }
+
+    /// Sends [`Haproxy::set_maxconn`]'s command without waiting for the
+    /// answer (a load loop's thread must not wait on haproxy); read it
+    /// with [`Haproxy::answered`].
+    pub fn set_maxconn_later(&self, i: usize, maxconn: usize) -> Result<UnixStream, String> {
+        use std::io::Write;
+        let path = self.dir.join("admin.sock");
+        let mut sock = UnixStream::connect(&path)
+            .map_err(|e| format!("haproxy admin socket {}: {e}", path.display()))?;
+        sock.set_read_timeout(Some(Duration::from_secs(2)))
+            .map_err(|e| e.to_string())?;
+        writeln!(sock, "set maxconn server backends/s{i} {}", maxconn.max(1))
+            .map_err(|e| format!("haproxy admin socket: {e}"))?;
+        Ok(sock)
+    }
+
+    /// The answer to a command sent by [`Haproxy::set_maxconn_later`].
+    pub fn answered(mut sock: UnixStream) -> Result<(), String> {
+        use std::io::Read;
+        // haproxy answers, then closes the connection (non-interactive mode).
+        let mut answer = String::new();
+        let _ = sock.read_to_string(&mut answer);
+        let answer = answer.trim();
+        if answer.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("haproxy refused set maxconn: {answer}"))
+        }
+    }
+
     fn run(bin: &Path, port: u16, text: String) -> Result<Haproxy, String> {
-        let dir = std::env::temp_dir().join(format!(
-            "actix-dispatch-bench-haproxy-{}-{port}",
-            std::process::id()
-        ));
+        let dir = dir_for(port);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let conf_path = dir.join("haproxy.cfg");
         std::fs::write(&conf_path, text).map_err(|e| format!("{}: {e}", conf_path.display()))?;
@@ -234,13 +292,16 @@ mod tests {
     fn overload_config_caps_every_server_and_bounds_the_queue() {
         let c = overload_config(
             9000,
-            &[1, 2],
-            4,
+            &[1, 2, 3],
+            &[2, 8],
             Duration::from_millis(100),
             Duration::from_secs(5),
+            Path::new("/tmp/x/admin.sock"),
         );
-        assert!(c.contains("server s0 127.0.0.1:1 maxconn 4\n"));
-        assert!(c.contains("server s1 127.0.0.1:2 maxconn 4\n"));
+        assert!(c.contains("server s0 127.0.0.1:1 maxconn 2\n"));
+        assert!(c.contains("server s1 127.0.0.1:2 maxconn 8\n"));
+        assert!(c.contains("server s2 127.0.0.1:3 maxconn 8\n"));
+        assert!(c.contains("stats socket /tmp/x/admin.sock mode 600 level admin\n"));
         assert!(c.contains("timeout queue 100ms"));
         assert!(c.contains("retries 0"));
     }

@@ -27,6 +27,12 @@
 //!
 //! The class of a task is the bench's own label; [`with_priority`] is the
 //! one place where the engine is told it.
+//!
+//! After the levels come the workloads with deadlines (`workloads.rs`):
+//! noisy service times, servers of different sizes, a capacity change and
+//! bursts, each on backends of its own, the engine with `"auto"` and a
+//! 250 ms deadline per task beside HAProxy and tower. `--levels none` or
+//! `--workloads none` skips either part.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -54,11 +60,11 @@ const SERVICE_MS: u64 = 20;
 /// HAProxy's `timeout queue`: a request waits at most this long for a
 /// server slot, then HAProxy answers 503. Well inside the default SLO, so
 /// what it serves is good.
-const HAPROXY_QUEUE_MS: u64 = 100;
+pub(crate) const HAPROXY_QUEUE_MS: u64 = 100;
 /// No level sends more than this many tasks, whatever the flags say.
-const MAX_TASKS_PER_LEVEL: usize = 500_000;
+pub(crate) const MAX_TASKS_PER_LEVEL: usize = 500_000;
 /// No level lasts longer than this, whatever the flags say.
-const MAX_LEVEL_SECS: f64 = 120.0;
+pub(crate) const MAX_LEVEL_SECS: f64 = 120.0;
 /// The warm-up of a level: this share of it, at most [`MAX_WARMUP`].
 const WARMUP_SHARE: f64 = 0.3;
 const MAX_WARMUP: Duration = Duration::from_secs(3);
@@ -149,7 +155,11 @@ impl Level {
         })
     }
 
+    /// A comma-separated list; `none` for none (only the workloads run).
     fn parse_list(s: &str) -> Result<Vec<Level>, String> {
+        if s.trim() == "none" {
+            return Ok(Vec::new());
+        }
         let v: Vec<Level> = s
             .split(',')
             .filter(|p| !p.trim().is_empty())
@@ -206,7 +216,7 @@ impl ClassPicker {
 
 /// What became of one task, as the client sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Answer {
+pub(crate) enum Answer {
     Success,
     /// Refused without being served: the engine's rejections, HAProxy's
     /// 503, tower's `Overloaded`.
@@ -217,19 +227,30 @@ enum Answer {
     GaveUp,
 }
 
-enum Contender {
+pub(crate) enum Contender {
     Engine(Dispatcher),
     Tower(ShedPeer),
     Haproxy { client: awc::Client, url: String },
 }
 
 impl Contender {
-    /// Sends task `i` of class `class` now; the future is its answer.
-    fn send(&self, i: usize, class: Class) -> LocalBoxFuture<'static, Answer> {
+    /// Sends task `i` of class `class` now; the future is its answer. The
+    /// engine's task carries `deadline` (from now) when given; the peers
+    /// are not told it.
+    pub(crate) fn send(
+        &self,
+        i: usize,
+        class: Class,
+        deadline: Option<Duration>,
+    ) -> LocalBoxFuture<'static, Answer> {
         let path = format!("overload/{i}");
         match self {
             Contender::Engine(d) => {
-                let sub = d.submit(with_priority(Task::get("bench", format!("/{path}")), class));
+                let mut task = with_priority(Task::get("bench", format!("/{path}")), class);
+                if let Some(d) = deadline {
+                    task = task.deadline_in(d);
+                }
+                let sub = d.submit(task);
                 Box::pin(async move {
                     let r = sub.await;
                     if r.is_success() {
@@ -276,22 +297,22 @@ impl Contender {
 // === the open loop ===
 
 #[derive(Debug, Clone, Copy)]
-struct Sample {
-    class: Class,
+pub(crate) struct Sample {
+    pub(crate) class: Class,
     /// Intended start, from the level's start.
-    intended: Duration,
+    pub(crate) intended: Duration,
     /// From the intended start to the answer.
-    latency: Duration,
+    pub(crate) latency: Duration,
     /// From the call (the sender's, once its schedule let it) to the
     /// answer: the time to refuse without the sender's own lag.
-    since_call: Duration,
-    answer: Answer,
+    pub(crate) since_call: Duration,
+    pub(crate) answer: Answer,
 }
 
-struct LevelRun {
-    samples: Vec<Sample>,
+pub(crate) struct LevelRun {
+    pub(crate) samples: Vec<Sample>,
     /// How far behind its schedule the sender was at worst.
-    max_lag: Duration,
+    pub(crate) max_lag: Duration,
 }
 
 /// Sends `level` to `who` for `duration` on schedule, whatever happened to
@@ -307,17 +328,34 @@ async fn run_level(
     let rate = (level.multiple() * capacity).max(1.0);
     let n = ((rate * duration.as_secs_f64()).round() as usize).clamp(1, MAX_TASKS_PER_LEVEL);
     let mut classes = ClassPicker::new(&level.parts);
+    let schedule: Vec<(Duration, Class)> = (0..n)
+        .map(|i| (Duration::from_secs_f64(i as f64 / rate), classes.next()))
+        .collect();
     let t0 = Instant::now() + Duration::from_millis(20);
-    let samples = Rc::new(RefCell::new(Vec::with_capacity(n)));
-    let mut handles = Vec::with_capacity(n);
+    run_schedule(who, &schedule, t0, None, patience).await
+}
+
+/// Sends task `i` of `schedule` to `who` at `t0 + schedule[i].0`, whatever
+/// happened to the earlier tasks, and waits for every answer (at most
+/// `patience` after each task's intended start). The engine's tasks carry
+/// `deadline`.
+pub(crate) async fn run_schedule(
+    who: &Contender,
+    schedule: &[(Duration, Class)],
+    t0: Instant,
+    deadline: Option<Duration>,
+    patience: Duration,
+) -> LevelRun {
+    let schedule = &schedule[..schedule.len().min(MAX_TASKS_PER_LEVEL)];
+    let samples = Rc::new(RefCell::new(Vec::with_capacity(schedule.len())));
+    let mut handles = Vec::with_capacity(schedule.len());
     let mut max_lag = Duration::ZERO;
-    for i in 0..n {
-        let intended = t0 + Duration::from_secs_f64(i as f64 / rate);
+    for (i, &(at, class)) in schedule.iter().enumerate() {
+        let intended = t0 + at;
         pace_until(intended).await;
         let called = Instant::now();
         max_lag = max_lag.max(called.saturating_duration_since(intended));
-        let class = classes.next();
-        let fut = who.send(i, class);
+        let fut = who.send(i, class, deadline);
         let s = samples.clone();
         handles.push(actix_rt::spawn(async move {
             let answer = tokio::time::timeout_at(intended + patience, fut)
@@ -363,7 +401,7 @@ async fn pace_until(intended: Instant) {
 // === impl Tally ===
 
 /// Counts and latencies of one class (or all) of one level.
-struct Tally {
+pub(crate) struct Tally {
     sent: u64,
     ok: u64,
     good: u64,
@@ -376,7 +414,7 @@ struct Tally {
 }
 
 impl Tally {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Tally {
             sent: 0,
             ok: 0,
@@ -391,7 +429,7 @@ impl Tally {
     }
 
     /// Counts a task that started inside the measured window.
-    fn add(&mut self, s: &Sample, slo: Duration) {
+    pub(crate) fn add(&mut self, s: &Sample, slo: Duration) {
         self.sent += 1;
         match s.answer {
             Answer::Success => {
@@ -409,7 +447,7 @@ impl Tally {
         }
     }
 
-    fn summary(&self, secs: f64, capacity: f64) -> Summary {
+    pub(crate) fn summary(&self, secs: f64, capacity: f64) -> Summary {
         let secs = secs.max(1e-9);
         let goodput = self.good as f64 / secs;
         Summary {
@@ -454,21 +492,21 @@ fn rounded(l: Lat) -> Lat {
 /// successes come (a level too short to settle, as in a smoke run, can
 /// read over capacity: what was served just after the level counts too).
 #[derive(Debug, Clone, Serialize)]
-struct Summary {
-    offered_per_sec: f64,
-    goodput_per_sec: f64,
-    goodput_share_of_capacity: f64,
-    sent: u64,
-    succeeded: u64,
-    within_slo: u64,
-    success_share: f64,
-    refused: u64,
-    failed: u64,
-    gave_up: u64,
-    success_latency: Lat,
-    refusal_latency: Lat,
+pub(crate) struct Summary {
+    pub(crate) offered_per_sec: f64,
+    pub(crate) goodput_per_sec: f64,
+    pub(crate) goodput_share_of_capacity: f64,
+    pub(crate) sent: u64,
+    pub(crate) succeeded: u64,
+    pub(crate) within_slo: u64,
+    pub(crate) success_share: f64,
+    pub(crate) refused: u64,
+    pub(crate) failed: u64,
+    pub(crate) gave_up: u64,
+    pub(crate) success_latency: Lat,
+    pub(crate) refusal_latency: Lat,
     /// The time to refuse from the call, not from the intended start.
-    refusal_since_call: Lat,
+    pub(crate) refusal_since_call: Lat,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -532,7 +570,7 @@ fn summarize(name: &str, level: &Level, run: &LevelRun, peak: u64, p: &Params) -
 // === engine configs ===
 
 /// The engine's config from a named JSON snippet (see [`ENGINE_CONFIGS`]).
-fn engine_config(name: &str, snippet: &str, urls: &[String]) -> Result<Config, String> {
+pub(crate) fn engine_config(name: &str, snippet: &str, urls: &[String]) -> Result<Config, String> {
     let extra: Value = serde_json::from_str(snippet)
         .map_err(|e| format!("engine config {name:?}: not JSON: {e}"))?;
     let Value::Object(mut extra) = extra else {
@@ -616,108 +654,128 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
                                    timeout queue {HAPROXY_QUEUE_MS}ms, retries 0, nbthread 1")}),
     );
     let haproxy_bin = haproxy::find_or_install(!cli.no_install_haproxy);
-    let max_secs = (levels.len() as f64 * (secs + p.patience.as_secs_f64() + 3.0) + 60.0)
-        * (configs.len() + 2) as f64;
-    let mut backend = BackendProc::spawn_capped(
-        BACKENDS,
-        SERVICE_MS,
-        WORKERS,
-        cli.backend_workers,
-        max_secs.ceil() as u64,
-    )?;
-    let urls = backend.urls();
-
-    let mut contenders: Vec<(String, Contender)> = Vec::new();
-    for (name, snippet) in &configs {
-        let cfg = engine_config(name, snippet, &urls)?;
-        let d = Dispatcher::start(cfg).map_err(|e| format!("{name}: {e}"))?;
-        contenders.push((name.clone(), Contender::Engine(d)));
+    if let Err(why) = &haproxy_bin {
+        eprintln!("overload: haproxy skipped: {why}");
+        rep.note(format!("HAProxy SKIPPED: {why}"));
     }
-    contenders.push((
-        format!("tower LoadShed + ConcurrencyLimit({WORKERS}) + p2c"),
-        Contender::Tower(ShedPeer::new(&urls, WORKERS, p.patience)),
-    ));
-    let ha = match &haproxy_bin {
-        Ok(bin) => Some(Haproxy::start_overload(
-            bin,
-            &backend.ports,
-            WORKERS,
-            Duration::from_millis(HAPROXY_QUEUE_MS),
-            Duration::from_secs(5),
-        )?),
-        Err(why) => {
-            eprintln!("overload: haproxy skipped: {why}");
-            rep.note(format!("HAProxy SKIPPED: {why}"));
-            None
-        }
-    };
-    if let Some(h) = &ha {
-        contenders.push((
-            format!("HAProxy maxconn {WORKERS} + timeout queue {HAPROXY_QUEUE_MS}ms"),
-            Contender::Haproxy {
-                client: bare_client(p.patience),
-                url: h.url(),
-            },
-        ));
-    }
-
-    if let Some(only) = &cli.only {
-        contenders.retain(|(name, _)| name.contains(only.as_str()));
-        rep.note(format!("Only the contenders named like `{only}`."));
-    }
+    let workload_list = crate::workloads::selected(cli)?;
     let mut results: Vec<LevelResult> = Vec::new();
-    for (name, who) in &contenders {
-        // Connections opened before the first level: a few rounds of one
-        // request per worker.
-        for round in 0..3 {
-            let batch = (0..BACKENDS * WORKERS).map(|i| who.send(round * 100 + i, Class::Default));
-            let _ = actix_rt::time::timeout(p.patience, futures::future::join_all(batch)).await;
-        }
-        for level in &levels {
-            backend.start_schedule()?;
-            let sheds_before = engine_sheds(who).await;
-            let run = run_level(who, level, capacity, duration, p.patience).await;
-            if let (Some(a), Some(b)) = (sheds_before, engine_sheds(who).await) {
-                eprintln!(
-                    "overload: {name}: {}: the engine shed {} at intake, {} after waiting or \
-                     displaced; the nodes' free/whole limits at the end: {:?}",
-                    level.name,
-                    b.1 - a.1,
-                    (b.0 - a.0) - (b.1 - a.1),
-                    b.2
-                );
-            }
-            let peak = backend.peaks()?.into_iter().max().unwrap_or(0);
-            let r = summarize(name, level, &run, peak, &p);
-            eprintln!(
-                "overload: {name}: {}: goodput {:.0}/s ({:.0} %), ok p50 {} p99 {} ms, \
-                 {} refused (p99 {} ms), {} failed, {} gave up",
-                r.level,
-                r.all.goodput_per_sec,
-                r.all.goodput_share_of_capacity * 100.0,
-                ms(r.all.success_latency.p50_ms),
-                ms(r.all.success_latency.p99_ms),
-                r.all.refused,
-                ms(r.all.refusal_latency.p99_ms),
-                r.all.failed,
-                r.all.gave_up
-            );
-            results.push(r);
-        }
-        if let Contender::Engine(d) = who {
-            d.shutdown(Duration::from_secs(2)).await;
-        }
-        // Let what a contender left inside the backends drain.
-        actix_rt::time::sleep(Duration::from_millis(if cli.smoke { 100 } else { 1000 })).await;
-    }
-    drop(contenders);
-    drop(ha);
-    drop(backend);
+    if !levels.is_empty() {
+        let max_secs = (levels.len() as f64 * (secs + p.patience.as_secs_f64() + 3.0) + 60.0)
+            * (configs.len() + 2) as f64;
+        let mut backend = BackendProc::spawn_capped(
+            BACKENDS,
+            SERVICE_MS,
+            WORKERS,
+            cli.backend_workers,
+            max_secs.ceil() as u64,
+        )?;
+        let urls = backend.urls();
 
-    rep.body = tables(&results);
-    chart(cli, &mut rep, &results, &levels, capacity);
+        let mut contenders: Vec<(String, Contender)> = Vec::new();
+        for (name, snippet) in &configs {
+            let cfg = engine_config(name, snippet, &urls)?;
+            let d = Dispatcher::start(cfg).map_err(|e| format!("{name}: {e}"))?;
+            contenders.push((name.clone(), Contender::Engine(d)));
+        }
+        contenders.push((
+            format!("tower LoadShed + ConcurrencyLimit({WORKERS}) + p2c"),
+            Contender::Tower(ShedPeer::new(&urls, &[WORKERS], p.patience)),
+        ));
+        let ha = match &haproxy_bin {
+            Ok(bin) => Some(Haproxy::start_overload(
+                bin,
+                &backend.ports,
+                &[WORKERS],
+                Duration::from_millis(HAPROXY_QUEUE_MS),
+                Duration::from_secs(5),
+            )?),
+            Err(_) => None,
+        };
+        if let Some(h) = &ha {
+            contenders.push((
+                format!("HAProxy maxconn {WORKERS} + timeout queue {HAPROXY_QUEUE_MS}ms"),
+                Contender::Haproxy {
+                    client: bare_client(p.patience),
+                    url: h.url(),
+                },
+            ));
+        }
+
+        if let Some(only) = &cli.only {
+            contenders.retain(|(name, _)| name.contains(only.as_str()));
+            rep.note(format!("Only the contenders named like `{only}`."));
+        }
+        for (name, who) in &contenders {
+            // Connections opened before the first level: a few rounds of one
+            // request per worker.
+            for round in 0..3 {
+                let batch = (0..BACKENDS * WORKERS)
+                    .map(|i| who.send(round * 100 + i, Class::Default, None));
+                let _ = actix_rt::time::timeout(p.patience, futures::future::join_all(batch)).await;
+            }
+            for level in &levels {
+                backend.start_schedule()?;
+                let sheds_before = engine_sheds(who).await;
+                let run = run_level(who, level, capacity, duration, p.patience).await;
+                if let (Some(a), Some(b)) = (sheds_before, engine_sheds(who).await) {
+                    eprintln!(
+                        "overload: {name}: {}: the engine shed {} at intake, {} after waiting or \
+                         displaced; the nodes' free/whole limits at the end: {:?}",
+                        level.name,
+                        b.1 - a.1,
+                        (b.0 - a.0) - (b.1 - a.1),
+                        b.2
+                    );
+                }
+                let peak = backend.peaks()?.into_iter().max().unwrap_or(0);
+                let r = summarize(name, level, &run, peak, &p);
+                eprintln!(
+                    "overload: {name}: {}: goodput {:.0}/s ({:.0} %), ok p50 {} p99 {} ms, \
+                     {} refused (p99 {} ms), {} failed, {} gave up",
+                    r.level,
+                    r.all.goodput_per_sec,
+                    r.all.goodput_share_of_capacity * 100.0,
+                    ms(r.all.success_latency.p50_ms),
+                    ms(r.all.success_latency.p99_ms),
+                    r.all.refused,
+                    ms(r.all.refusal_latency.p99_ms),
+                    r.all.failed,
+                    r.all.gave_up
+                );
+                results.push(r);
+            }
+            if let Contender::Engine(d) = who {
+                d.shutdown(Duration::from_secs(2)).await;
+            }
+            // Let what a contender left inside the backends drain.
+            actix_rt::time::sleep(Duration::from_millis(if cli.smoke { 100 } else { 1000 })).await;
+        }
+        drop(contenders);
+        drop(ha);
+        drop(backend);
+    }
+
+    let knobs = crate::workloads::Knobs {
+        level: duration,
+        warmup: p.warmup,
+        patience: p.patience,
+        drain: Duration::from_millis(if cli.smoke { 100 } else { 1000 }),
+    };
+    let worked = crate::workloads::run(cli, &workload_list, &knobs, &haproxy_bin).await?;
+
+    rep.body = if results.is_empty() {
+        String::new()
+    } else {
+        tables(&results)
+    };
+    rep.body.push_str(&crate::workloads::tables(&worked));
+    if !results.is_empty() {
+        chart(cli, &mut rep, &results, &levels, capacity);
+    }
     targets(&mut rep, &results, &levels, &configs, &p);
-    rep.results = json!({"levels": results});
+    crate::workloads::targets(&mut rep, &worked, haproxy_bin.is_ok());
+    rep.results = json!({"levels": results, "workloads": worked});
     rep.note(format!(
         "Open loop: each contender gets the levels in order, {secs} s each, on schedule (latency \
          from each task's intended start); figures count the tasks that started after the first \
@@ -1094,7 +1152,10 @@ mod tests {
             "http://127.0.0.1:1/".to_owned(),
             "http://127.0.0.1:2/".into(),
         ];
-        let (name, snippet) = ENGINE_CONFIGS[1];
+        let (name, snippet) = *ENGINE_CONFIGS
+            .iter()
+            .find(|(n, _)| n.contains("queue 100"))
+            .expect("a config with a queue of 100");
         let cfg = engine_config(name, snippet, &urls).unwrap();
         assert_eq!(cfg.services[0].queue.capacity, 100);
         let e = engine_config("x", r#"{"each_endpoint": 3}"#, &urls).unwrap_err();

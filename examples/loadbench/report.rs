@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::Cli;
 
 /// The order of the sections of `latest.md`.
-const ORDER: [&str; 11] = [
+const ORDER: [&str; 12] = [
     "micro",
     "overhead",
     "throughput",
@@ -20,6 +20,7 @@ const ORDER: [&str; 11] = [
     "memory",
     "soak",
     "overload",
+    "sim",
     "cluster",
 ];
 
@@ -186,6 +187,19 @@ pub fn save(out: &Path, rep: &Report) -> std::io::Result<()> {
     let text = serde_json::to_string_pretty(rep).map_err(std::io::Error::other)?;
     std::fs::write(&tmp, text + "\n")?;
     std::fs::rename(tmp, path)
+}
+
+/// Writes `<out>/<scenario>.md`: the section alone.
+pub fn save_markdown(out: &Path, rep: &Report) -> std::io::Result<()> {
+    std::fs::create_dir_all(out)?;
+    let mut md = format!("# {}\n\n", rep.scenario);
+    // The section's own `## scenario` header is the page's title now.
+    md.push_str(
+        rep.markdown
+            .strip_prefix(&format!("## {}\n\n", rep.scenario))
+            .unwrap_or(&rep.markdown),
+    );
+    std::fs::write(out.join(format!("{}.md", rep.scenario)), md)
 }
 
 /// Rebuilds `<out>/latest.md` from every scenario JSON present.

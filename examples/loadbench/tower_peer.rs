@@ -162,9 +162,10 @@ pub struct ShedPeer {
 }
 
 impl ShedPeer {
-    /// A shedding balancer over `urls`, `per_backend` requests at once on
-    /// each, `timeout` per request. Must be called inside a tokio runtime.
-    pub fn new(urls: &[String], per_backend: usize, timeout: Duration) -> ShedPeer {
+    /// A shedding balancer over `urls`, `per_backend[i]` requests at once
+    /// on backend `i` (the last count repeats), `timeout` per request. Must
+    /// be called inside a tokio runtime.
+    pub fn new(urls: &[String], per_backend: &[usize], timeout: Duration) -> ShedPeer {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let client: HyperClient = Client::builder(TokioExecutor::new())
@@ -172,13 +173,15 @@ impl ShedPeer {
             .build(connector);
         let backends = urls
             .iter()
-            .map(|u| {
+            .enumerate()
+            .map(|(i, u)| {
+                let limit = per_backend.get(i).or(per_backend.last()).copied();
                 ConcurrencyLimit::new(
                     Backend {
                         client: client.clone(),
                         base: u.clone(),
                     },
-                    per_backend.max(1),
+                    limit.unwrap_or(1).max(1),
                 )
             })
             .collect::<Vec<_>>();
