@@ -52,7 +52,6 @@ mod peers;
 mod report;
 // The deterministic simulator of the tests, shared with `sim` below.
 #[path = "../tests/sim/mod.rs"]
-#[allow(clippy::double_ended_iterator_last)]
 mod sim;
 #[path = "loadbench/sim.rs"]
 mod simulate;
