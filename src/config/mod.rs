@@ -59,6 +59,7 @@ pub use lines::{LineLimits, DEFAULT_LINE_MAX_BODY, DEFAULT_LINE_MAX_HEADER_BYTES
 pub use mode::Mode;
 pub use redis::{OnDown, RedisConfig, SentinelConfig, SharedMode, StreamConfig};
 pub use tls::{CaFile, TlsConfig};
+pub use crate::algo::tenants::TenantsConfig;
 
 /// The largest `http2.connections`.
 pub(crate) const MAX_H2_CONNECTIONS: u32 = 64;
@@ -436,6 +437,11 @@ pub struct ServiceConfig {
     /// What a task line (a JSONL file's, a Redis stream's) may ask of the
     /// service (`lines`; see [`LineLimits`]).
     pub lines: LineLimits,
+    /// Fair shares between tenants (`tenants`): weights per tenant key
+    /// (default none), the weight of the others (default 1) and how many
+    /// tenants are tracked at once (default 1024; the rest share one
+    /// queue). See [`crate::algo::tenants`].
+    pub tenants: crate::algo::tenants::TenantsConfig,
 }
 
 impl ServiceConfig {

@@ -25,6 +25,7 @@ impl QueueActor {
     /// the ready tasks (a pump is then due).
     pub(super) fn take_in(&mut self, msg: Submit, ctx: &mut Context<Self>) -> bool {
         let now = self.now();
+        let flow = self.offered(msg.task.job());
         if self.closed {
             self.reject_new(msg, Rejection::ShuttingDown, now);
             return false;
@@ -49,7 +50,7 @@ impl QueueActor {
         // A full queue with no line of parked tasks makes room for a more
         // important task: the oldest ready task of a lower class goes.
         if !self.has_room() && self.tasks.counts().parked == 0 {
-            if let Some(victim) = self.tasks.displaceable(class) {
+            if let Some(victim) = self.tasks.displaceable(class, flow) {
                 self.shed(victim, Shed::Displaced, now, ctx);
             }
         }
@@ -81,7 +82,7 @@ impl QueueActor {
                 self.reject_new(msg, Rejection::DeadlinePassed, now);
                 return false;
             }
-            if self.refused_for_time(class, due, now) {
+            if self.refused_for_time(class, flow, due, now) {
                 self.shed_for_time(now);
                 let reason = self.overloaded(class, Shed::Intake, now);
                 self.reject_new(msg, reason, now);
@@ -148,6 +149,7 @@ impl QueueActor {
     pub(super) fn reject_new(&mut self, msg: Submit, reason: Rejection, now: Instant) {
         self.counters.submitted += 1;
         self.counters.rejected += 1;
+        self.count_tenant_shed(msg.task.job(), &reason);
         let outcome = self.rejection_outcome(reason);
         let total = now.saturating_duration_since(msg.task.job().submitted);
         self.metrics.task_finished(&outcome, total);
@@ -163,6 +165,9 @@ impl QueueActor {
 
     /// Answers task `no` with a rejection (or the fallback).
     pub(super) fn reject(&mut self, no: TaskNo, reason: Rejection, ctx: &mut Context<Self>) {
+        if let Some(job) = self.tasks.get(&no).map(|p| p.job().clone()) {
+            self.count_tenant_shed(&job, &reason);
+        }
         let outcome = self.rejection_outcome(reason);
         self.finish(no, outcome, ctx);
     }

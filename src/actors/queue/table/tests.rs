@@ -207,7 +207,7 @@ proptest! {
                         .filter(|(s, c)| *s == State::Ready && c.index() > class.index())
                         .map(|(_, c)| c.index())
                         .max();
-                    let got = t.displaceable(class);
+                    let got = t.displaceable(class, crate::algo::tenants::UNNAMED);
                     prop_assert_eq!(got.map(|no| model[&no].1.index()), lowest);
                     if let Some(no) = got {
                         prop_assert!(t.remove(no).is_some());
@@ -255,8 +255,8 @@ fn ready_tasks_leave_by_class_then_order() {
     t.bounce(b);
     assert_eq!(t.next_ready(Order::Fifo), Some(b));
     t.send(b);
-    assert_eq!(t.displaceable(Priority::Sheddable), None);
-    assert_eq!(t.displaceable(Priority::Critical), Some(d));
+    assert_eq!(t.displaceable(Priority::Sheddable, crate::algo::tenants::UNNAMED), None);
+    assert_eq!(t.displaceable(Priority::Critical, crate::algo::tenants::UNNAMED), Some(d));
     assert_eq!(t.next_ready(Order::Fifo), Some(a));
     t.send(a);
     assert_eq!(t.next_ready(Order::Fifo), Some(d));
