@@ -557,7 +557,10 @@ mod tests {
         assert!(serde_json::to_string(&line)
             .unwrap()
             .contains(r#""tenant":"acme""#));
-        let long = format!(r#"{{"service":"s","path":"/","tenant":"{}"}}"#, "k".repeat(129));
+        let long = format!(
+            r#"{{"service":"s","path":"/","tenant":"{}"}}"#,
+            "k".repeat(129)
+        );
         let err = TaskLine::parse(&long).unwrap().to_task().unwrap_err();
         assert!(err.starts_with("tenant: ") && err.contains("128"), "{err}");
         let spaced = TaskLine::parse(r#"{"service":"s","path":"/","tenant":"a b"}"#).unwrap();

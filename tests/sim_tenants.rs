@@ -59,7 +59,12 @@ async fn a_noisy_tenant_cannot_take_the_others_capacity() {
     let names: Vec<String> = s.tenants.iter().map(|t| t.name.clone()).collect();
     println!("{}", table(&names, &f, &p));
     for (i, t) in f[..9].iter().enumerate() {
-        assert!(t.share_in_time() >= 0.95, "t{}: {t:?}\n{}", i + 1, table(&names, &f, &p));
+        assert!(
+            t.share_in_time() >= 0.95,
+            "t{}: {t:?}\n{}",
+            i + 1,
+            table(&names, &f, &p)
+        );
     }
     // The noisy tenant gets the rest of the capacity, not more: what the
     // backends serve in time over the run (and the last deadline's worth
@@ -68,9 +73,15 @@ async fn a_noisy_tenant_cannot_take_the_others_capacity() {
     let well: usize = f[..9].iter().map(|t| t.in_time).sum();
     let capacity = CAPACITY * s.length.as_secs_f64();
     let at_most = CAPACITY * (s.length + DEADLINE).as_secs_f64();
-    assert!(total_in_time as f64 >= 0.85 * capacity, "{total_in_time} of {capacity}");
+    assert!(
+        total_in_time as f64 >= 0.85 * capacity,
+        "{total_in_time} of {capacity}"
+    );
     assert!((f[9].in_time as f64) <= at_most - well as f64, "{f:?}");
-    assert!(f[9].in_time as f64 >= 0.85 * capacity - well as f64, "{f:?}");
+    assert!(
+        f[9].in_time as f64 >= 0.85 * capacity - well as f64,
+        "{f:?}"
+    );
     // Without fair shares the well-behaved tenants lose with the noisy one.
     let worst_fair = f[..9].iter().map(|t| t.share_in_time()).fold(1.0, f64::min);
     let best_plain = p[..9].iter().map(|t| t.share_in_time()).fold(0.0, f64::max);
@@ -78,7 +89,10 @@ async fn a_noisy_tenant_cannot_take_the_others_capacity() {
     // The stats count per tenant: the noisy one's sheds dwarf the others'.
     let rows = &fair.stats.queue.tenants;
     assert_eq!(rows.len(), 10);
-    let noisy = rows.iter().find(|r| r.tenant.as_deref() == Some("noisy")).unwrap();
+    let noisy = rows
+        .iter()
+        .find(|r| r.tenant.as_deref() == Some("noisy"))
+        .unwrap();
     assert_eq!(noisy.offered, f[9].offered as u64);
     for r in rows.iter().filter(|r| r.tenant.as_deref() != Some("noisy")) {
         assert!(r.shed * 20 < noisy.shed, "{rows:?}");
@@ -117,7 +131,10 @@ async fn weights_1_2_4_share_the_dispatches() {
     for (i, w) in [1.0, 2.0, 4.0].into_iter().enumerate() {
         let share = done[i] as f64 / total as f64;
         let want = w / 7.0;
-        assert!((share / want - 1.0).abs() < 0.05, "{done:?}: {share} vs {want}");
+        assert!(
+            (share / want - 1.0).abs() < 0.05,
+            "{done:?}: {share} vs {want}"
+        );
     }
     // The full queue refused or displaced tasks, and every task ended once.
     let q = &run.stats.queue;
@@ -211,6 +228,10 @@ async fn one_tenant_runs_exactly_as_no_tenant() {
     s.named = false;
     let plain = run_tenants(&s, 4).await;
     assert_eq!(named.records, plain.records);
-    let refused = plain.records.iter().filter(|r| r.kind == Kind::Refused).count();
+    let refused = plain
+        .records
+        .iter()
+        .filter(|r| r.kind == Kind::Refused)
+        .count();
     assert!(refused > 1000, "the run is overloaded: {refused} refused");
 }

@@ -69,15 +69,24 @@ async fn quiet_tenants_are_served_beside_a_noisy_one() {
     println!("(offered, in time) per tenant: {ok:?}");
     for q in 0..4 {
         let (offered, good) = ok[&format!("quiet{q}")];
-        assert!(good * 10 >= offered * 8, "quiet{q}: {good} of {offered}: {ok:?}");
+        assert!(
+            good * 10 >= offered * 8,
+            "quiet{q}: {good} of {offered}: {ok:?}"
+        );
     }
     let (offered, good) = ok["noisy"];
-    assert!(good * 10 <= offered * 6, "noisy: {good} of {offered}: {ok:?}");
+    assert!(
+        good * 10 <= offered * 6,
+        "noisy: {good} of {offered}: {ok:?}"
+    );
     let st = d.stats().await.services.remove(0);
     assert!(st.is_balanced());
     let rows = &st.queue.tenants;
     assert_eq!(rows.len(), 5, "{rows:?}");
-    let noisy = rows.iter().find(|r| r.tenant.as_deref() == Some("noisy")).unwrap();
+    let noisy = rows
+        .iter()
+        .find(|r| r.tenant.as_deref() == Some("noisy"))
+        .unwrap();
     assert_eq!(noisy.offered, 900);
     for r in rows.iter().filter(|r| r.tenant.as_deref() != Some("noisy")) {
         assert_eq!(r.offered, 60);
@@ -102,7 +111,9 @@ async fn a_bad_tenant_key_is_refused_at_submit() {
             other => panic!("{bad:?}: {other:?}"),
         }
     }
-    let r = d.submit(Task::get("svc", "/x").tenant("k".repeat(128))).await;
+    let r = d
+        .submit(Task::get("svc", "/x").tenant("k".repeat(128)))
+        .await;
     assert!(matches!(r.outcome, Outcome::Success(_)));
     d.shutdown(Duration::from_secs(1)).await;
     drop(bs);
@@ -157,7 +168,11 @@ async fn the_gateway_reads_the_tenant_from_a_header_or_a_function() {
     let by_path = ForwardConfig::default()
         .tenant_with(|req| req.path().split('/').nth(2).map(|s| format!("path-{s}")));
     let (url, h2) = start(by_path);
-    let res = client.get(format!("{url}/svc/globex")).send().await.unwrap();
+    let res = client
+        .get(format!("{url}/svc/globex"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status().as_u16(), 200);
     let rows = d.stats().await.services.remove(0).queue.tenants;
     let offered = |k: &str| {

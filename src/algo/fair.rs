@@ -162,9 +162,15 @@ impl<T> Drr<T> {
         self.len
     }
 
-    /// Whether no flow is in the ring.
+    /// Whether nothing is held.
     pub fn is_empty(&self) -> bool {
-        self.ring.is_empty()
+        self.len == 0
+    }
+
+    /// Whether a flow is in the ring. After [`skip_gone`](Self::skip_gone):
+    /// whether a live item waits.
+    pub fn waits(&self) -> bool {
+        !self.ring.is_empty()
     }
 
     /// Items held by flow `f`.
@@ -231,8 +237,8 @@ impl<T> Drr<T> {
 
     /// Drops, from the end `order` serves of the flows at the head of the
     /// ring, the items `live` says are gone, until the head flow's next
-    /// item is live or the ring is empty: then [`is_empty`](Self::is_empty)
-    /// says whether a live item waits, and [`pop`](Self::pop) takes it.
+    /// item is live or the ring is empty: then [`waits`](Self::waits) says
+    /// whether a live item waits, and [`pop`](Self::pop) takes it.
     pub fn skip_gone(&mut self, order: Order, mut live: impl FnMut(&T) -> bool) {
         while let Some(&f) = self.ring.front() {
             let q = &mut self.flows[usize::from(f)];
@@ -429,7 +435,7 @@ impl<T> FairClasses<T> {
             d.skip_gone(order, &mut live);
         }
         let classes = &self.classes;
-        let c = self.shares.pick(|c| !classes[c].is_empty(), lowest)?;
+        let c = self.shares.pick(|c| classes[c].waits(), lowest)?;
         let (f, item) = self.classes[c].pop(order)?;
         if self.classes[c].is_empty() {
             self.shares.idle(c);
@@ -447,7 +453,7 @@ impl<T> FairClasses<T> {
     ) -> Option<(Flow, &T)> {
         let c = class.index();
         let f = self.classes[c].oldest(live, key).map(|(f, _)| f);
-        if self.classes[c].len() == 0 {
+        if self.classes[c].is_empty() {
             self.shares.idle(c);
         }
         let f = f?;
@@ -471,7 +477,7 @@ impl<T> FairClasses<T> {
     pub fn pop_oldest_of(&mut self, class: Priority, f: Flow) -> Option<T> {
         let c = class.index();
         let item = self.classes[c].pop_oldest_of(f);
-        if self.classes[c].len() == 0 {
+        if self.classes[c].is_empty() {
             self.shares.idle(c);
         }
         item

@@ -236,7 +236,11 @@ impl ClassShares {
     /// items earn their share, the most important one owed a whole
     /// dispatch pays it back and is served, else the most important with
     /// items. `None` when none waits.
-    pub(crate) fn pick(&mut self, waits: impl Fn(usize) -> bool, lowest: Priority) -> Option<usize> {
+    pub(crate) fn pick(
+        &mut self,
+        waits: impl Fn(usize) -> bool,
+        lowest: Priority,
+    ) -> Option<usize> {
         let n = lowest.index() + 1;
         let first = (0..n).find(|&c| waits(c))?;
         for c in 0..n {

@@ -217,7 +217,11 @@ impl TenantBook {
         if let Some(&f) = self.by_key.get(key) {
             return (f, None);
         }
-        let weight = self.weights.get(key).copied().unwrap_or(self.default_weight);
+        let weight = self
+            .weights
+            .get(key)
+            .copied()
+            .unwrap_or(self.default_weight);
         let key: Arc<str> = Arc::from(key);
         let f = if self.by_key.len() < self.max_tracked {
             let f = self.slots.len() as Flow;
@@ -313,9 +317,8 @@ impl TenantBook {
         let tracked = self.slots[usize::from(FIRST)..]
             .iter()
             .filter_map(|s| s.key.as_deref().map(|k| (Some(k), s.counts)));
-        tracked.chain(
-            (overflow.counts != TenantCounts::default()).then_some((None, overflow.counts)),
-        )
+        tracked
+            .chain((overflow.counts != TenantCounts::default()).then_some((None, overflow.counts)))
     }
 }
 
@@ -334,7 +337,9 @@ mod tests {
     fn keys_are_bounded_and_printable() {
         assert!(check_key("acme-42").is_ok());
         assert!(check_key(&"k".repeat(128)).is_ok());
-        assert!(check_key(&"k".repeat(129)).unwrap_err().contains("over the limit"));
+        assert!(check_key(&"k".repeat(129))
+            .unwrap_err()
+            .contains("over the limit"));
         assert!(check_key("").unwrap_err().contains("empty"));
         for bad in ["a b", "a\nb", "é", "a\0"] {
             assert!(check_key(bad).unwrap_err().contains("printable"), "{bad:?}");
@@ -419,6 +424,15 @@ mod tests {
         assert_eq!(all.len(), 3);
         assert_eq!(all[0].0, Some("gold"));
         assert_eq!(all[0].1.offered, 5);
-        assert_eq!(all[2], (None, TenantCounts { shed: 1, ..Default::default() }));
+        assert_eq!(
+            all[2],
+            (
+                None,
+                TenantCounts {
+                    shed: 1,
+                    ..Default::default()
+                }
+            )
+        );
     }
 }

@@ -53,13 +53,13 @@ use crate::algo::breaker::BreakerConfig;
 use crate::algo::budget::BudgetConfig;
 use crate::algo::strategy::LeastLoadWeights;
 
+pub use crate::algo::tenants::TenantsConfig;
 pub use headers::{ConfigHeader, HeaderSet, Secret};
 pub(crate) use lines::RawLines;
 pub use lines::{LineLimits, DEFAULT_LINE_MAX_BODY, DEFAULT_LINE_MAX_HEADER_BYTES};
 pub use mode::Mode;
 pub use redis::{OnDown, RedisConfig, SentinelConfig, SharedMode, StreamConfig};
 pub use tls::{CaFile, TlsConfig};
-pub use crate::algo::tenants::TenantsConfig;
 
 /// The largest `http2.connections`.
 pub(crate) const MAX_H2_CONNECTIONS: u32 = 64;

@@ -173,8 +173,11 @@ pub struct ForwardConfig {
 enum TenantFrom {
     Off,
     Header(HeaderName),
-    With(Arc<dyn Fn(&HttpRequest) -> Option<String> + Send + Sync>),
+    With(TenantFn),
 }
+
+/// A function naming a request's tenant ([`ForwardConfig::tenant_with`]).
+type TenantFn = Arc<dyn Fn(&HttpRequest) -> Option<String> + Send + Sync>;
 
 impl std::fmt::Debug for TenantFrom {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -94,7 +94,10 @@ impl TaskTable {
     /// classes and by `tenants`' weights within a class.
     pub fn new(shares: PriorityConfig, tenants: &TenantsConfig) -> Self {
         let mut ready = FairClasses::new(&shares);
-        for f in [crate::algo::tenants::UNNAMED, crate::algo::tenants::OVERFLOW] {
+        for f in [
+            crate::algo::tenants::UNNAMED,
+            crate::algo::tenants::OVERFLOW,
+        ] {
             ready.set_weight(f, tenants.default_weight);
         }
         TaskTable {
@@ -187,8 +190,7 @@ impl TaskTable {
     /// Lists ready task `no` in its class (at the front: served next of
     /// its class), counting it ready.
     fn push_ready(&mut self, no: TaskNo, front: bool) {
-        let Some((class, flow)) = self.tasks.get(&no).map(|p| (p.job().priority, p.tenant))
-        else {
+        let Some((class, flow)) = self.tasks.get(&no).map(|p| (p.job().priority, p.tenant)) else {
             return;
         };
         self.counts.ready += 1;
@@ -260,9 +262,7 @@ impl TaskTable {
         let tasks = &self.tasks;
         let live = |no: &TaskNo| tasks.get(no).is_some_and(|p| p.state == State::Ready);
         let sent = |no: &TaskNo| tasks.get(no).map(|p| p.sent_at);
-        self.ready
-            .oldest(class, live, sent)
-            .map(|(f, no)| (f, *no))
+        self.ready.oldest(class, live, sent).map(|(f, no)| (f, *no))
     }
 
     /// The oldest ready task of `class`, left on its list.

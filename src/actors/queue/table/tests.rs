@@ -255,8 +255,14 @@ fn ready_tasks_leave_by_class_then_order() {
     t.bounce(b);
     assert_eq!(t.next_ready(Order::Fifo), Some(b));
     t.send(b);
-    assert_eq!(t.displaceable(Priority::Sheddable, crate::algo::tenants::UNNAMED), None);
-    assert_eq!(t.displaceable(Priority::Critical, crate::algo::tenants::UNNAMED), Some(d));
+    assert_eq!(
+        t.displaceable(Priority::Sheddable, crate::algo::tenants::UNNAMED),
+        None
+    );
+    assert_eq!(
+        t.displaceable(Priority::Critical, crate::algo::tenants::UNNAMED),
+        Some(d)
+    );
     assert_eq!(t.next_ready(Order::Fifo), Some(a));
     t.send(a);
     assert_eq!(t.next_ready(Order::Fifo), Some(d));
