@@ -6,7 +6,8 @@
 //!
 //! Scenarios: `overhead`, `throughput`, `nginx`, `peers`, `slow-node`, `memory`, `soak`, `all`
 //! (every one of those), `overload` (open loop past the capacity of
-//! fixed-capacity backends: goodput, against tower and HAProxy), `gateway`
+//! fixed-capacity backends: goodput, against tower and HAProxy), `tenants`
+//! (fair shares between tenants, beside the same load naming none), `gateway`
 //! (the `web` gateway against nginx under wrk; needs `--features web`), and `micro`
 //! (turns the criterion estimates of
 //! `cargo bench --features internals --bench algo` into a table). `--smoke`
@@ -50,6 +51,8 @@ mod report;
 mod slow_node;
 #[path = "loadbench/soak.rs"]
 mod soak;
+#[path = "loadbench/tenants.rs"]
+mod tenants;
 #[path = "loadbench/throughput.rs"]
 mod throughput;
 #[path = "loadbench/tower_peer.rs"]
@@ -80,6 +83,8 @@ pub enum Scenario {
     Gateway,
     /// Open loop at 0.5x to 4x the capacity of fixed-capacity backends: goodput, vs tower and HAProxy.
     Overload,
+    /// Fair shares between tenants: a noisy tenant among ten, weights 1:2:4, with and without tenants.
+    Tenants,
     /// A service limit shared through Redis (lease, exact) against a local one (feature `redis`).
     Cluster,
     /// Tabulates the criterion results of `cargo bench --features internals --bench algo` against the targets.
@@ -111,6 +116,7 @@ impl Scenario {
             Scenario::Soak => "soak",
             Scenario::All => "all",
             Scenario::Overload => "overload",
+            Scenario::Tenants => "tenants",
             Scenario::Gateway => "gateway",
             Scenario::GatewayServe => "gateway-serve",
             Scenario::Cluster => "cluster",
@@ -301,6 +307,7 @@ async fn run(cli: Cli) -> i32 {
             Scenario::Soak => soak::run(&cli).await,
             Scenario::Micro => micro::run(&cli),
             Scenario::Overload => overload::run(&cli).await,
+            Scenario::Tenants => tenants::run(&cli).await,
             Scenario::Gateway => gateway::run(&cli).await,
             Scenario::Cluster => cluster::run(&cli).await,
             Scenario::All
