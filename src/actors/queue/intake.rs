@@ -89,7 +89,7 @@ impl QueueActor {
                 return false;
             }
         }
-        if !msg.wait && self.refuses_at_intake(class, now) {
+        if !msg.wait && self.refuses_at_intake(class, flow, now) {
             let reason = self.overloaded(class, Shed::Intake, now);
             self.reject_new(msg, reason, now);
             return false;
@@ -106,7 +106,12 @@ impl QueueActor {
     /// class than that class is sent in that time (within the interval,
     /// for both, when less important tasks wait or were just shed: they go
     /// first), so it would only wait to be shed.
-    fn refuses_at_intake(&mut self, class: Priority, now: Instant) -> bool {
+    fn refuses_at_intake(
+        &mut self,
+        class: Priority,
+        flow: crate::algo::fair::Flow,
+        now: Instant,
+    ) -> bool {
         let c = self.tasks.counts();
         // The headroom in hand is only the top class's, while nothing
         // below it waits.
@@ -114,8 +119,12 @@ impl QueueActor {
             true => self.credit,
             false => self.credit.saturating_sub(self.reserve),
         };
-        let ahead = c.ready_from(class).saturating_sub(credit);
-        let of_class = c.ready_in[class.index()].saturating_sub(credit);
+        // Of its own class, those its tenant's turns leave ahead of it.
+        let own = self
+            .tasks
+            .ahead_in_class(class, flow, crate::algo::codel::Order::Fifo);
+        let ahead = (c.ready_from(class) - c.ready_in[class.index()] + own).saturating_sub(credit);
+        let of_class = own.saturating_sub(credit);
         let Some(d) = self.delay.as_mut().filter(|d| d.overloaded_at(now)) else {
             return false;
         };
@@ -165,9 +174,7 @@ impl QueueActor {
 
     /// Answers task `no` with a rejection (or the fallback).
     pub(super) fn reject(&mut self, no: TaskNo, reason: Rejection, ctx: &mut Context<Self>) {
-        if let Some(job) = self.tasks.get(&no).map(|p| p.job().clone()) {
-            self.count_tenant_shed(&job, &reason);
-        }
+        self.count_queued_shed(no, &reason);
         let outcome = self.rejection_outcome(reason);
         self.finish(no, outcome, ctx);
     }

@@ -35,6 +35,20 @@ impl QueueActor {
         }
     }
 
+    /// Counts a shed (`Overloaded`) of queued task `no` to its tenant.
+    pub(super) fn count_queued_shed(&mut self, no: TaskNo, reason: &Rejection) {
+        if !matches!(reason, Rejection::Overloaded { .. }) {
+            return;
+        }
+        if let Some(c) = self
+            .tasks
+            .flow_of_task(no)
+            .and_then(|f| self.tasks.tenant_counts(f))
+        {
+            c.shed += 1;
+        }
+    }
+
     /// Each tracked tenant's counts, then the overflow queue's: at most
     /// `tenants.max_tracked + 1` rows, built when read.
     pub(super) fn tenant_stats(&self) -> Vec<TenantStats> {

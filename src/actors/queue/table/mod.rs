@@ -161,6 +161,11 @@ impl TaskTable {
         &self.book
     }
 
+    /// The flow of task `no`'s tenant.
+    pub fn flow_of_task(&self, no: TaskNo) -> Option<Flow> {
+        self.tasks.get(&no).map(|p| p.tenant)
+    }
+
     /// The counts of flow `f`, to bump.
     pub fn tenant_counts(&mut self, f: Flow) -> Option<&mut crate::algo::tenants::TenantCounts> {
         self.book.counts_mut(f)
