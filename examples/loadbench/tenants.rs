@@ -141,8 +141,7 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
     let mut rates = vec![quiet; 9];
     rates.push(2.0 * CAPACITY - 9.0 * quiet);
     let list = arrivals(&rates, length, 1);
-    let (fair, fair_stats) =
-        run_once(&urls, json!({}), &names, &list, true, Some(slo)).await?;
+    let (fair, fair_stats) = run_once(&urls, json!({}), &names, &list, true, Some(slo)).await?;
     let (plain, _) = run_once(&urls, json!({}), &names, &list, false, Some(slo)).await?;
     let per = |fates: &[Fate]| {
         let mut v = vec![(0usize, 0usize); names.len()];
@@ -207,7 +206,10 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
     let (wf, _) = run_once(&urls, extra, &wnames, &list, true, None).await?;
     let from = length.mul_f64(0.2);
     let mut done = [0usize; 3];
-    for x in wf.iter().filter(|x| x.ok && x.done >= from && x.done < length) {
+    for x in wf
+        .iter()
+        .filter(|x| x.ok && x.done >= from && x.done < length)
+    {
         done[x.tenant] += 1;
     }
     let total = done.iter().sum::<usize>().max(1) as f64;
@@ -226,8 +228,9 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
             ]
         })
         .collect();
-    rep.body
-        .push_str("\nThree backlogged tenants weighted 1:2:4 (successes after the first fifth):\n\n");
+    rep.body.push_str(
+        "\nThree backlogged tenants weighted 1:2:4 (successes after the first fifth):\n\n",
+    );
     rep.body.push_str(&table(
         &["tenant", "weight", "served", "share", "weight's share"],
         rows,
