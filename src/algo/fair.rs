@@ -19,7 +19,12 @@
 //!   `w_f / Σ w` of the items served, to within one turn's items, whatever
 //!   the others send: a flood from one tenant only lengthens that tenant's
 //!   queue. The scheme is work-conserving: an idle flow's share goes to the
-//!   busy ones. Every operation is O(1) (the ring rotates; no sorting).
+//!   busy ones. A push and a pop are O(1) (the ring rotates; no sorting).
+//!   What looks over the busy flows, the oldest item over them
+//!   ([`Drr::oldest`], for the sweeps) and the flow most over its share
+//!   ([`FairClasses::most_over`], when a full queue must shed), is
+//!   O(flows in the ring), at most the tenants tracked; with one flow,
+//!   O(1).
 //!
 //! With one flow the ring always serves it, so its items come in exactly
 //! the order its queue gives them (oldest first, or newest first, as the
