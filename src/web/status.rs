@@ -227,7 +227,7 @@ const TOP_TENANTS: usize = 10;
 /// The [`TOP_TENANTS`] tenants that shed most, then offered most.
 fn top_tenants(all: &[crate::stats::TenantStats]) -> Vec<crate::stats::TenantStats> {
     let mut v: Vec<&crate::stats::TenantStats> = all.iter().collect();
-    v.sort_by(|a, b| (b.shed, b.offered).cmp(&(a.shed, a.offered)));
+    v.sort_by_key(|t| std::cmp::Reverse((t.shed, t.offered)));
     v.into_iter().take(TOP_TENANTS).cloned().collect()
 }
 
