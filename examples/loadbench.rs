@@ -101,6 +101,9 @@ pub enum Scenario {
     /// (internal) The soak run, in a fresh process.
     #[value(hide = true)]
     SoakProbe,
+    /// (internal) Tasks naming no tenant, one, or each its own, for callgrind.
+    #[value(hide = true)]
+    TenantsProbe,
 }
 
 impl Scenario {
@@ -124,6 +127,7 @@ impl Scenario {
             Scenario::Backend => "backend",
             Scenario::MemoryProbe => "memory-probe",
             Scenario::SoakProbe => "soak-probe",
+            Scenario::TenantsProbe => "tenants-probe",
         }
     }
 }
@@ -274,6 +278,9 @@ fn main() {
     if cli.scenario == Scenario::SoakProbe {
         std::process::exit(soak::probe_main(&cli));
     }
+    if cli.scenario == Scenario::TenantsProbe {
+        std::process::exit(tenants::probe_main(&cli));
+    }
     let code = actix_rt::System::new().block_on(run(cli));
     std::process::exit(code);
 }
@@ -314,7 +321,8 @@ async fn run(cli: Cli) -> i32 {
             | Scenario::Backend
             | Scenario::GatewayServe
             | Scenario::MemoryProbe
-            | Scenario::SoakProbe => {
+            | Scenario::SoakProbe
+            | Scenario::TenantsProbe => {
                 unreachable!("handled in main")
             }
         };

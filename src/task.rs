@@ -521,6 +521,11 @@ impl Request {
         self.extra().and_then(|x| x.tenant.as_deref())
     }
 
+    /// The task's tenant's key as held (shared with the tenant book).
+    pub(crate) fn tenant_shared(&self) -> Option<&std::sync::Arc<str>> {
+        self.extra().and_then(|x| x.tenant.as_ref())
+    }
+
     /// A lease's hand, when this is a lease's task.
     pub(crate) fn lease(&self) -> Option<&crate::lease::LeaseHand> {
         self.extra().and_then(|x| x.lease.as_deref())

@@ -255,3 +255,65 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
     drop(backend.hits());
     Ok(rep.finish())
 }
+
+/// `tenants-probe`: `--tasks N` tasks through an engine with the
+/// in-process transport, 256 in flight, naming no tenant (`--only none`),
+/// all one tenant (`one`) or each a tenant of its own (`distinct`: the
+/// hostile caller, past `max_tracked`); prints the count when done. Run
+/// under `valgrind --tool=callgrind` at two task counts, the difference
+/// over the difference of tasks is the cost of one task.
+pub fn probe_main(cli: &Cli) -> i32 {
+    use futures::StreamExt;
+    let n = cli.tasks.unwrap_or(50_000);
+    let mode = cli.only.clone().unwrap_or_else(|| "none".into());
+    if !["none", "one", "distinct"].contains(&mode.as_str()) {
+        eprintln!("tenants-probe: --only none|one|distinct, not {mode:?}");
+        return 2;
+    }
+    let urls = crate::common::fake_urls(3);
+    actix_rt::System::new().block_on(async move {
+        let cfg = match engine_config(
+            "round_robin",
+            &urls,
+            1024,
+            json!({"queue": {"capacity": 200_000}, "balancer": {"refresh_interval": "60s"}}),
+        ) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("tenants-probe: {e}");
+                return 1;
+            }
+        };
+        let d = match Dispatcher::builder(cfg)
+            .transport(crate::immediate::immediate_factory())
+            .without_metrics()
+            .start()
+        {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("tenants-probe: {e}");
+                return 1;
+            }
+        };
+        let ok = futures::stream::iter(0..n)
+            .map(|i| {
+                let task = Task::get("bench", "/x");
+                // One tenant's key is made as the distinct ones are, so
+                // that the two differ only in the engine's work.
+                let task = match mode.as_str() {
+                    "one" => task.tenant(format!("k{}", 0)),
+                    "distinct" => task.tenant(format!("k{i}")),
+                    _ => task,
+                };
+                d.submit(task)
+            })
+            .buffer_unordered(256)
+            .filter(|r| std::future::ready(matches!(r.outcome, Outcome::Success(_))))
+            .count()
+            .await;
+        let tracked = d.stats().await.services[0].queue.tenants.len();
+        println!("{mode}: {ok} of {n} tasks succeeded; {tracked} tenant rows");
+        d.shutdown(Duration::from_secs(1)).await;
+        i32::from(ok != n)
+    })
+}

@@ -173,6 +173,10 @@ pub struct TenantBook {
     weights: HashMap<String, u32>,
     default_weight: u32,
     max_tracked: usize,
+    /// The last key looked up by [`flow_of_shared`](Self::flow_of_shared)
+    /// and its flow: a task's key is looked up at intake and again when it
+    /// enters, the same `Arc` both times, so the second costs no hash.
+    last: Option<(Arc<str>, Flow)>,
 }
 
 impl TenantBook {
@@ -199,6 +203,7 @@ impl TenantBook {
             weights: config.weights.clone(),
             default_weight: config.default_weight,
             max_tracked: config.max_tracked,
+            last: None,
         }
     }
 
@@ -211,9 +216,27 @@ impl TenantBook {
     /// the flow was just given to this tenant, its weight (the caller's
     /// fair lists must take it).
     pub fn flow_of(&mut self, key: Option<&str>) -> (Flow, Option<u32>) {
-        let Some(key) = key else {
-            return (UNNAMED, None);
-        };
+        match key {
+            None => (UNNAMED, None),
+            Some(key) => self.resolve(key, || Arc::from(key)),
+        }
+    }
+
+    /// As [`flow_of`](Self::flow_of) for a key held in an `Arc` (a task's):
+    /// the same `Arc` as the last lookup's is answered without hashing, and
+    /// a new tenant's key is shared, not copied.
+    pub fn flow_of_shared(&mut self, key: &Arc<str>) -> (Flow, Option<u32>) {
+        if let Some((last, f)) = &self.last {
+            if Arc::ptr_eq(last, key) {
+                return (*f, None);
+            }
+        }
+        let found = self.resolve(key, || key.clone());
+        self.last = Some((key.clone(), found.0));
+        found
+    }
+
+    fn resolve(&mut self, key: &str, shared: impl FnOnce() -> Arc<str>) -> (Flow, Option<u32>) {
         if let Some(&f) = self.by_key.get(key) {
             return (f, None);
         }
@@ -222,7 +245,9 @@ impl TenantBook {
             .get(key)
             .copied()
             .unwrap_or(self.default_weight);
-        let key: Arc<str> = Arc::from(key);
+        // A flow may change hands below: the remembered lookup may be stale.
+        self.last = None;
+        let key = shared();
         let f = if self.by_key.len() < self.max_tracked {
             let f = self.slots.len() as Flow;
             self.slots.push(Slot {
@@ -406,6 +431,28 @@ mod tests {
         book.hold(a);
         book.hold(b);
         assert_eq!(book.flow_of(Some("a")), (OVERFLOW, None));
+    }
+
+    #[test]
+    fn a_shared_key_is_looked_up_once_and_never_stale() {
+        let mut book = TenantBook::new(&config(1));
+        let a: Arc<str> = Arc::from("a");
+        let (fa, w) = book.flow_of_shared(&a);
+        assert_eq!(w, Some(1));
+        // The same Arc again: remembered.
+        assert_eq!(book.flow_of_shared(&a), (fa, None));
+        // "a" idle, a new key takes its flow: the remembered "a" is gone.
+        let b: Arc<str> = Arc::from("b");
+        assert_eq!(book.flow_of_shared(&b), (fa, Some(1)));
+        book.hold(fa);
+        assert_eq!(book.flow_of_shared(&a), (OVERFLOW, None));
+        assert_eq!(book.flow_of_shared(&b), (fa, None));
+        // An equal key in another Arc finds the same flow by hash.
+        assert_eq!(book.flow_of_shared(&Arc::from("b")), (fa, None));
+        assert!(
+            Arc::ptr_eq(book.by_key.keys().next().unwrap(), &b),
+            "shared, not copied"
+        );
     }
 
     #[test]

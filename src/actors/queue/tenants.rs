@@ -11,10 +11,10 @@ impl QueueActor {
     /// The flow of a new task's tenant, counting the task offered. A task
     /// naming no tenant costs one branch.
     pub(super) fn offered(&mut self, job: &Job) -> Flow {
-        let Some(key) = job.task.tenant() else {
+        let Some(key) = job.task.tenant_shared() else {
             return crate::algo::tenants::UNNAMED;
         };
-        let f = self.tasks.flow_of(Some(key));
+        let f = self.tasks.flow_of_shared(key);
         if let Some(c) = self.tasks.tenant_counts(f) {
             c.offered += 1;
         }
@@ -26,10 +26,10 @@ impl QueueActor {
         if !matches!(reason, Rejection::Overloaded { .. }) {
             return;
         }
-        let Some(key) = job.task.tenant() else {
+        let Some(key) = job.task.tenant_shared() else {
             return;
         };
-        let f = self.tasks.flow_of(Some(key));
+        let f = self.tasks.flow_of_shared(key);
         if let Some(c) = self.tasks.tenant_counts(f) {
             c.shed += 1;
         }

@@ -147,10 +147,21 @@ impl TaskTable {
 
     /// The flow of tenant `key` (none: the unnamed tasks'), tracking the
     /// tenant if the book has room.
+    #[cfg(test)]
     pub fn flow_of(&mut self, key: Option<&str>) -> Flow {
         let (f, weight) = self.book.flow_of(key);
         if let Some(w) = weight {
             // A flow given anew holds no task: no busy weight to move.
+            self.ready.set_weight(f, w);
+        }
+        f
+    }
+
+    /// The flow of a task's tenant key (as [`flow_of`](Self::flow_of);
+    /// the same key twice in a row is not hashed again).
+    pub fn flow_of_shared(&mut self, key: &std::sync::Arc<str>) -> Flow {
+        let (f, weight) = self.book.flow_of_shared(key);
+        if let Some(w) = weight {
             self.ready.set_weight(f, w);
         }
         f
@@ -174,9 +185,12 @@ impl TaskTable {
     /// A new task enters: parked, or ready at the back.
     pub fn enter(&mut self, mut p: Pending, parked: bool) -> TaskNo {
         p.state = if parked { State::Waiting } else { State::Ready };
-        p.tenant = match p.job().task.tenant() {
+        p.tenant = match p.job().task.tenant_shared() {
             None => crate::algo::tenants::UNNAMED,
-            key => self.flow_of(key),
+            Some(key) => {
+                let key = key.clone();
+                self.flow_of_shared(&key)
+            }
         };
         self.book.hold(p.tenant);
         self.counts.patient += usize::from(p.patient);
