@@ -119,15 +119,15 @@ impl QueueActor {
             true => self.credit,
             false => self.credit.saturating_sub(self.reserve),
         };
+        let Some(d) = self.delay.as_mut().filter(|d| d.overloaded_at(now)) else {
+            return false;
+        };
         // Of its own class, those its tenant's turns leave ahead of it.
         let own = self
             .tasks
             .ahead_in_class(class, flow, crate::algo::codel::Order::Fifo);
         let ahead = (c.ready_from(class) - c.ready_in[class.index()] + own).saturating_sub(credit);
         let of_class = own.saturating_sub(credit);
-        let Some(d) = self.delay.as_mut().filter(|d| d.overloaded_at(now)) else {
-            return false;
-        };
         let shielded = super::dispatch::shielded(&c, &self.shed_at, class, now, d);
         !d.admits_in(class, ahead, of_class, now, shielded)
     }
