@@ -8,14 +8,18 @@
 //! criterion's estimates into `bench/results/micro.json` and a table checked
 //! against the targets (round robin and p2c under 100 ns per pick at 1000 nodes, smooth
 //! weighted and least load under 10 ns per node, breaker and bucket under
-//! 50 ns).
+//! 50 ns). `ready_lists` compares a push and a pop of the queue's ready
+//! lists without tenants (`ClassQueues`) against the tenants' fair lists
+//! with one tenant and with ten (`FairClasses`).
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use actix_dispatch::algo::breaker::{Breaker, BreakerConfig, CallOutcome};
 use actix_dispatch::algo::ewma::PeakEwma;
+use actix_dispatch::algo::fair::FairClasses;
 use actix_dispatch::algo::limiter::TokenBucket;
+use actix_dispatch::algo::priority::{ClassQueues, Order, Priority, PriorityConfig};
 use actix_dispatch::algo::strategy::{
     hash_key, Candidate, ConsistentHash, LeastLoad, LeastLoadWeights, Member, P2c, RoundRobin,
     SmoothWeighted, Strategy,
@@ -179,9 +183,49 @@ fn ewma(c: &mut Criterion) {
     group.finish();
 }
 
+/// One push and one pop of the ready lists, 1000 tasks deep, in the
+/// `default` class: the plain class lists, the fair lists with every task
+/// of one tenant, and with ten tenants in turn.
+fn ready_lists(c: &mut Criterion) {
+    let mut group = c.benchmark_group("ready_lists");
+    let depth = 1000u64;
+    let mut plain = ClassQueues::new(PriorityConfig::default());
+    for i in 0..depth {
+        plain.push(Priority::Default, i);
+    }
+    let mut i = depth;
+    group.bench_function("class_lists", |b| {
+        b.iter(|| {
+            i += 1;
+            plain.push(Priority::Default, black_box(i));
+            black_box(plain.pop_live(Order::Fifo, |_| true))
+        })
+    });
+    for tenants in [1u16, 10] {
+        let mut fair = FairClasses::new(&PriorityConfig::default());
+        for i in 0..depth {
+            fair.push(Priority::Default, (i % u64::from(tenants)) as u16, i, false);
+        }
+        let mut i = depth;
+        group.bench_function(BenchmarkId::new("fair_lists", tenants), |b| {
+            b.iter(|| {
+                i += 1;
+                let f = (i % u64::from(tenants)) as u16;
+                fair.push(Priority::Default, f, black_box(i), false);
+                let got = fair.pop_live_within(Order::Fifo, Priority::Sheddable, |_| true);
+                if let Some((p, f, _)) = got {
+                    fair.unlive(p, f);
+                }
+                black_box(got)
+            })
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = config();
-    targets = strategies, breaker, bucket, ewma
+    targets = strategies, breaker, bucket, ewma, ready_lists
 }
 criterion_main!(benches);

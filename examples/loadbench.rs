@@ -11,7 +11,8 @@
 //! sizes, a capacity change, bursts), `gateway`
 //! (the `web` gateway against nginx under wrk; needs `--features web`), `sim`
 //! (the overload scenario matrix in the deterministic simulator of
-//! `tests/sim`, beside its oracle: `sim.md`), and `micro`
+//! `tests/sim`, beside its oracle: `sim.md`), `tenants`
+//! (fair shares between tenants, beside the same load naming none), and `micro`
 //! (turns the criterion estimates of
 //! `cargo bench --features internals --bench algo` into a table). `--smoke`
 //! shrinks everything to a few hundred tasks and a second or two. Results go
@@ -59,6 +60,8 @@ mod simulate;
 mod slow_node;
 #[path = "loadbench/soak.rs"]
 mod soak;
+#[path = "loadbench/tenants.rs"]
+mod tenants;
 #[path = "loadbench/throughput.rs"]
 mod throughput;
 #[path = "loadbench/tower_peer.rs"]
@@ -94,6 +97,8 @@ pub enum Scenario {
     Overload,
     /// The overload scenario matrix in the deterministic simulator (paused clock), beside its oracle.
     Sim,
+    /// Fair shares between tenants: a noisy tenant among ten, weights 1:2:4, with and without tenants.
+    Tenants,
     /// A service limit shared through Redis (lease, exact) against a local one (feature `redis`).
     Cluster,
     /// Tabulates the criterion results of `cargo bench --features internals --bench algo` against the targets.
@@ -110,6 +115,9 @@ pub enum Scenario {
     /// (internal) The soak run, in a fresh process.
     #[value(hide = true)]
     SoakProbe,
+    /// (internal) Tasks naming no tenant, one, or each its own, for callgrind.
+    #[value(hide = true)]
+    TenantsProbe,
 }
 
 impl Scenario {
@@ -126,6 +134,7 @@ impl Scenario {
             Scenario::All => "all",
             Scenario::Overload => "overload",
             Scenario::Sim => "sim",
+            Scenario::Tenants => "tenants",
             Scenario::Gateway => "gateway",
             Scenario::GatewayServe => "gateway-serve",
             Scenario::Cluster => "cluster",
@@ -133,6 +142,7 @@ impl Scenario {
             Scenario::Backend => "backend",
             Scenario::MemoryProbe => "memory-probe",
             Scenario::SoakProbe => "soak-probe",
+            Scenario::TenantsProbe => "tenants-probe",
         }
     }
 }
@@ -301,6 +311,9 @@ fn main() {
     if cli.scenario == Scenario::SoakProbe {
         std::process::exit(soak::probe_main(&cli));
     }
+    if cli.scenario == Scenario::TenantsProbe {
+        std::process::exit(tenants::probe_main(&cli));
+    }
     let code = actix_rt::System::new().block_on(run(cli));
     std::process::exit(code);
 }
@@ -335,13 +348,15 @@ async fn run(cli: Cli) -> i32 {
             Scenario::Micro => micro::run(&cli),
             Scenario::Overload => overload::run(&cli).await,
             Scenario::Sim => simulate::run(&cli),
+            Scenario::Tenants => tenants::run(&cli).await,
             Scenario::Gateway => gateway::run(&cli).await,
             Scenario::Cluster => cluster::run(&cli).await,
             Scenario::All
             | Scenario::Backend
             | Scenario::GatewayServe
             | Scenario::MemoryProbe
-            | Scenario::SoakProbe => {
+            | Scenario::SoakProbe
+            | Scenario::TenantsProbe => {
                 unreachable!("handled in main")
             }
         };

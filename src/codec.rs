@@ -14,7 +14,7 @@
 //! {"id": 7, "service": "inference", "method": "POST", "path": "/v1/generate",
 //!  "headers": {"x-request-id": "7"}, "json": {"prompt": "hi"},
 //!  "timeout": "2s", "deadline": "10s", "idempotent": true, "affinity": "user-42",
-//!  "priority": "critical"}
+//!  "priority": "critical", "tenant": "acme"}
 //! ```
 //!
 //! Only `service` and `path` are required. `method` defaults to `GET`, or to
@@ -135,6 +135,11 @@ pub struct TaskLine {
     /// absent) or `sheddable` ([`Task::priority`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<crate::task::Priority>,
+    /// The tenant the task counts to, for fair shares between tenants
+    /// ([`Task::tenant`]): 1 to 128 printable ASCII characters without
+    /// spaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
     /// Stream the answer ([`Task::stream`]). A result line is made from the
     /// answer's head: a streamed success's line carries no body (the body
     /// is the caller's to read from the [`crate::BodyStream`]).
@@ -300,6 +305,10 @@ impl TaskLine {
             }
             (Some(p), _) => task = task.priority(p),
             (None, _) => {}
+        }
+        if let Some(t) = &self.tenant {
+            crate::algo::tenants::check_key(t).map_err(|m| format!("tenant: {m}"))?;
+            task = task.tenant(t.clone());
         }
         if self.stream {
             task = task.stream(true);
@@ -539,6 +548,23 @@ mod tests {
         let plain = TaskLine::parse(r#"{"service":"s","path":"/"}"#).unwrap();
         assert!(!plain.to_task().unwrap().is_stream());
         assert!(!serde_json::to_string(&plain).unwrap().contains("stream"));
+    }
+
+    #[test]
+    fn a_tenant_field_names_the_tenant_and_a_bad_one_is_refused() {
+        let line = TaskLine::parse(r#"{"service":"s","path":"/","tenant":"acme"}"#).unwrap();
+        assert_eq!(line.to_task().unwrap().tenant_key(), Some("acme"));
+        assert!(serde_json::to_string(&line)
+            .unwrap()
+            .contains(r#""tenant":"acme""#));
+        let long = format!(
+            r#"{{"service":"s","path":"/","tenant":"{}"}}"#,
+            "k".repeat(129)
+        );
+        let err = TaskLine::parse(&long).unwrap().to_task().unwrap_err();
+        assert!(err.starts_with("tenant: ") && err.contains("128"), "{err}");
+        let spaced = TaskLine::parse(r#"{"service":"s","path":"/","tenant":"a b"}"#).unwrap();
+        assert!(spaced.to_task().unwrap_err().starts_with("tenant: "));
     }
 
     #[test]

@@ -117,7 +117,9 @@ pub use outcome::{
     Rejection, Response, StreamError, TaskResult,
 };
 pub use pool::{PoolError, ReloadSummary};
-pub use stats::{BreakerStatus, ByPriority, NodeStats, QueueStats, ServiceStats, Stats};
+pub use stats::{
+    BreakerStatus, ByPriority, NodeStats, QueueStats, ServiceStats, Stats, TenantStats,
+};
 pub use task::{Priority, Task, TaskId};
 pub use tokio::time::Instant;
 

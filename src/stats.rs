@@ -124,6 +124,26 @@ pub struct QueueStats {
     pub retry_budget_left: u64,
     /// Why the queue is refusing tasks, if it is.
     pub gate: Option<String>,
+    /// Per tenant ([`crate::Task::tenant`]) the queue tracks, then the
+    /// overflow queue the untracked ones share (`tenant: None`): at most
+    /// `tenants.max_tracked + 1` rows. Empty when no task named a tenant.
+    pub tenants: Vec<TenantStats>,
+}
+
+/// One tenant's counts at its service's queue.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct TenantStats {
+    /// The tenant's key; `None` for the overflow queue (tenants beyond
+    /// `tenants.max_tracked`).
+    pub tenant: Option<String>,
+    /// Tasks that reached the queue since the tenant was tracked.
+    pub offered: u64,
+    /// Tasks sent to a backend (each counted once, at its first send).
+    pub served: u64,
+    /// Tasks shed `Overloaded`: refused at intake, shed while waiting or
+    /// displaced.
+    pub shed: u64,
 }
 
 /// A count per priority class ([`crate::Priority`]).

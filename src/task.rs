@@ -100,6 +100,8 @@ struct Extra {
     stream_max_duration: Option<Duration>,
     affinity: Option<String>,
     priority: Option<Priority>,
+    /// Whose task this is, for fair shares between tenants.
+    tenant: Option<std::sync::Arc<str>>,
     build_error: Option<String>,
     /// A lease's task: where its node puts the lease.
     lease: Option<std::sync::Arc<crate::lease::LeaseHand>>,
@@ -243,6 +245,25 @@ impl Task {
             self.extra_mut().priority = Some(class);
         }
         self
+    }
+
+    /// The tenant the task is counted to (an API key, a customer, a batch
+    /// job): within each priority class the queue shares its dispatches
+    /// between tenants by their weights (`tenants` in the service's
+    /// config), so one tenant's flood cannot take the others' capacity,
+    /// and sheds first from the tenants most over their share. A task
+    /// without one shares the dispatches with the others as one tenant.
+    ///
+    /// The key is 1 to 128 printable ASCII characters without spaces; any
+    /// other is refused at submit (`InvalidTask`, naming the tenant).
+    pub fn tenant(mut self, key: impl Into<String>) -> Task {
+        self.extra_mut().tenant = Some(std::sync::Arc::from(key.into()));
+        self
+    }
+
+    /// The task's tenant ([`Task::tenant`]), if named.
+    pub fn tenant_key(&self) -> Option<&str> {
+        self.req.tenant()
     }
 
     /// The task's class ([`Task::priority`]).
@@ -404,6 +425,9 @@ impl Task {
         if self.service.is_empty() {
             return Err("service name is empty".into());
         }
+        if let Some(t) = self.req.tenant() {
+            crate::algo::tenants::check_key(t).map_err(|m| format!("tenant: {m}"))?;
+        }
         check_path(&self.req.path)?;
         for (k, v) in &typed {
             check_header_name(k.as_str())?;
@@ -490,6 +514,16 @@ impl Request {
     /// The task's class ([`Task::priority`]).
     pub(crate) fn priority(&self) -> Priority {
         self.extra().and_then(|x| x.priority).unwrap_or_default()
+    }
+
+    /// The task's tenant ([`Task::tenant`]), if named.
+    pub(crate) fn tenant(&self) -> Option<&str> {
+        self.extra().and_then(|x| x.tenant.as_deref())
+    }
+
+    /// The task's tenant's key as held (shared with the tenant book).
+    pub(crate) fn tenant_shared(&self) -> Option<&std::sync::Arc<str>> {
+        self.extra().and_then(|x| x.tenant.as_ref())
     }
 
     /// A lease's hand, when this is a lease's task.

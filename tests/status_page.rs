@@ -287,6 +287,7 @@ async fn status_json_holds_to_its_schema() {
                 ("overloaded", Bool),
                 ("retry_budget_left", U),
                 ("gate", StrOrNull),
+                ("tenants", Arr),
                 ("nodes", Arr),
             ],
             "service",

@@ -205,14 +205,69 @@ pub enum Admit<T> {
     Refused(T),
 }
 
-/// One ready queue per [`Priority`]. See the [module documentation](self).
+/// The reserved-share accounting of the classes, apart from what holds
+/// their items: which class the next dispatch serves (see the [module
+/// documentation](self)). [`ClassQueues`] and the tenants' fair lists
+/// ([`crate::algo::fair::FairClasses`]) share it.
 #[derive(Debug, Clone)]
-pub struct ClassQueues<T> {
-    queues: [VecDeque<T>; CLASSES],
+pub(crate) struct ClassShares {
     /// Reserved share per class, in parts per million.
     shares: [u64; CLASSES],
     /// Dispatches owed to each class, in parts per million.
     owed: [u64; CLASSES],
+}
+
+impl ClassShares {
+    /// # Panics
+    ///
+    /// If `config` fails [`PriorityConfig::validate`].
+    pub(crate) fn new(config: &PriorityConfig) -> Self {
+        if let Err(e) = config.validate() {
+            panic!("invalid PriorityConfig: {e}");
+        }
+        ClassShares {
+            shares: config.ppm(),
+            owed: [0; CLASSES],
+        }
+    }
+
+    /// The class (index) the next dispatch serves among `lowest` and the
+    /// classes above it, given which have items waiting: classes with
+    /// items earn their share, the most important one owed a whole
+    /// dispatch pays it back and is served, else the most important with
+    /// items. `None` when none waits.
+    pub(crate) fn pick(
+        &mut self,
+        waits: impl Fn(usize) -> bool,
+        lowest: Priority,
+    ) -> Option<usize> {
+        let n = lowest.index() + 1;
+        let first = (0..n).find(|&c| waits(c))?;
+        for c in 0..n {
+            if waits(c) {
+                self.owed[c] = self.owed[c].saturating_add(self.shares[c]);
+            } else {
+                self.owed[c] = 0;
+            }
+        }
+        let c = (0..n)
+            .find(|&c| waits(c) && self.owed[c] >= WHOLE)
+            .unwrap_or(first);
+        self.owed[c] = self.owed[c].saturating_sub(WHOLE);
+        Some(c)
+    }
+
+    /// Class `c` has nothing waiting: it banks nothing.
+    pub(crate) fn idle(&mut self, c: usize) {
+        self.owed[c] = 0;
+    }
+}
+
+/// One ready queue per [`Priority`]. See the [module documentation](self).
+#[derive(Debug, Clone)]
+pub struct ClassQueues<T> {
+    queues: [VecDeque<T>; CLASSES],
+    shares: ClassShares,
 }
 
 impl<T> ClassQueues<T> {
@@ -222,13 +277,9 @@ impl<T> ClassQueues<T> {
     ///
     /// If `config` fails [`PriorityConfig::validate`].
     pub fn new(config: PriorityConfig) -> Self {
-        if let Err(e) = config.validate() {
-            panic!("invalid PriorityConfig: {e}");
-        }
         ClassQueues {
             queues: Default::default(),
-            shares: config.ppm(),
-            owed: [0; CLASSES],
+            shares: ClassShares::new(&config),
         }
     }
 
@@ -287,25 +338,14 @@ impl<T> ClassQueues<T> {
     /// As [`pop`](Self::pop), among `lowest` and the classes more important
     /// than it (the others neither earn nor pay: they are not asked).
     pub fn pop_within(&mut self, order: Order, lowest: Priority) -> Option<(Priority, T)> {
-        let n = lowest.index() + 1;
-        let first = (0..n).find(|&c| !self.queues[c].is_empty())?;
-        for c in 0..n {
-            if self.queues[c].is_empty() {
-                self.owed[c] = 0;
-            } else {
-                self.owed[c] = self.owed[c].saturating_add(self.shares[c]);
-            }
-        }
-        let c = (0..n)
-            .find(|&c| !self.queues[c].is_empty() && self.owed[c] >= WHOLE)
-            .unwrap_or(first);
-        self.owed[c] = self.owed[c].saturating_sub(WHOLE);
+        let queues = &self.queues;
+        let c = self.shares.pick(|c| !queues[c].is_empty(), lowest)?;
         let item = match order {
             Order::Fifo => self.queues[c].pop_front(),
             Order::Lifo => self.queues[c].pop_back(),
         }?;
         if self.queues[c].is_empty() {
-            self.owed[c] = 0;
+            self.shares.idle(c);
         }
         Some((Priority::ALL[c], item))
     }
@@ -355,7 +395,7 @@ impl<T> ClassQueues<T> {
             self.queues[c].pop_front();
         }
         if self.queues[c].is_empty() {
-            self.owed[c] = 0;
+            self.shares.idle(c);
         }
         self.queues[c].front()
     }
@@ -374,7 +414,7 @@ impl<T> ClassQueues<T> {
         let c = (0..CLASSES).rev().find(|&c| !self.queues[c].is_empty())?;
         let item = self.queues[c].pop_front()?;
         if self.queues[c].is_empty() {
-            self.owed[c] = 0;
+            self.shares.idle(c);
         }
         Some((Priority::ALL[c], item))
     }
@@ -389,7 +429,7 @@ impl<T> ClassQueues<T> {
         let c = class.index();
         let item = self.queues[c].pop_front();
         if self.queues[c].is_empty() {
-            self.owed[c] = 0;
+            self.shares.idle(c);
         }
         item
     }
@@ -400,7 +440,7 @@ impl<T> ClassQueues<T> {
         for (c, q) in self.queues.iter_mut().enumerate() {
             q.retain(|t| keep(Priority::ALL[c], t));
             if q.is_empty() {
-                self.owed[c] = 0;
+                self.shares.idle(c);
             }
         }
     }

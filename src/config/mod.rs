@@ -53,6 +53,7 @@ use crate::algo::breaker::BreakerConfig;
 use crate::algo::budget::BudgetConfig;
 use crate::algo::strategy::LeastLoadWeights;
 
+pub use crate::algo::tenants::TenantsConfig;
 pub use headers::{ConfigHeader, HeaderSet, Secret};
 pub(crate) use lines::RawLines;
 pub use lines::{LineLimits, DEFAULT_LINE_MAX_BODY, DEFAULT_LINE_MAX_HEADER_BYTES};
@@ -436,6 +437,11 @@ pub struct ServiceConfig {
     /// What a task line (a JSONL file's, a Redis stream's) may ask of the
     /// service (`lines`; see [`LineLimits`]).
     pub lines: LineLimits,
+    /// Fair shares between tenants (`tenants`): weights per tenant key
+    /// (default none), the weight of the others (default 1) and how many
+    /// tenants are tracked at once (default 1024; the rest share one
+    /// queue). See [`crate::algo::tenants`].
+    pub tenants: crate::algo::tenants::TenantsConfig,
 }
 
 impl ServiceConfig {

@@ -68,6 +68,29 @@ pub(crate) struct RawService {
     /// What a task line may ask of the service.
     #[serde(default)]
     pub lines: super::RawLines,
+    /// Fair shares between tenants: weights and the bound on tracked ones.
+    #[serde(default)]
+    pub tenants: RawTenants,
+}
+
+/// `tenants`: weights per tenant and how many are tracked (`algo::tenants`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawTenants {
+    pub weights: BTreeMap<String, u64>,
+    pub default_weight: u64,
+    pub max_tracked: u64,
+}
+
+impl Default for RawTenants {
+    fn default() -> Self {
+        let c = crate::algo::tenants::TenantsConfig::default();
+        Self {
+            weights: BTreeMap::new(),
+            default_weight: u64::from(c.default_weight),
+            max_tracked: c.max_tracked as u64,
+        }
+    }
 }
 
 /// `throttle`: adaptive client-side throttling per node (`algo::throttle`).

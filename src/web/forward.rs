@@ -75,6 +75,10 @@ async fn forward_one(service: &str, req: HttpRequest, body: web::Payload) -> Htt
         Ok(p) => p,
         Err(msg) => return error(StatusCode::BAD_REQUEST, "bad_priority", &msg, service),
     };
+    let tenant = match cfg.tenant(&req) {
+        Ok(t) => t,
+        Err(msg) => return error(StatusCode::BAD_REQUEST, "bad_tenant", &msg, service),
+    };
     let strip = Strip {
         own: cfg.priority_header.as_ref(),
         proxy: !cfg.trust_proxy_headers,
@@ -87,6 +91,9 @@ async fn forward_one(service: &str, req: HttpRequest, body: web::Payload) -> Htt
         .body(body)
         .priority(priority)
         .typed_headers(headers);
+    if let Some(t) = tenant {
+        task = task.tenant(t);
+    }
     if let Some(d) = cfg.deadline {
         task = task.deadline_in(d);
     }

@@ -162,9 +162,31 @@ pub struct ForwardConfig {
     stream_max_duration: Option<Duration>,
     headers: HeaderLimits,
     priority_header: Option<HeaderName>,
+    tenant: TenantFrom,
     /// `None`: every method but `TRACE` and `CONNECT`.
     allowed_methods: Option<Arc<[Method]>>,
     trust_proxy_headers: bool,
+}
+
+/// Where a forwarded request's tenant comes from.
+#[derive(Clone)]
+enum TenantFrom {
+    Off,
+    Header(HeaderName),
+    With(TenantFn),
+}
+
+/// A function naming a request's tenant ([`ForwardConfig::tenant_with`]).
+type TenantFn = Arc<dyn Fn(&HttpRequest) -> Option<String> + Send + Sync>;
+
+impl std::fmt::Debug for TenantFrom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TenantFrom::Off => f.write_str("Off"),
+            TenantFrom::Header(h) => f.debug_tuple("Header").field(h).finish(),
+            TenantFrom::With(_) => f.write_str("With(..)"),
+        }
+    }
 }
 
 /// Which forwarded requests are streamed ([`ForwardConfig::stream`]): the
@@ -224,6 +246,7 @@ impl ForwardConfig {
         stream_max_duration: None,
         headers: HeaderLimits::DEFAULT,
         priority_header: None,
+        tenant: TenantFrom::Off,
         allowed_methods: None,
         trust_proxy_headers: false,
     };
@@ -379,6 +402,53 @@ impl ForwardConfig {
     pub fn priority_header(mut self, name: HeaderName) -> Self {
         self.priority_header = Some(name);
         self
+    }
+
+    /// The request header whose value names a forwarded task's tenant
+    /// ([`crate::Task::tenant`]: the queue shares the dispatches between
+    /// tenants by weight and sheds first from those over their share), for
+    /// example `x-api-key` or `x-tenant`. Off by default. The header is
+    /// forwarded as it came (it may be the backend's credential too); a
+    /// value that is no valid key (1 to 128 printable ASCII characters, no
+    /// spaces) is answered 400 (`bad_tenant`); a request without it counts
+    /// to no tenant. Memory stays bounded whatever clients send (the
+    /// service's `tenants.max_tracked`).
+    pub fn tenant_header(mut self, name: HeaderName) -> Self {
+        self.tenant = TenantFrom::Header(name);
+        self
+    }
+
+    /// Names a forwarded task's tenant by a function of the request (a
+    /// claim of a token already checked by a middleware, a path segment,
+    /// the client's address): `None` counts it to no tenant. Replaces
+    /// [`ForwardConfig::tenant_header`]; an invalid key is answered 400
+    /// (`bad_tenant`).
+    pub fn tenant_with(
+        mut self,
+        f: impl Fn(&HttpRequest) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.tenant = TenantFrom::With(Arc::new(f));
+        self
+    }
+
+    /// The tenant the request names, if the route reads one.
+    fn tenant(&self, req: &HttpRequest) -> Result<Option<String>, String> {
+        let key = match &self.tenant {
+            TenantFrom::Off => return Ok(None),
+            TenantFrom::Header(name) => match req.headers().get(name) {
+                None => return Ok(None),
+                Some(v) => v
+                    .to_str()
+                    .map_err(|_| format!("header {name} is not visible ASCII"))?
+                    .to_owned(),
+            },
+            TenantFrom::With(f) => match f(req) {
+                None => return Ok(None),
+                Some(k) => k,
+            },
+        };
+        crate::algo::tenants::check_key(&key).map_err(|m| format!("tenant: {m}"))?;
+        Ok(Some(key))
     }
 
     /// The class the request's priority header asks for.

@@ -89,6 +89,8 @@ const CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'un
 ///       "queued": u64, "waiting": u64, "capacity": u64, "peak_queued": u64,
 ///       "in_flight": u64, "overloaded": bool, "retry_budget_left": u64,
 ///       "gate": str | null,
+///       "tenants": [ { "tenant": str | null, "offered": u64, "served": u64,
+///           "shed": u64 } ],
 ///       "nodes": [ { "address": str, "weight": u32, "effective_weight": u32,
 ///           "active": bool, "draining": bool, "health": str,
 ///           "breaker": "closed" | "open" | "half-open", "open_for_ms": u64 | null,
@@ -214,7 +216,21 @@ struct ServiceSnapshot {
     overloaded: bool,
     retry_budget_left: u64,
     gate: Option<String>,
+    /// The tenants that shed most, then offered most (at most
+    /// [`TOP_TENANTS`]; `tenant: null` is the overflow queue).
+    tenants: Vec<crate::stats::TenantStats>,
     nodes: Vec<NodeSnapshot>,
+}
+
+/// Most tenants a service's snapshot lists: the page stays small whatever
+/// `tenants.max_tracked` is.
+const TOP_TENANTS: usize = 10;
+
+/// The [`TOP_TENANTS`] tenants that shed most, then offered most.
+fn top_tenants(all: &[crate::stats::TenantStats]) -> Vec<crate::stats::TenantStats> {
+    let mut v: Vec<&crate::stats::TenantStats> = all.iter().collect();
+    v.sort_by_key(|t| std::cmp::Reverse((t.shed, t.offered)));
+    v.into_iter().take(TOP_TENANTS).cloned().collect()
 }
 
 #[derive(Debug, Serialize)]
@@ -277,6 +293,7 @@ impl ServiceSnapshot {
             overloaded: q.overloaded,
             retry_budget_left: q.retry_budget_left,
             gate: q.gate.as_deref().map(without_userinfo),
+            tenants: top_tenants(&q.tenants),
             nodes: s.nodes.iter().map(NodeSnapshot::of).collect(),
         }
     }
@@ -365,6 +382,25 @@ mod tests {
             PAGE.lines().count() < 400,
             "keep the page small enough to read"
         );
+    }
+
+    #[test]
+    fn status_lists_the_tenants_that_shed_most_at_most_ten() {
+        let all: Vec<crate::stats::TenantStats> = (0..30u64)
+            .map(|i| crate::stats::TenantStats {
+                tenant: Some(format!("t{i}")),
+                offered: 100 + i,
+                served: 50,
+                shed: i % 3,
+            })
+            .collect();
+        let top = top_tenants(&all);
+        let names: Vec<_> = top.iter().filter_map(|t| t.tenant.as_deref()).collect();
+        assert_eq!(
+            names,
+            ["t29", "t26", "t23", "t20", "t17", "t14", "t11", "t8", "t5", "t2"]
+        );
+        assert!(top_tenants(&[]).is_empty());
     }
 
     #[test]

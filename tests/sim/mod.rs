@@ -14,3 +14,4 @@ pub mod matrix;
 pub mod model;
 pub mod oracle;
 pub mod run;
+pub mod tenants;

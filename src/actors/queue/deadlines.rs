@@ -42,12 +42,21 @@ impl QueueActor {
     /// ready tasks that go before it (newest first while overloaded: only
     /// the more important classes'), less the credit in hand, take longer
     /// at the recent send rate than it has left after an attempt.
-    pub(super) fn refused_for_time(&self, class: Priority, due: Instant, now: Instant) -> bool {
+    pub(super) fn refused_for_time(
+        &self,
+        class: Priority,
+        flow: crate::algo::fair::Flow,
+        due: Instant,
+        now: Instant,
+    ) -> bool {
         let c = self.tasks.counts();
-        let ahead = match self.due_lifo(now) {
-            true => c.ready_from(class) - c.ready_in[class.index()],
-            false => c.ready_from(class),
+        // Of its own class, those its tenant's turns leave ahead of it.
+        let order = match self.due_lifo(now) {
+            true => crate::algo::codel::Order::Lifo,
+            false => crate::algo::codel::Order::Fifo,
         };
+        let ahead = c.ready_from(class) - c.ready_in[class.index()]
+            + self.tasks.ahead_in_class(class, flow, order);
         let ahead = ahead.saturating_sub(self.credit);
         !self.due.admits(ahead, due, self.expected_latency(), now)
     }

@@ -25,6 +25,7 @@ impl QueueActor {
     /// the ready tasks (a pump is then due).
     pub(super) fn take_in(&mut self, msg: Submit, ctx: &mut Context<Self>) -> bool {
         let now = self.now();
+        let flow = self.offered(msg.task.job());
         if self.closed {
             self.reject_new(msg, Rejection::ShuttingDown, now);
             return false;
@@ -49,7 +50,7 @@ impl QueueActor {
         // A full queue with no line of parked tasks makes room for a more
         // important task: the oldest ready task of a lower class goes.
         if !self.has_room() && self.tasks.counts().parked == 0 {
-            if let Some(victim) = self.tasks.displaceable(class) {
+            if let Some(victim) = self.tasks.displaceable(class, flow) {
                 self.shed(victim, Shed::Displaced, now, ctx);
             }
         }
@@ -81,14 +82,14 @@ impl QueueActor {
                 self.reject_new(msg, Rejection::DeadlinePassed, now);
                 return false;
             }
-            if self.refused_for_time(class, due, now) {
+            if self.refused_for_time(class, flow, due, now) {
                 self.shed_for_time(now);
                 let reason = self.overloaded(class, Shed::Intake, now);
                 self.reject_new(msg, reason, now);
                 return false;
             }
         }
-        if !msg.wait && self.refuses_at_intake(class, now) {
+        if !msg.wait && self.refuses_at_intake(class, flow, now) {
             let reason = self.overloaded(class, Shed::Intake, now);
             self.reject_new(msg, reason, now);
             return false;
@@ -105,7 +106,12 @@ impl QueueActor {
     /// class than that class is sent in that time (within the interval,
     /// for both, when less important tasks wait or were just shed: they go
     /// first), so it would only wait to be shed.
-    fn refuses_at_intake(&mut self, class: Priority, now: Instant) -> bool {
+    fn refuses_at_intake(
+        &mut self,
+        class: Priority,
+        flow: crate::algo::fair::Flow,
+        now: Instant,
+    ) -> bool {
         let c = self.tasks.counts();
         // The headroom in hand is only the top class's, while nothing
         // below it waits.
@@ -113,11 +119,15 @@ impl QueueActor {
             true => self.credit,
             false => self.credit.saturating_sub(self.reserve),
         };
-        let ahead = c.ready_from(class).saturating_sub(credit);
-        let of_class = c.ready_in[class.index()].saturating_sub(credit);
         let Some(d) = self.delay.as_mut().filter(|d| d.overloaded_at(now)) else {
             return false;
         };
+        // Of its own class, those its tenant's turns leave ahead of it.
+        let own = self
+            .tasks
+            .ahead_in_class(class, flow, crate::algo::codel::Order::Fifo);
+        let ahead = (c.ready_from(class) - c.ready_in[class.index()] + own).saturating_sub(credit);
+        let of_class = own.saturating_sub(credit);
         let shielded = super::dispatch::shielded(&c, &self.shed_at, class, now, d);
         !d.admits_in(class, ahead, of_class, now, shielded)
     }
@@ -148,6 +158,7 @@ impl QueueActor {
     pub(super) fn reject_new(&mut self, msg: Submit, reason: Rejection, now: Instant) {
         self.counters.submitted += 1;
         self.counters.rejected += 1;
+        self.count_tenant_shed(msg.task.job(), &reason);
         let outcome = self.rejection_outcome(reason);
         let total = now.saturating_duration_since(msg.task.job().submitted);
         self.metrics.task_finished(&outcome, total);
@@ -163,6 +174,7 @@ impl QueueActor {
 
     /// Answers task `no` with a rejection (or the fallback).
     pub(super) fn reject(&mut self, no: TaskNo, reason: Rejection, ctx: &mut Context<Self>) {
+        self.count_queued_shed(no, &reason);
         let outcome = self.rejection_outcome(reason);
         self.finish(no, outcome, ctx);
     }

@@ -47,6 +47,7 @@ mod dispatch;
 mod intake;
 mod port;
 mod table;
+mod tenants;
 #[cfg(test)]
 mod tests;
 mod timing;
@@ -161,7 +162,7 @@ impl QueueActor {
             ids,
             inbox: Arc::default(),
             intake_spare: Vec::new(),
-            tasks: TaskTable::new(cfg.queue.priority.clone()),
+            tasks: TaskTable::new(cfg.queue.priority.clone(), &cfg.tenants),
             out: QueueTurn::default(),
             timers: TimerStore::default(),
             timer: None,
@@ -309,6 +310,7 @@ impl QueueActor {
                 Gate::Open => None,
                 Gate::Reject(r) => Some(r.to_string()),
             },
+            tenants: self.tenant_stats(),
         }
     }
 }

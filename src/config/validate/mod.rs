@@ -250,6 +250,7 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
     let throttle = throttle(&cx, raw.throttle)?;
     let lines = super::lines::validate(&raw.lines, LineLimits::for_service(raw.timeout, &retry))
         .map_err(|(f, m)| cx.err(f, m))?;
+    let tenants = tenants(&cx, &raw.tenants)?;
     Ok(ServiceConfig {
         name: name.clone(),
         mode,
@@ -272,7 +273,30 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
         concurrency,
         throttle,
         lines,
+        tenants,
     })
+}
+
+/// `tenants`: weights per tenant, the default weight and the bound on the
+/// tenants tracked; the error names the field (`tenants.weights.<key>`).
+fn tenants(
+    cx: &Ctx<'_>,
+    raw: &crate::config::raw::RawTenants,
+) -> Result<crate::algo::tenants::TenantsConfig, ConfigError> {
+    // Out-of-range numbers saturate here and are refused, by name, below.
+    let small = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+    let c = crate::algo::tenants::TenantsConfig {
+        weights: raw
+            .weights
+            .iter()
+            .map(|(k, &w)| (k.clone(), small(w)))
+            .collect(),
+        default_weight: small(raw.default_weight),
+        max_tracked: usize::try_from(raw.max_tracked).unwrap_or(usize::MAX),
+    };
+    c.validate()
+        .map_err(|(f, m)| cx.err(format!("tenants.{f}"), m))?;
+    Ok(c)
 }
 
 /// `throttle`: client-side throttling per node; the error names the field.

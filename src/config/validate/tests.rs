@@ -385,3 +385,39 @@ fn queue_max_bytes_defaults_to_256_mib_and_zero_is_refused() {
     let e = ok(r#"{"max_bytes":0}"#).unwrap_err().to_string();
     assert!(e.contains("queue.max_bytes"), "{e}");
 }
+
+#[test]
+fn tenants_default_and_are_checked_by_field() {
+    let cfg =
+        Config::from_json(r#"{"services":[{"name":"a","endpoints":[{"address":"http://h/"}]}]}"#)
+            .unwrap();
+    assert_eq!(
+        cfg.services[0].tenants,
+        crate::algo::tenants::TenantsConfig::default()
+    );
+    let cfg = Config::from_json(
+        r#"{"services":[{"name":"a","tenants":{"weights":{"gold":4},"default_weight":2,"max_tracked":8},"endpoints":[{"address":"http://h/"}]}]}"#,
+    )
+    .unwrap();
+    let t = &cfg.services[0].tenants;
+    assert_eq!(
+        (t.weights["gold"], t.default_weight, t.max_tracked),
+        (4, 2, 8)
+    );
+    for (json, field) in [
+        (r#"{"weights":{"gold":0}}"#, "tenants.weights.gold"),
+        (r#"{"weights":{"a b":1}}"#, "tenants.weights.a b"),
+        (r#"{"default_weight":5000000000}"#, "tenants.default_weight"),
+        (r#"{"max_tracked":0}"#, "tenants.max_tracked"),
+        (r#"{"max_tracked":70000}"#, "tenants.max_tracked"),
+    ] {
+        let e = err(&format!(
+            r#"{{"services":[{{"name":"a","tenants":{json},"endpoints":[{{"address":"http://h/"}}]}}]}}"#
+        ));
+        assert!(e.contains(&format!("field `{field}`")), "{json}: {e}");
+    }
+    let e = err(
+        r#"{"services":[{"name":"a","tenants":{"quota":1},"endpoints":[{"address":"http://h/"}]}]}"#,
+    );
+    assert!(e.contains("quota"), "{e}");
+}

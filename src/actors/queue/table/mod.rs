@@ -11,10 +11,14 @@
 //! and a property test checks that they always agree with the table and
 //! that every task leaves exactly once.
 //!
-//! Ready tasks wait in one list per [`Priority`] class
-//! ([`ClassQueues`]): the next to send is chosen by the classes' reserved
-//! shares, then by priority, at the end the queue's delay control says
-//! (oldest first, or newest first under overload).
+//! Ready tasks wait in one list per [`Priority`] class and tenant
+//! ([`FairClasses`]): the next to send is chosen by the classes' reserved
+//! shares, then by priority, then among the class's tenants by deficit
+//! round robin over their weights ([`crate::algo::fair`]), at the end of
+//! the tenant's list the queue's delay control says (oldest first, or
+//! newest first under overload). Tasks naming no tenant are one tenant:
+//! with no other, the order is exactly a plain list's. The tenants'
+//! flows come from a bounded [`TenantBook`] (`tenants.max_tracked`).
 //!
 //! The lists hold task numbers and are cleaned lazily: a task answered
 //! while listed leaves its number behind, skipped when reached and dropped
@@ -23,7 +27,9 @@
 use std::collections::VecDeque;
 
 use crate::algo::codel::Order;
-use crate::algo::priority::{ClassQueues, Priority, PriorityConfig};
+use crate::algo::fair::{FairClasses, Flow};
+use crate::algo::priority::{Priority, PriorityConfig};
+use crate::algo::tenants::{TenantBook, TenantsConfig};
 
 mod slab;
 mod state;
@@ -66,8 +72,10 @@ impl Counts {
 /// Every task of one queue, by number, with its state.
 pub(in crate::actors) struct TaskTable {
     tasks: Tasks,
-    /// Ready tasks, by class.
-    ready: ClassQueues<TaskNo>,
+    /// Ready tasks, by class and tenant.
+    ready: FairClasses<TaskNo>,
+    /// The tenants tracked, their flows and counts.
+    book: TenantBook,
     /// Parked tasks, in arrival order.
     waiting: VecDeque<TaskNo>,
     counts: Counts,
@@ -77,16 +85,25 @@ pub(in crate::actors) struct TaskTable {
 
 impl Default for TaskTable {
     fn default() -> Self {
-        TaskTable::new(PriorityConfig::default())
+        TaskTable::new(PriorityConfig::default(), &TenantsConfig::default())
     }
 }
 
 impl TaskTable {
-    /// An empty table whose ready tasks are served by `shares`.
-    pub fn new(shares: PriorityConfig) -> Self {
+    /// An empty table whose ready tasks are served by `shares` between
+    /// classes and by `tenants`' weights within a class.
+    pub fn new(shares: PriorityConfig, tenants: &TenantsConfig) -> Self {
+        let mut ready = FairClasses::new(&shares);
+        for f in [
+            crate::algo::tenants::UNNAMED,
+            crate::algo::tenants::OVERFLOW,
+        ] {
+            ready.set_weight(f, tenants.default_weight);
+        }
         TaskTable {
             tasks: Tasks::default(),
-            ready: ClassQueues::new(shares),
+            ready,
+            book: TenantBook::new(tenants),
             waiting: VecDeque::new(),
             counts: Counts::default(),
             next: 0,
@@ -128,9 +145,54 @@ impl TaskTable {
         self.ready.len()
     }
 
+    /// The flow of tenant `key` (none: the unnamed tasks'), tracking the
+    /// tenant if the book has room.
+    #[cfg(test)]
+    pub fn flow_of(&mut self, key: Option<&str>) -> Flow {
+        let (f, weight) = self.book.flow_of(key);
+        if let Some(w) = weight {
+            // A flow given anew holds no task: no busy weight to move.
+            self.ready.set_weight(f, w);
+        }
+        f
+    }
+
+    /// The flow of a task's tenant key (as [`flow_of`](Self::flow_of);
+    /// the same key twice in a row is not hashed again).
+    pub fn flow_of_shared(&mut self, key: &std::sync::Arc<str>) -> Flow {
+        let (f, weight) = self.book.flow_of_shared(key);
+        if let Some(w) = weight {
+            self.ready.set_weight(f, w);
+        }
+        f
+    }
+
+    /// The tenants tracked and their counts.
+    pub fn tenants(&self) -> &TenantBook {
+        &self.book
+    }
+
+    /// The flow of task `no`'s tenant.
+    pub fn flow_of_task(&self, no: TaskNo) -> Option<Flow> {
+        self.tasks.get(&no).map(|p| p.tenant)
+    }
+
+    /// The counts of flow `f`, to bump.
+    pub fn tenant_counts(&mut self, f: Flow) -> Option<&mut crate::algo::tenants::TenantCounts> {
+        self.book.counts_mut(f)
+    }
+
     /// A new task enters: parked, or ready at the back.
     pub fn enter(&mut self, mut p: Pending, parked: bool) -> TaskNo {
         p.state = if parked { State::Waiting } else { State::Ready };
+        p.tenant = match p.job().task.tenant_shared() {
+            None => crate::algo::tenants::UNNAMED,
+            Some(key) => {
+                let key = key.clone();
+                self.flow_of_shared(&key)
+            }
+        };
+        self.book.hold(p.tenant);
         self.counts.patient += usize::from(p.patient);
         let no = self.tasks.insert(self.next, p);
         self.next += 1;
@@ -147,21 +209,19 @@ impl TaskTable {
     /// Lists ready task `no` in its class (at the front: served next of
     /// its class), counting it ready.
     fn push_ready(&mut self, no: TaskNo, front: bool) {
-        let Some(class) = self.tasks.get(&no).map(|p| p.job().priority) else {
+        let Some((class, flow)) = self.tasks.get(&no).map(|p| (p.job().priority, p.tenant)) else {
             return;
         };
         self.counts.ready += 1;
         self.counts.ready_in[class.index()] += 1;
-        match front {
-            true => self.ready.push_front(class, no),
-            false => self.ready.push(class, no),
-        }
+        self.ready.push(class, flow, no, front);
     }
 
-    /// Counts a ready task of `class` no longer ready.
-    fn unready(&mut self, class: Priority) {
+    /// Counts a ready task of `class` and tenant `flow` no longer ready.
+    fn unready(&mut self, class: Priority, flow: Flow) {
         self.counts.ready -= 1;
         self.counts.ready_in[class.index()] -= 1;
+        self.ready.unlive(class, flow);
     }
 
     /// The oldest parked task joins the ready tasks; its number, or `None`
@@ -212,14 +272,21 @@ impl TaskTable {
         let live = |no: &TaskNo| tasks.get(no).is_some_and(|p| p.state == State::Ready);
         self.ready
             .pop_live_within(order, lowest, live)
-            .map(|(_, no)| no)
+            .map(|(_, _, no)| no)
+    }
+
+    /// The oldest ready task of `class` (over its tenants, the earliest
+    /// `sent_at` of their oldest), left on its list, and its tenant's flow.
+    fn oldest_ready_of(&mut self, class: Priority) -> Option<(Flow, TaskNo)> {
+        let tasks = &self.tasks;
+        let live = |no: &TaskNo| tasks.get(no).is_some_and(|p| p.state == State::Ready);
+        let sent = |no: &TaskNo| tasks.get(no).map(|p| p.sent_at);
+        self.ready.oldest(class, live, sent).map(|(f, no)| (f, *no))
     }
 
     /// The oldest ready task of `class`, left on its list.
     pub fn oldest_ready_in(&mut self, class: Priority) -> Option<TaskNo> {
-        let tasks = &self.tasks;
-        let live = |no: &TaskNo| tasks.get(no).is_some_and(|p| p.state == State::Ready);
-        self.ready.oldest_live(class, live).copied()
+        self.oldest_ready_of(class).map(|(_, no)| no)
     }
 
     /// The ready task that has waited longest (the earliest `sent_at` of
@@ -235,24 +302,43 @@ impl TaskTable {
     /// Takes the oldest ready task of `class` off its list (still ready:
     /// the caller answers it).
     pub fn take_oldest_ready_in(&mut self, class: Priority) -> Option<TaskNo> {
-        let no = self.oldest_ready_in(class)?;
-        self.ready.pop_oldest(class);
+        let (flow, no) = self.oldest_ready_of(class)?;
+        self.ready.pop_oldest_of(class, flow);
         Some(no)
     }
 
-    /// The oldest ready task that a new task of `class` may displace from
-    /// a full queue: of the least important class below `class` that has
-    /// one, and not one whose caller asked to wait.
-    pub fn displaceable(&mut self, class: Priority) -> Option<TaskNo> {
+    /// The ready task that a new task of `class` and tenant `flow` may
+    /// displace from a full queue, not one whose caller asked to wait: of
+    /// the least important class below `class` that has one, the oldest of
+    /// its tenant most over its share; else, of `class` itself, the oldest
+    /// of the tenant most over its share, if `flow` (with the new task)
+    /// would be less over its own. With one tenant: the oldest of the
+    /// least important class below `class`, as without tenants.
+    pub fn displaceable(&mut self, class: Priority, flow: Flow) -> Option<TaskNo> {
         for lower in Priority::ALL.into_iter().rev() {
-            if lower.index() <= class.index() {
+            if lower.index() < class.index() {
                 return None;
             }
-            if let Some(no) = self.oldest_ready_in(lower) {
-                return self.tasks.get(&no).filter(|p| !p.patient).map(|_| no);
+            let Some(over) = self.ready.most_over(lower) else {
+                continue;
+            };
+            if lower == class && (over == flow || !self.ready.less_over(class, flow, over)) {
+                return None;
             }
+            let tasks = &self.tasks;
+            let live = |no: &TaskNo| tasks.get(no).is_some_and(|p| p.state == State::Ready);
+            let no = *self.ready.oldest_of(lower, over, live)?;
+            return self.tasks.get(&no).filter(|p| !p.patient).map(|_| no);
         }
         None
+    }
+
+    /// About how many ready tasks of `class` a new task of tenant `flow`
+    /// waits behind, served in `order` (see `FairClasses::ahead`): with one
+    /// tenant, every ready task of the class oldest first and none newest
+    /// first.
+    pub fn ahead_in_class(&self, class: Priority, flow: Flow, order: Order) -> usize {
+        self.ready.ahead(class, flow, order)
     }
 
     /// A ready task taken by [`next_ready`](Self::next_ready) goes to the
@@ -263,10 +349,15 @@ impl TaskTable {
             .get_mut(&no)
             .filter(|p| p.state == State::Ready)?;
         p.state = State::InFlight;
-        let class = p.job().priority;
+        let (class, flow, first) = (p.job().priority, p.tenant, p.round == 0);
         self.counts.queued -= 1;
         self.counts.in_flight += 1;
-        self.unready(class);
+        self.unready(class, flow);
+        if first {
+            if let Some(c) = self.book.counts_mut(flow) {
+                c.served += 1;
+            }
+        }
         self.tasks.get_mut(&no)
     }
 
@@ -318,11 +409,12 @@ impl TaskTable {
     pub fn remove(&mut self, no: TaskNo) -> Option<Pending> {
         let p = self.tasks.remove(&no)?;
         self.counts.patient -= usize::from(p.patient);
+        self.book.release(p.tenant);
         match p.state {
             State::Waiting => self.counts.parked -= 1,
             State::Ready => {
                 self.counts.queued -= 1;
-                self.unready(p.job().priority);
+                self.unready(p.job().priority, p.tenant);
             }
             State::Backoff => self.counts.queued -= 1,
             State::InFlight => self.counts.in_flight -= 1,
@@ -333,7 +425,8 @@ impl TaskTable {
     /// Forgets every task (their holds drop, closing unanswered slots).
     pub fn clear(&mut self) {
         self.tasks.clear();
-        self.ready.retain(|_, _| false);
+        self.ready.clear();
+        self.book.release_all();
         self.waiting.clear();
         self.counts = Counts::default();
     }
@@ -345,7 +438,7 @@ impl TaskTable {
         let c = self.counts;
         if self.ready.len() > c.ready.saturating_mul(2).saturating_add(1024) {
             self.ready
-                .retain(|_, no| tasks.get(no).is_some_and(|p| p.state == State::Ready));
+                .retain(|_, _, no| tasks.get(no).is_some_and(|p| p.state == State::Ready));
         }
         if c.parked == 0 {
             self.waiting.clear();

@@ -42,6 +42,9 @@ pub(in crate::actors) struct Pending {
     /// Changed by the [`TaskTable`](super::TaskTable) only, which keeps the
     /// counts by state.
     pub(in crate::actors::queue::table) state: State,
+    /// The task's tenant's flow (`algo::fair`), set by the
+    /// [`TaskTable`](super::TaskTable) when it enters.
+    pub(in crate::actors::queue::table) tenant: crate::algo::fair::Flow,
     /// Attempts out right now (2 while hedged).
     pub(in crate::actors::queue) outstanding: u8,
     pub(in crate::actors::queue) hedged: bool,
@@ -109,6 +112,7 @@ impl Pending {
             rare: None,
             round: 0,
             arrival: 0,
+            tenant: crate::algo::tenants::UNNAMED,
             state: State::Waiting,
             outstanding: 0,
             hedged: false,

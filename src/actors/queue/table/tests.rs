@@ -7,7 +7,8 @@ use tokio::time::Instant;
 use super::state::Stamp;
 use super::*;
 use crate::algo::codel::Order;
-use crate::algo::priority::Priority;
+use crate::algo::priority::{Priority, PriorityConfig};
+use crate::algo::tenants::TenantsConfig;
 use crate::task::{ReplyTx, Task};
 
 fn pending(class: Priority, at: u64) -> Pending {
@@ -207,7 +208,7 @@ proptest! {
                         .filter(|(s, c)| *s == State::Ready && c.index() > class.index())
                         .map(|(_, c)| c.index())
                         .max();
-                    let got = t.displaceable(class);
+                    let got = t.displaceable(class, crate::algo::tenants::UNNAMED);
                     prop_assert_eq!(got.map(|no| model[&no].1.index()), lowest);
                     if let Some(no) = got {
                         prop_assert!(t.remove(no).is_some());
@@ -255,9 +256,170 @@ fn ready_tasks_leave_by_class_then_order() {
     t.bounce(b);
     assert_eq!(t.next_ready(Order::Fifo), Some(b));
     t.send(b);
-    assert_eq!(t.displaceable(Priority::Sheddable), None);
-    assert_eq!(t.displaceable(Priority::Critical), Some(d));
+    assert_eq!(
+        t.displaceable(Priority::Sheddable, crate::algo::tenants::UNNAMED),
+        None
+    );
+    assert_eq!(
+        t.displaceable(Priority::Critical, crate::algo::tenants::UNNAMED),
+        Some(d)
+    );
     assert_eq!(t.next_ready(Order::Fifo), Some(a));
     t.send(a);
     assert_eq!(t.next_ready(Order::Fifo), Some(d));
+}
+
+fn pending_of(class: Priority, tenant: Option<u8>, at: u64) -> Pending {
+    let mut task = Task::get("s", "/x").priority(class);
+    if let Some(k) = tenant {
+        task = task.tenant(format!("t{k}"));
+    }
+    let job = Arc::new(task.prepare(1, Instant::now()).unwrap());
+    Pending::new(ReplyTx::new(job), Stamp(at))
+}
+
+#[derive(Debug, Clone)]
+enum TenantOp {
+    Enter(Priority, Option<u8>),
+    Send(bool),
+    Answer(usize),
+    Bounce(usize),
+    Oldest,
+    Displace(Priority, Option<u8>),
+    Compact,
+}
+
+fn tenant_op() -> impl Strategy<Value = TenantOp> {
+    let tenant = prop::option::of(0u8..6);
+    prop_oneof![
+        4 => (class(), tenant.clone()).prop_map(|(c, t)| TenantOp::Enter(c, t)),
+        3 => any::<bool>().prop_map(TenantOp::Send),
+        2 => any::<usize>().prop_map(TenantOp::Answer),
+        1 => any::<usize>().prop_map(TenantOp::Bounce),
+        1 => Just(TenantOp::Oldest),
+        1 => (class(), tenant).prop_map(|(c, t)| TenantOp::Displace(c, t)),
+        1 => Just(TenantOp::Compact),
+    ]
+}
+
+proptest! {
+    /// With tasks of several tenants (more than the two tracked, so that
+    /// flows overflow and are handed on), the counts agree with the
+    /// states, a displaced task is of a lower class or of the same class's
+    /// tenant most over its share, the tracked tenants stay within the
+    /// bound, and every task leaves exactly once.
+    #[test]
+    fn with_tenants_counts_agree_and_every_task_leaves_once(
+        ops in proptest::collection::vec(tenant_op(), 1..200),
+    ) {
+        let tenants = TenantsConfig { max_tracked: 2, ..Default::default() };
+        let mut t = TaskTable::new(PriorityConfig::default(), &tenants);
+        let mut model: Model = BTreeMap::new();
+        let (mut entered, mut left, mut clock) = (0usize, 0usize, 0u64);
+        for op in ops {
+            clock += 1;
+            match op {
+                TenantOp::Enter(class, tenant) => {
+                    let no = t.enter(pending_of(class, tenant, clock), false);
+                    prop_assert!(model.insert(no, (State::Ready, class)).is_none());
+                    entered += 1;
+                }
+                TenantOp::Send(lifo) => {
+                    let order = if lifo { Order::Lifo } else { Order::Fifo };
+                    match t.next_ready(order) {
+                        Some(no) => {
+                            prop_assert!(t.send(no).is_some());
+                            model.get_mut(&no).unwrap().0 = State::InFlight;
+                        }
+                        None => prop_assert!(!model.values().any(|(s, _)| *s == State::Ready)),
+                    }
+                }
+                TenantOp::Answer(k) => {
+                    if !model.is_empty() {
+                        let no = *model.keys().nth(k % model.len()).unwrap();
+                        prop_assert!(t.remove(no).is_some());
+                        model.remove(&no);
+                        left += 1;
+                    }
+                }
+                TenantOp::Bounce(k) => {
+                    if let Some(no) = pick(&model, State::InFlight, k) {
+                        t.bounce(no);
+                        model.get_mut(&no).unwrap().0 = State::Ready;
+                    }
+                }
+                TenantOp::Oldest => {
+                    if let Some(no) = t.oldest_ready() {
+                        let class = model[&no].1;
+                        prop_assert_eq!(t.take_oldest_ready_in(class), Some(no));
+                        prop_assert!(t.remove(no).is_some());
+                        prop_assert_eq!(model.remove(&no).map(|e| e.0), Some(State::Ready));
+                        left += 1;
+                    }
+                }
+                TenantOp::Displace(class, tenant) => {
+                    let flow = t.flow_of(tenant.map(|k| format!("t{k}")).as_deref());
+                    if let Some(no) = t.displaceable(class, flow) {
+                        let (s, c) = model[&no];
+                        prop_assert_eq!(s, State::Ready);
+                        prop_assert!(c.index() >= class.index());
+                        if c == class {
+                            prop_assert!(t.flow_of_task(no) != Some(flow));
+                        }
+                        prop_assert!(t.remove(no).is_some());
+                        model.remove(&no);
+                        left += 1;
+                    }
+                }
+                TenantOp::Compact => t.compact(),
+            }
+            prop_assert_eq!(t.counts(), model_counts(&model));
+            prop_assert!(t.tenants().tracked() <= 2);
+        }
+        for no in t.in_arrival_order() {
+            prop_assert!(model.remove(&no).is_some());
+            prop_assert!(t.remove(no).is_some());
+            left += 1;
+        }
+        prop_assert_eq!(left, entered);
+        prop_assert_eq!(t.counts(), Counts::default());
+        prop_assert!(t.next_ready(Order::Fifo).is_none());
+    }
+}
+
+/// Within a class, two tenants' tasks alternate (equal weights), each
+/// tenant's oldest first; the full queue's victim is the oldest task of the
+/// tenant most over its share, for a newcomer of a tenant under it.
+#[test]
+fn tenants_alternate_and_the_most_over_gives_way() {
+    let mut t = TaskTable::default();
+    let d = Priority::Default;
+    let a: Vec<TaskNo> = (0..4)
+        .map(|i| t.enter(pending_of(d, Some(0), i), false))
+        .collect();
+    let b: Vec<TaskNo> = (0..2)
+        .map(|i| t.enter(pending_of(d, Some(1), 10 + i), false))
+        .collect();
+    let fa = t.flow_of(Some("t0"));
+    let fb = t.flow_of(Some("t1"));
+    let fc = t.flow_of(Some("t2"));
+    // t0 holds 4, t1 2: a newcomer of t1 (3 of weight 1) or t2 displaces
+    // t0's oldest; one of t0 does not.
+    assert_eq!(t.displaceable(d, fa), None);
+    assert_eq!(t.displaceable(d, fb), Some(a[0]));
+    assert_eq!(t.displaceable(d, fc), Some(a[0]));
+    // A more important class displaces from the lower class's most over.
+    assert_eq!(t.displaceable(Priority::Critical, fb), Some(a[0]));
+    let order: Vec<TaskNo> = std::iter::from_fn(|| {
+        let no = t.next_ready(Order::Fifo)?;
+        t.send(no);
+        Some(no)
+    })
+    .collect();
+    assert_eq!(order, vec![a[0], b[0], a[1], b[1], a[2], a[3]]);
+    let served: Vec<_> = t.tenants().counts().map(|(k, c)| (k, c.served)).collect();
+    assert_eq!(
+        served,
+        vec![(Some("t0"), 4), (Some("t1"), 2), (Some("t2"), 0)]
+    );
 }

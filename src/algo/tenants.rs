@@ -1,0 +1,485 @@
+//! The tenants a queue tracks: a bounded book from tenant keys to the flow
+//! numbers of [`crate::algo::fair`], with each tracked tenant's weight and
+//! counts.
+//!
+//! Tenant keys come from callers ([`crate::Task::tenant`], a task line's
+//! `"tenant"`, a gateway header), so a hostile caller may send a new key
+//! with every task. The book keeps memory bounded whatever they send:
+//!
+//! * At most `max_tracked` tenants have a flow of their own. Two more flows
+//!   are fixed: [`UNNAMED`] for tasks that name no tenant, and
+//!   [`OVERFLOW`], which every tenant beyond the bound shares (with the
+//!   default weight).
+//! * A tracked tenant with no task in the queue is **idle**; idle tenants
+//!   wait in a list, the longest idle first. A new key takes a free flow
+//!   while there is one, else the longest-idle tenant's flow (its counts
+//!   start again), else the overflow flow. So the tenants that are busy
+//!   now keep their flows, and a flood of one-off keys only ever lands in
+//!   the overflow queue.
+//! * The book holds at most `max_tracked + 2` entries, each a key of at
+//!   most [`MAX_KEY_BYTES`] and a few counters, and the lookup map is
+//!   std's SipHash map (keyed per process, so chosen keys cannot collide
+//!   on purpose).
+//!
+//! Tenant keys are never metric labels: the counts are read with
+//! `stats()` only.
+//!
+//! ```
+//! # #[cfg(feature = "internals")] {
+//! use actix_dispatch::algo::tenants::{TenantBook, TenantsConfig, OVERFLOW, UNNAMED};
+//!
+//! let mut config = TenantsConfig::default();
+//! config.max_tracked = 1;
+//! config.weights.insert("gold".into(), 4);
+//! let mut book = TenantBook::new(&config);
+//! assert_eq!(book.flow_of(None).0, UNNAMED);
+//! let (gold, weight) = book.flow_of(Some("gold"));
+//! assert_eq!(weight, Some(4)); // a new flow, with its weight
+//! book.hold(gold); // "gold" has a task: it keeps its flow
+//! assert_eq!(book.flow_of(Some("other")).0, OVERFLOW);
+//! book.release(gold); // idle now: a new key may take its flow
+//! assert_eq!(book.flow_of(Some("other")), (gold, Some(1)));
+//! # }
+//! ```
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use crate::algo::fair::{Flow, MAX_WEIGHT};
+
+/// The flow of tasks that name no tenant.
+pub const UNNAMED: Flow = 0;
+/// The flow every tenant beyond `max_tracked` shares.
+pub const OVERFLOW: Flow = 1;
+/// The first flow of a tracked tenant.
+const FIRST: Flow = 2;
+/// Longest tenant key, in bytes.
+pub const MAX_KEY_BYTES: usize = 128;
+/// Most tenants `max_tracked` may ask for (the flows are `u16`).
+pub const MAX_TRACKED: usize = (Flow::MAX - FIRST) as usize;
+
+/// Checks a tenant key: 1 to [`MAX_KEY_BYTES`] bytes, each a printable
+/// ASCII character other than space. The error says what is wrong.
+pub fn check_key(key: &str) -> Result<(), String> {
+    if key.is_empty() {
+        return Err("tenant key is empty".into());
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return Err(format!(
+            "tenant key is {} bytes, over the limit of {MAX_KEY_BYTES}",
+            key.len()
+        ));
+    }
+    if !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(
+            "tenant key must be printable ASCII without spaces or control characters".into(),
+        );
+    }
+    Ok(())
+}
+
+/// A service's `tenants` section: weights and the bound on tracked tenants.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantsConfig {
+    /// Weight per tenant key (1 to 1000); a tenant with weight 2 gets twice
+    /// the dispatches of one with weight 1 while both have tasks waiting.
+    pub weights: HashMap<String, u32>,
+    /// Weight of every other tenant, of the overflow flow and of the tasks
+    /// naming none.
+    pub default_weight: u32,
+    /// Most tenants tracked at once (the rest share one overflow flow).
+    pub max_tracked: usize,
+}
+
+impl Default for TenantsConfig {
+    /// No weights, `default_weight: 1` (equal shares), `max_tracked: 1024`:
+    /// beyond the distinct callers a service usually has (API keys,
+    /// customers) and small (a tracked tenant costs about 200 bytes, its
+    /// flows' lists aside).
+    fn default() -> Self {
+        TenantsConfig {
+            weights: HashMap::new(),
+            default_weight: 1,
+            max_tracked: 1024,
+        }
+    }
+}
+
+impl TenantsConfig {
+    /// Checks the section; the error names the field (`weights.<key>`,
+    /// `default_weight`, `max_tracked`).
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        let weight = |field: String, w: u32| match w {
+            1..=MAX_WEIGHT => Ok(()),
+            _ => Err((field, format!("must be in 1..={MAX_WEIGHT}, got {w}"))),
+        };
+        weight("default_weight".into(), self.default_weight)?;
+        if !(1..=MAX_TRACKED).contains(&self.max_tracked) {
+            return Err((
+                "max_tracked".into(),
+                format!("must be in 1..={MAX_TRACKED}, got {}", self.max_tracked),
+            ));
+        }
+        if self.weights.len() > self.max_tracked {
+            return Err((
+                "weights".into(),
+                format!(
+                    "names {} tenants, more than max_tracked ({})",
+                    self.weights.len(),
+                    self.max_tracked
+                ),
+            ));
+        }
+        let mut keys: Vec<_> = self.weights.iter().collect();
+        keys.sort();
+        for (k, &w) in keys {
+            let field = format!("weights.{}", k.chars().take(64).collect::<String>());
+            check_key(k).map_err(|m| (field.clone(), m))?;
+            weight(field, w)?;
+        }
+        Ok(())
+    }
+}
+
+/// What is counted for one tenant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TenantCounts {
+    /// Tasks that reached the queue.
+    pub offered: u64,
+    /// Tasks sent to a backend (first sends).
+    pub served: u64,
+    /// Tasks shed `Overloaded` (refused at intake, shed while waiting,
+    /// displaced).
+    pub shed: u64,
+}
+
+struct Slot {
+    key: Option<Arc<str>>,
+    weight: u32,
+    /// Tasks of this tenant the queue holds.
+    held: u32,
+    /// Whether the slot is in the idle list.
+    in_idle: bool,
+    counts: TenantCounts,
+}
+
+/// The tracked tenants. See the [module documentation](self).
+pub struct TenantBook {
+    slots: Vec<Slot>,
+    by_key: HashMap<Arc<str>, Flow>,
+    /// Tracked tenants that held no task when listed, the longest idle
+    /// first (checked again when taken).
+    idle: VecDeque<Flow>,
+    weights: HashMap<String, u32>,
+    default_weight: u32,
+    max_tracked: usize,
+    /// The last key looked up by [`flow_of_shared`](Self::flow_of_shared)
+    /// and its flow: a task's key is looked up at intake and again when it
+    /// enters, the same `Arc` both times, so the second costs no hash.
+    last: Option<(Arc<str>, Flow)>,
+}
+
+impl TenantBook {
+    /// An empty book.
+    ///
+    /// # Panics
+    ///
+    /// If `config` fails [`TenantsConfig::validate`].
+    pub fn new(config: &TenantsConfig) -> Self {
+        if let Err((f, m)) = config.validate() {
+            panic!("invalid TenantsConfig: {f}: {m}");
+        }
+        let fixed = |_| Slot {
+            key: None,
+            weight: config.default_weight,
+            held: 0,
+            in_idle: false,
+            counts: TenantCounts::default(),
+        };
+        TenantBook {
+            slots: (0..FIRST).map(fixed).collect(),
+            by_key: HashMap::new(),
+            idle: VecDeque::new(),
+            weights: config.weights.clone(),
+            default_weight: config.default_weight,
+            max_tracked: config.max_tracked,
+            last: None,
+        }
+    }
+
+    /// Tenants tracked now (the unnamed and overflow flows aside).
+    pub fn tracked(&self) -> usize {
+        self.by_key.len()
+    }
+
+    /// The flow of tasks of tenant `key` (none: [`UNNAMED`]), and, when
+    /// the flow was just given to this tenant, its weight (the caller's
+    /// fair lists must take it).
+    pub fn flow_of(&mut self, key: Option<&str>) -> (Flow, Option<u32>) {
+        match key {
+            None => (UNNAMED, None),
+            Some(key) => self.resolve(key, || Arc::from(key)),
+        }
+    }
+
+    /// As [`flow_of`](Self::flow_of) for a key held in an `Arc` (a task's):
+    /// the same `Arc` as the last lookup's is answered without hashing, and
+    /// a new tenant's key is shared, not copied.
+    pub fn flow_of_shared(&mut self, key: &Arc<str>) -> (Flow, Option<u32>) {
+        if let Some((last, f)) = &self.last {
+            if Arc::ptr_eq(last, key) {
+                return (*f, None);
+            }
+        }
+        let found = self.resolve(key, || key.clone());
+        self.last = Some((key.clone(), found.0));
+        found
+    }
+
+    fn resolve(&mut self, key: &str, shared: impl FnOnce() -> Arc<str>) -> (Flow, Option<u32>) {
+        if let Some(&f) = self.by_key.get(key) {
+            return (f, None);
+        }
+        let weight = self
+            .weights
+            .get(key)
+            .copied()
+            .unwrap_or(self.default_weight);
+        // A flow may change hands below: the remembered lookup may be stale.
+        self.last = None;
+        let key = shared();
+        let f = if self.by_key.len() < self.max_tracked {
+            let f = self.slots.len() as Flow;
+            self.slots.push(Slot {
+                key: None,
+                weight,
+                held: 0,
+                in_idle: false,
+                counts: TenantCounts::default(),
+            });
+            f
+        } else {
+            match self.take_idle() {
+                Some(f) => f,
+                None => return (OVERFLOW, None),
+            }
+        };
+        let slot = &mut self.slots[usize::from(f)];
+        if let Some(old) = slot.key.replace(key.clone()) {
+            self.by_key.remove(&old);
+        }
+        slot.weight = weight;
+        slot.counts = TenantCounts::default();
+        self.by_key.insert(key, f);
+        // Idle until it holds a task: a key that only ever sends refused
+        // tasks gives its flow back first.
+        self.list_idle(f);
+        (f, Some(weight))
+    }
+
+    /// The longest-idle tracked tenant's flow that still holds no task.
+    fn take_idle(&mut self) -> Option<Flow> {
+        while let Some(f) = self.idle.pop_front() {
+            let slot = &mut self.slots[usize::from(f)];
+            slot.in_idle = false;
+            if slot.held == 0 {
+                return Some(f);
+            }
+        }
+        None
+    }
+
+    fn list_idle(&mut self, f: Flow) {
+        let slot = &mut self.slots[usize::from(f)];
+        if f >= FIRST && !slot.in_idle {
+            slot.in_idle = true;
+            self.idle.push_back(f);
+        }
+    }
+
+    /// Flow `f`'s weight.
+    pub fn weight(&self, f: Flow) -> u32 {
+        self.slots.get(usize::from(f)).map_or(1, |s| s.weight)
+    }
+
+    /// A task of flow `f` entered the queue.
+    pub fn hold(&mut self, f: Flow) {
+        if let Some(s) = self.slots.get_mut(usize::from(f)) {
+            s.held += 1;
+        }
+    }
+
+    /// A task of flow `f` left the queue; a tenant left with none is idle.
+    pub fn release(&mut self, f: Flow) {
+        let Some(s) = self.slots.get_mut(usize::from(f)) else {
+            return;
+        };
+        s.held = s.held.saturating_sub(1);
+        if s.held == 0 {
+            self.list_idle(f);
+        }
+    }
+
+    /// Every task left at once (the queue was cleared).
+    pub fn release_all(&mut self) {
+        for f in 0..self.slots.len() {
+            if self.slots[f].held > 0 {
+                self.slots[f].held = 0;
+                self.list_idle(f as Flow);
+            }
+        }
+    }
+
+    /// Flow `f`'s counts, to bump.
+    pub fn counts_mut(&mut self, f: Flow) -> Option<&mut TenantCounts> {
+        self.slots.get_mut(usize::from(f)).map(|s| &mut s.counts)
+    }
+
+    /// The counts of each tracked tenant (its key), then the overflow
+    /// flow's (no key), when anything was counted there.
+    pub fn counts(&self) -> impl Iterator<Item = (Option<&str>, TenantCounts)> + '_ {
+        let overflow = &self.slots[usize::from(OVERFLOW)];
+        let tracked = self.slots[usize::from(FIRST)..]
+            .iter()
+            .filter_map(|s| s.key.as_deref().map(|k| (Some(k), s.counts)));
+        tracked
+            .chain((overflow.counts != TenantCounts::default()).then_some((None, overflow.counts)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(max: usize) -> TenantsConfig {
+        TenantsConfig {
+            max_tracked: max,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn keys_are_bounded_and_printable() {
+        assert!(check_key("acme-42").is_ok());
+        assert!(check_key(&"k".repeat(128)).is_ok());
+        assert!(check_key(&"k".repeat(129))
+            .unwrap_err()
+            .contains("over the limit"));
+        assert!(check_key("").unwrap_err().contains("empty"));
+        for bad in ["a b", "a\nb", "é", "a\0"] {
+            assert!(check_key(bad).unwrap_err().contains("printable"), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_config_is_checked_by_field() {
+        let mut c = TenantsConfig::default();
+        assert_eq!(c.validate(), Ok(()));
+        c.default_weight = 0;
+        assert_eq!(c.validate().unwrap_err().0, "default_weight");
+        c.default_weight = 1;
+        c.max_tracked = 0;
+        assert_eq!(c.validate().unwrap_err().0, "max_tracked");
+        c.max_tracked = MAX_TRACKED + 1;
+        assert_eq!(c.validate().unwrap_err().0, "max_tracked");
+        c.max_tracked = 2;
+        c.weights.insert("a".into(), 1001);
+        assert_eq!(c.validate().unwrap_err().0, "weights.a");
+        c.weights.insert("a".into(), 2);
+        c.weights.insert("b c".into(), 2);
+        assert_eq!(c.validate().unwrap_err().0, "weights.b c");
+        c.weights.remove("b c");
+        c.weights.insert("b".into(), 2);
+        c.weights.insert("c".into(), 2);
+        assert_eq!(c.validate().unwrap_err().0, "weights");
+    }
+
+    #[test]
+    fn a_flood_of_keys_stays_within_the_bound() {
+        let mut book = TenantBook::new(&config(16));
+        let mut flows = std::collections::HashSet::new();
+        for i in 0..100_000 {
+            let (f, _) = book.flow_of(Some(&format!("k{i}")));
+            // Every key holds a task for good: no flow is ever freed.
+            if f != OVERFLOW {
+                book.hold(f);
+            }
+            flows.insert(f);
+            assert!(book.tracked() <= 16);
+        }
+        assert_eq!(book.tracked(), 16);
+        assert_eq!(flows.len(), 17, "16 tenants and the overflow");
+        assert!(book.slots.len() <= 16 + 2 && book.idle.len() <= 16);
+        // The first 16 keys kept their flows.
+        assert_eq!(book.flow_of(Some("k3")), (5, None));
+    }
+
+    #[test]
+    fn idle_tenants_give_their_flows_to_new_keys_longest_idle_first() {
+        let mut book = TenantBook::new(&config(2));
+        let (a, _) = book.flow_of(Some("a"));
+        let (b, _) = book.flow_of(Some("b"));
+        book.hold(a);
+        book.hold(b);
+        assert_eq!(book.flow_of(Some("c")), (OVERFLOW, None));
+        book.release(b);
+        book.release(a);
+        // b went idle first.
+        assert_eq!(book.flow_of(Some("c")), (b, Some(1)));
+        assert_eq!(book.flow_of(Some("b")), (a, Some(1)));
+        assert_eq!(book.tracked(), 2);
+        book.hold(a);
+        book.hold(b);
+        assert_eq!(book.flow_of(Some("a")), (OVERFLOW, None));
+    }
+
+    #[test]
+    fn a_shared_key_is_looked_up_once_and_never_stale() {
+        let mut book = TenantBook::new(&config(1));
+        let a: Arc<str> = Arc::from("a");
+        let (fa, w) = book.flow_of_shared(&a);
+        assert_eq!(w, Some(1));
+        // The same Arc again: remembered.
+        assert_eq!(book.flow_of_shared(&a), (fa, None));
+        // "a" idle, a new key takes its flow: the remembered "a" is gone.
+        let b: Arc<str> = Arc::from("b");
+        assert_eq!(book.flow_of_shared(&b), (fa, Some(1)));
+        book.hold(fa);
+        assert_eq!(book.flow_of_shared(&a), (OVERFLOW, None));
+        assert_eq!(book.flow_of_shared(&b), (fa, None));
+        // An equal key in another Arc finds the same flow by hash.
+        assert_eq!(book.flow_of_shared(&Arc::from("b")), (fa, None));
+        assert!(
+            Arc::ptr_eq(book.by_key.keys().next().unwrap(), &b),
+            "shared, not copied"
+        );
+    }
+
+    #[test]
+    fn weights_and_counts_follow_the_key() {
+        let mut c = config(4);
+        c.weights.insert("gold".into(), 3);
+        c.default_weight = 2;
+        let mut book = TenantBook::new(&c);
+        let (g, w) = book.flow_of(Some("gold"));
+        assert_eq!((w, book.weight(g)), (Some(3), 3));
+        assert_eq!(book.flow_of(Some("x")).1, Some(2));
+        assert_eq!(book.weight(UNNAMED), 2);
+        book.counts_mut(g).unwrap().offered += 5;
+        book.counts_mut(OVERFLOW).unwrap().shed += 1;
+        let all: Vec<_> = book.counts().collect();
+        assert_eq!(all.len(), 3);
+        assert_eq!(all[0].0, Some("gold"));
+        assert_eq!(all[0].1.offered, 5);
+        assert_eq!(
+            all[2],
+            (
+                None,
+                TenantCounts {
+                    shed: 1,
+                    ..Default::default()
+                }
+            )
+        );
+    }
+}

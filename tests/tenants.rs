@@ -1,0 +1,189 @@
+//! Fair shares between tenants on real sockets: real fixed-capacity
+//! backends (actix-web servers on loopback), open-loop load, wide margins.
+
+mod support;
+
+use std::time::Duration;
+
+use actix_dispatch::{Dispatcher, Outcome, Task};
+use support::capacity::Capped;
+use support::init_logs;
+
+/// Three backends serving 2 requests at once for 40 ms each: 150 tasks/s,
+/// each node limited to its 2 workers so that tasks wait in the queue.
+fn three_capped() -> (Vec<Capped>, actix_dispatch::Config) {
+    let bs: Vec<Capped> = (0..3)
+        .map(|_| Capped::start(2, Duration::from_millis(40)))
+        .collect();
+    let eps: Vec<String> = bs
+        .iter()
+        .map(|b| format!(r#"{{"address":"{}","max_concurrent":2}}"#, b.url()))
+        .collect();
+    let json = format!(
+        r#"{{"services":[{{"name":"svc","mode":"p2c","endpoints":[{}]}}]}}"#,
+        eps.join(",")
+    );
+    let cfg = actix_dispatch::Config::from_json(&json).unwrap_or_else(|e| panic!("{e}\n{json}"));
+    (bs, cfg)
+}
+
+/// A noisy tenant offers twice the backends' capacity, four quiet ones
+/// 20 tasks a second each (below their fifth of it); every task has a
+/// 500 ms deadline. The quiet tenants are served nearly in full, the noisy
+/// one is shed, and the stats count each tenant.
+#[actix_rt::test]
+async fn quiet_tenants_are_served_beside_a_noisy_one() {
+    init_logs();
+    let (bs, cfg) = three_capped();
+    let d = Dispatcher::start(cfg).unwrap();
+    let deadline = Duration::from_millis(500);
+    let mut pending = Vec::new();
+    let mut tick = actix_rt::time::interval(Duration::from_millis(10));
+    for t in 0..300usize {
+        tick.tick().await;
+        let mut send = |tenant: String| {
+            let task = Task::get("svc", format!("/{tenant}/{t}"))
+                .tenant(tenant.clone())
+                .deadline_in(deadline);
+            let sub = d.submit(task);
+            pending.push((tenant, actix_rt::spawn(sub)));
+        };
+        for _ in 0..3 {
+            send("noisy".into());
+        }
+        if t % 5 == 0 {
+            for q in 0..4 {
+                send(format!("quiet{q}"));
+            }
+        }
+    }
+    let mut ok = std::collections::BTreeMap::<String, (u32, u32)>::new();
+    for (tenant, p) in pending {
+        let r = p.await.unwrap();
+        let e = ok.entry(tenant).or_default();
+        e.0 += 1;
+        if matches!(r.outcome, Outcome::Success(_)) && r.total <= deadline {
+            e.1 += 1;
+        }
+    }
+    println!("(offered, in time) per tenant: {ok:?}");
+    for q in 0..4 {
+        let (offered, good) = ok[&format!("quiet{q}")];
+        assert!(
+            good * 10 >= offered * 8,
+            "quiet{q}: {good} of {offered}: {ok:?}"
+        );
+    }
+    let (offered, good) = ok["noisy"];
+    assert!(
+        good * 10 <= offered * 6,
+        "noisy: {good} of {offered}: {ok:?}"
+    );
+    let st = d.stats().await.services.remove(0);
+    assert!(st.is_balanced());
+    let rows = &st.queue.tenants;
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    let noisy = rows
+        .iter()
+        .find(|r| r.tenant.as_deref() == Some("noisy"))
+        .unwrap();
+    assert_eq!(noisy.offered, 900);
+    for r in rows.iter().filter(|r| r.tenant.as_deref() != Some("noisy")) {
+        assert_eq!(r.offered, 60);
+        assert!(r.shed * 5 <= noisy.shed, "{rows:?}");
+    }
+    d.shutdown(Duration::from_secs(1)).await;
+    drop(bs);
+}
+
+/// A tenant key that is too long or not printable is refused at submit,
+/// naming the tenant.
+#[actix_rt::test]
+async fn a_bad_tenant_key_is_refused_at_submit() {
+    let (bs, cfg) = three_capped();
+    let d = Dispatcher::start(cfg).unwrap();
+    for bad in ["k".repeat(129), "with space".into(), String::new()] {
+        let r = d.submit(Task::get("svc", "/x").tenant(bad.clone())).await;
+        match r.outcome {
+            Outcome::Rejected(actix_dispatch::Rejection::InvalidTask(why)) => {
+                assert!(why.starts_with("tenant: "), "{bad:?}: {why}")
+            }
+            other => panic!("{bad:?}: {other:?}"),
+        }
+    }
+    let r = d
+        .submit(Task::get("svc", "/x").tenant("k".repeat(128)))
+        .await;
+    assert!(matches!(r.outcome, Outcome::Success(_)));
+    d.shutdown(Duration::from_secs(1)).await;
+    drop(bs);
+}
+
+/// The gateway names a request's tenant by a header (forwarded as it
+/// came) or by a function of the request; an invalid key is a 400.
+#[cfg(feature = "web")]
+#[actix_rt::test]
+async fn the_gateway_reads_the_tenant_from_a_header_or_a_function() {
+    use actix_dispatch::web::{forward, ForwardConfig};
+    use actix_web::http::header::HeaderName;
+    use actix_web::{web, App, HttpServer};
+
+    let (bs, cfg) = three_capped();
+    let d = Dispatcher::start(cfg).unwrap();
+    let start = |fwd: ForwardConfig| {
+        let data = web::Data::new(d.clone());
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(data.clone())
+                .app_data(fwd.clone())
+                .route("/svc/{tail:.*}", forward("svc"))
+        })
+        .workers(1)
+        .disable_signals()
+        .shutdown_timeout(0)
+        .bind(("127.0.0.1", 0))
+        .unwrap();
+        let url = format!("http://127.0.0.1:{}", server.addrs()[0].port());
+        let server = server.run();
+        let handle = server.handle();
+        actix_rt::spawn(server);
+        (url, handle)
+    };
+    let client = awc::Client::default();
+    let by_header = ForwardConfig::default().tenant_header(HeaderName::from_static("x-tenant"));
+    let (url, h1) = start(by_header);
+    for (value, want) in [("acme", 200), ("a b", 400), ("acme", 200)] {
+        let mut res = client
+            .get(format!("{url}/svc/x"))
+            .insert_header(("x-tenant", value))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status().as_u16(), want, "{value}");
+        if want == 400 {
+            let body = res.body().await.unwrap();
+            assert!(String::from_utf8_lossy(&body).contains("bad_tenant"));
+        }
+    }
+    let by_path = ForwardConfig::default()
+        .tenant_with(|req| req.path().split('/').nth(2).map(|s| format!("path-{s}")));
+    let (url, h2) = start(by_path);
+    let res = client
+        .get(format!("{url}/svc/globex"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 200);
+    let rows = d.stats().await.services.remove(0).queue.tenants;
+    let offered = |k: &str| {
+        rows.iter()
+            .find(|r| r.tenant.as_deref() == Some(k))
+            .map(|r| (r.offered, r.served))
+    };
+    assert_eq!(offered("acme"), Some((2, 2)), "{rows:?}");
+    assert_eq!(offered("path-globex"), Some((1, 1)), "{rows:?}");
+    h1.stop(false).await;
+    h2.stop(false).await;
+    d.shutdown(Duration::from_secs(1)).await;
+    drop(bs);
+}
