@@ -105,6 +105,10 @@ pub fn arrivals_of(s: &Scenario, seed: u64) -> Vec<Arrival> {
 /// whose clock is paused.
 pub async fn run_engine(s: &Scenario, limit: Limit, seed: u64) -> EngineRun {
     let list = arrivals_of(s, seed);
+    // Onto a tick of tokio's timer wheel: the clock was paused at some
+    // fraction of a millisecond past one, which would round this run's
+    // timers differently in every process.
+    tokio::time::sleep(Duration::from_millis(1)).await;
     let backends = Backends::start(&s.backends, seed);
     let d = Dispatcher::builder(s.config(limit, seed))
         .transport(Backends::factory())
