@@ -501,6 +501,7 @@ impl Handler<NodeControl> for NodeActor {
             }
             // Its supervisor restarts it with its state.
             NodeControl::Crash => ctx.stop(),
+            NodeControl::Panic => panic!("fault drill"),
             NodeControl::SetMaxConcurrent(max) => self.set_max_concurrent(max),
             NodeControl::SharedOpen(until) => self.core.borrow_mut().shared_open = until,
         }

@@ -108,6 +108,17 @@ impl Dispatcher {
             .map(drop)
     }
 
+    /// Fault drill: makes the actor of one node panic inside a handler (not
+    /// inside an attempt), as a bug in the node would. Actix restarts no
+    /// panicking actor: the node is gone with its attempts, which the
+    /// queue's watchdog answers `lost`, so no caller is left waiting.
+    #[doc(hidden)]
+    pub async fn node_fault_drill(&self, service: &str, address: &str) -> Result<(), PoolError> {
+        self.ask(service, PoolChange::PanicNode(address.to_owned()))
+            .await?
+            .map(drop)
+    }
+
     /// Fault drill: makes the queue or the balancer of `service` panic, to
     /// check that no caller is left waiting (see `actors::drill`).
     #[doc(hidden)]
