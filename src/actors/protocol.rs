@@ -260,7 +260,7 @@ pub(crate) enum NodeControl {
     /// Stop, so that the supervisor restarts the actor (fault drills).
     Crash,
     /// Panic inside the handler, as a bug in the node would (a fault drill):
-    /// the actor dies with its attempts, and no supervisor restarts it.
+    /// the panic is caught and the supervisor restarts the node.
     Panic,
     /// The endpoint's `max_concurrent` changed.
     SetMaxConcurrent(u32),
@@ -443,7 +443,7 @@ pub(crate) enum PoolChange {
     Reload(Vec<crate::config::EndpointConfig>),
     /// Stops one node's actor as a fault drill (its supervisor restarts it).
     CrashNode(String),
-    /// Makes one node's actor panic as a fault drill (it dies).
+    /// Makes one node's actor panic as a fault drill (it is restarted).
     PanicNode(String),
 }
 

@@ -109,9 +109,9 @@ impl Dispatcher {
     }
 
     /// Fault drill: makes the actor of one node panic inside a handler (not
-    /// inside an attempt), as a bug in the node would. Actix restarts no
-    /// panicking actor: the node is gone with its attempts, which the
-    /// queue's watchdog answers `lost`, so no caller is left waiting.
+    /// inside an attempt), as a bug in the node would. The panic is caught,
+    /// logged, and the node restarted by its supervisor with its state and
+    /// its attempts in flight.
     #[doc(hidden)]
     pub async fn node_fault_drill(&self, service: &str, address: &str) -> Result<(), PoolError> {
         self.ask(service, PoolChange::PanicNode(address.to_owned()))

@@ -36,6 +36,8 @@ pub enum Act {
     Hang,
     /// Panics inside the attempt, when first polled.
     Panic,
+    /// Panics in the transport's `send` itself, before any future.
+    PanicNow,
 }
 
 impl Act {
@@ -169,6 +171,9 @@ impl Transport for Node {
             };
             rule.map_or_else(|| Act::ok(0), |rule| rule(&r))
         };
+        if matches!(act, Act::PanicNow) {
+            panic!("scripted panic in send");
+        }
         Box::pin(async move {
             match act {
                 Act::Answer {
@@ -196,7 +201,7 @@ impl Transport for Node {
                     Err(TransportError::new(kind, "scripted"))
                 }
                 Act::Hang => std::future::pending().await,
-                Act::Panic => panic!("scripted panic"),
+                Act::Panic | Act::PanicNow => panic!("scripted panic"),
             }
         })
     }

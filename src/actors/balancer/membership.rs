@@ -262,8 +262,8 @@ impl BalancerActor {
         Ok(summary)
     }
 
-    /// A fault drill for one node: stop it (its supervisor restarts it)
-    /// or make it panic (it dies).
+    /// A fault drill for one node: stop it or make it panic (either way
+    /// its supervisor restarts it).
     fn on_control(&mut self, address: &str, drill: protocol::NodeControl) -> Result<(), PoolError> {
         let i = self.find(address)?;
         self.nodes.node(i).addr.do_send(drill);
