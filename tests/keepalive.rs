@@ -57,6 +57,22 @@ impl Tally {
     }
 }
 
+/// The service's counters after `n` tasks that all succeeded.
+fn assert_counts(q: &actix_dispatch::QueueStats, n: u64) {
+    assert_eq!(
+        (
+            q.submitted,
+            q.succeeded,
+            q.failed,
+            q.rejected,
+            q.queued,
+            q.in_flight
+        ),
+        (n, n, 0, 0, 0, 0),
+        "{q:?}"
+    );
+}
+
 /// Sends `bursts` bursts of `size` POSTs, pausing between bursts for the
 /// next of `pauses` (cycled). Bounded in count, and in time by `limit`.
 async fn run_bursts(
@@ -119,11 +135,15 @@ async fn posts_survive_servers_closing_idle_connections() {
         "failures: {:?}",
         &t.failed[..t.failed.len().min(5)]
     );
+    // The race this test guards against happened: requests went out on
+    // connections the servers were closing.
+    assert!(t.not_sent > 0, "no request met a closing connection: {t:?}");
     // A request classified not sent never reached a handler: each POST was
     // handled exactly once.
     assert_eq!(bs[0].hits() + bs[1].hits(), 15_000);
     let stats = d.stats().await;
     let svc = stats.service("svc").unwrap();
+    assert_counts(&svc.queue, 15_000);
     for n in &svc.nodes {
         assert_eq!(
             (n.trips, n.errors),
@@ -158,6 +178,7 @@ async fn idle_connections_are_closed_before_the_server_does() {
     assert_eq!(t.ok, 240, "{t:?}");
     assert_eq!(t.not_sent, 0, "{t:?}");
     assert_eq!(b.hits(), 240);
+    assert_counts(&d.stats().await.service("svc").unwrap().queue, 240);
     d.shutdown(Duration::from_secs(1)).await;
 }
 
@@ -198,8 +219,13 @@ async fn posts_survive_nginx_closing_idle_connections() {
         "failures: {:?}",
         &t.failed[..t.failed.len().min(5)]
     );
+    // nginx closes every connection after 3 requests or 5 ms idle: some
+    // requests met a closing one.
+    assert!(t.not_sent > 0, "no request met a closing connection: {t:?}");
     let stats = d.stats().await;
-    for n in &stats.service("svc").unwrap().nodes {
+    let svc = stats.service("svc").unwrap();
+    assert_counts(&svc.queue, 3_000);
+    for n in &svc.nodes {
         assert_eq!(n.trips, 0, "{n:?}");
     }
     d.shutdown(Duration::from_secs(1)).await;

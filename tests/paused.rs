@@ -93,28 +93,84 @@ async fn token_bucket_admission_is_exact_in_virtual_time() {
     d.shutdown(Duration::from_secs(1)).await;
 }
 
+/// Answers every request at once with 503, logging when each path was sent.
+struct Sent503(Arc<Mutex<Vec<(String, Instant)>>>);
+
+impl Transport for Sent503 {
+    fn send(&self, req: HttpRequest) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
+        self.0.lock().unwrap().push((req.url, Instant::now()));
+        Box::pin(std::future::ready(Ok(HttpReply {
+            status: 503,
+            headers: Default::default(),
+            body: Default::default(),
+            protocol: None,
+        })))
+    }
+}
+
 #[actix_rt::test]
 async fn retries_wait_out_jittered_exponential_backoff() {
     tokio::time::pause();
-    let log = Log::default();
+    const TASKS: usize = 200;
+    let log: Arc<Mutex<Vec<(String, Instant)>>> = Default::default();
+    let log2 = log.clone();
+    // The budget never binds: 4 retries of every task are allowed.
     let d = Dispatcher::builder(cfg(
-        r#","breaker":{"enabled":false},"retry":{"max_retries":4,"backoff_base":"100ms","backoff_max":"300ms"}"#,
+        r#","breaker":{"enabled":false},"retry":{"max_retries":4,"backoff_base":"100ms","backoff_max":"300ms",
+            "budget_percent":1.0,"min_retries_per_sec":1000}"#,
     ))
-    .transport(factory(&log, 503))
+    .transport(Arc::new(move |_: &str| {
+        Rc::new(Sent503(log2.clone())) as Rc<dyn Transport>
+    }))
     .start()
     .unwrap();
-    let r = d.submit(Task::get("svc", "/x")).await;
-    match &r.outcome {
-        Outcome::Failure(f) => assert_eq!(f.reason, FailReason::RetriesExhausted),
-        o => panic!("{o:?}"),
+    for r in submit_all(&d, TASKS).await {
+        match &r.outcome {
+            Outcome::Failure(f) => assert_eq!(f.reason, FailReason::RetriesExhausted),
+            o => panic!("{o:?}"),
+        }
     }
-    let sent = log.lock().unwrap().clone();
-    assert_eq!(sent.len(), 5);
-    // Full jitter: each wait is within [0, min(300, 100·2^k)] ms.
-    for (k, ceiling) in [100u64, 200, 300, 300].into_iter().enumerate() {
-        let gap = sent[k + 1] - sent[k];
-        assert!(gap <= Duration::from_millis(ceiling), "retry {k}: {gap:?}");
+    let log = log.lock().unwrap().clone();
+    assert_eq!(log.len(), TASKS * 5);
+    // The k-th wait of every task, in milliseconds.
+    let mut gaps = vec![Vec::new(); 4];
+    for i in 0..TASKS {
+        let path = format!("/{i}");
+        let sent: Vec<Instant> = log
+            .iter()
+            .filter(|(u, _)| u.ends_with(&path))
+            .map(|(_, t)| *t)
+            .collect();
+        assert_eq!(sent.len(), 5, "task {i}");
+        for k in 0..4 {
+            gaps[k].push((sent[k + 1] - sent[k]).as_secs_f64() * 1000.0);
+        }
     }
+    // Full jitter: the k-th wait is uniform on [0, min(300, 100·2^k)] ms.
+    // Each bound is checked both ways over 200 draws: none above the
+    // ceiling (a timer fires at most a tick late), some in its top and
+    // bottom fifths and a mean near half, so a flat delay, no jitter, or a
+    // ceiling that does not grow (max of the 2nd wait over the 1st's
+    // ceiling) all fail.
+    for (k, ceiling) in [100.0f64, 200.0, 300.0, 300.0].into_iter().enumerate() {
+        let g = &gaps[k];
+        let max = g.iter().cloned().fold(0.0, f64::max);
+        let min = g.iter().cloned().fold(f64::MAX, f64::min);
+        let mean = g.iter().sum::<f64>() / g.len() as f64;
+        let tick = TICK.as_secs_f64() * 1000.0;
+        assert!(max <= ceiling + tick, "wait {k}: max {max} over {ceiling}");
+        assert!(max >= 0.8 * ceiling, "wait {k}: max {max} of {ceiling}");
+        assert!(min <= 0.2 * ceiling, "wait {k}: min {min} of {ceiling}");
+        assert!(
+            (0.4 * ceiling..=0.6 * ceiling).contains(&mean),
+            "wait {k}: mean {mean} of {ceiling}"
+        );
+    }
+    let q = d.stats().await.services[0].queue.clone();
+    assert_eq!(
+        (q.submitted, q.failed, q.retried, q.queued, q.in_flight),
+        (TASKS as u64, TASKS as u64, 4 * TASKS as u64, 0, 0)
+    );
     d.shutdown(Duration::from_secs(1)).await;
 }
 

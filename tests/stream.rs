@@ -310,16 +310,26 @@ async fn a_hedged_stream_has_one_result_and_frees_every_slot() {
     let (slow, fast) = (Backend::named("slow"), Backend::named("fast"));
     slow.set_latency(Duration::from_millis(300));
     let d = start(&[&slow, &fast], 2, r#""hedge":{"after":"20ms"}"#);
+    let mut hedges = 0;
     for i in 0..4 {
         let mut r = d.submit(Task::get("svc", "/sse/5/5").stream(true)).await;
         let (chunks, err) = drain(take_stream(&mut r)).await;
         assert_eq!((events(&chunks), err), (5, None), "task {i}");
         // However the race went, one answer and the whole body.
         assert!(r.attempts.len() <= 2, "task {i}: {:?}", r.attempts);
+        hedges += r.attempts.iter().filter(|a| a.hedge).count();
     }
     settle_in_flight(&d).await;
     let q = d.stats().await.service("svc").unwrap().queue.clone();
-    assert_eq!((q.submitted, q.succeeded, q.in_flight), (4, 4, 0));
+    assert_eq!(
+        (q.submitted, q.succeeded, q.failed, q.rejected, q.in_flight),
+        (4, 4, 0, 0, 0)
+    );
+    // Round robin sends a task to the slow node first at least every
+    // other time, and its head comes 300 ms later: hedges went out (none
+    // would with hedging off), each listed in its task's attempts.
+    assert!(q.hedged > 0, "{q:?}");
+    assert_eq!(q.hedged as usize, hedges, "{q:?}");
     d.shutdown(Duration::from_secs(1)).await;
 }
 

@@ -28,7 +28,10 @@
 //!
 //! Nodes run under actix's `Supervisor`: a node that stops is restarted with
 //! the same struct, so counters and breaker survive, and the restart is
-//! logged.
+//! logged. A panic in a handler of the node itself (not in an attempt) is
+//! caught and stops the node the same way ([`NodeActor::guarded`]): actix
+//! restarts no panicking actor, and a dead node's closed mailbox would
+//! swallow every dispatch sent to it.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -148,6 +151,46 @@ impl NodeActor {
     pub(crate) fn set_max_concurrent(&mut self, max: u32) {
         self.core.borrow_mut().max_concurrent = max.max(1);
     }
+
+    /// Runs a handler's body. A panic in it (a bug) is caught: logged at
+    /// `error`, and the actor stops so that its supervisor restarts it with
+    /// its state (counters, breaker, attempts in flight), where an uncaught
+    /// panic would kill it for good (actix restarts no panicking actor) and
+    /// leave the balancer sending to a closed mailbox. `fallback` is the
+    /// handler's answer then.
+    pub(crate) fn guarded<R>(
+        &mut self,
+        ctx: &mut Context<Self>,
+        fallback: impl FnOnce() -> R,
+        body: impl FnOnce(&mut Self, &mut Context<Self>) -> R,
+    ) -> R {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(self, ctx))) {
+            Ok(r) => r,
+            Err(p) => {
+                self.died(&*p, ctx);
+                fallback()
+            }
+        }
+    }
+
+    /// A panic was caught in the actor itself: log it, stop for a restart.
+    fn died(&mut self, p: &(dyn std::any::Any + Send), ctx: &mut Context<Self>) {
+        let what = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panic".into());
+        if let Ok(core) = self.core.try_borrow() {
+            log::error!(
+                "service {}: node {}: the node actor panicked ({what}); stopped for its supervisor to restart it",
+                core.service,
+                core.address
+            );
+        } else {
+            log::error!("a node actor panicked ({what}); stopped for its supervisor to restart it");
+        }
+        ctx.stop();
+    }
 }
 
 impl Actor for NodeActor {
@@ -199,6 +242,13 @@ impl Handler<Dispatches> for NodeActor {
     type Result = ();
 
     fn handle(&mut self, msg: Dispatches, ctx: &mut Self::Context) {
+        self.guarded(ctx, || (), |act, ctx| act.dispatch_all(msg, ctx));
+    }
+}
+
+impl NodeActor {
+    /// Performs (or refuses) each attempt of a balancer's turn, in order.
+    fn dispatch_all(&mut self, msg: Dispatches, ctx: &mut Context<Self>) {
         // One clock read for the batch: they are all sent in this turn.
         let sent = Instant::now();
         let mut refused = Vec::new();
@@ -345,7 +395,23 @@ impl ActorFuture<NodeActor> for Drive {
     fn poll(
         self: std::pin::Pin<&mut Self>,
         act: &mut NodeActor,
-        _ctx: &mut Context<NodeActor>,
+        ctx: &mut Context<NodeActor>,
+        task: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        // A panic here (each attempt's own is caught inside) is the node's:
+        // the driver ends, and the restart spawns a new one for the
+        // attempts left.
+        act.guarded(
+            ctx,
+            || std::task::Poll::Ready(()),
+            |act, _| Drive::poll_attempts(act, task),
+        )
+    }
+}
+
+impl Drive {
+    fn poll_attempts(
+        act: &mut NodeActor,
         task: &mut std::task::Context<'_>,
     ) -> std::task::Poll<()> {
         let mut finished = std::mem::take(&mut act.finished);
@@ -477,11 +543,19 @@ fn panicked(p: Box<dyn std::any::Any + Send>) -> TransportError {
 impl Handler<GetLoad> for NodeActor {
     type Result = MessageResult<GetLoad>;
 
-    fn handle(&mut self, _msg: GetLoad, _ctx: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, _msg: GetLoad, ctx: &mut Self::Context) -> Self::Result {
         let now = Instant::now();
-        let mut core = self.core.borrow_mut();
-        core.poll_breaker(now);
-        MessageResult(core.report())
+        // Whatever happens, the asker gets a report.
+        let core = self.core.clone();
+        self.guarded(
+            ctx,
+            || MessageResult(core.borrow().report()),
+            |act, _| {
+                let mut core = act.core.borrow_mut();
+                core.poll_breaker(now);
+                MessageResult(core.report())
+            },
+        )
     }
 }
 
@@ -490,6 +564,12 @@ impl Handler<NodeControl> for NodeActor {
     type Result = ();
 
     fn handle(&mut self, msg: NodeControl, ctx: &mut Self::Context) {
+        self.guarded(ctx, || (), |act, ctx| act.control(msg, ctx));
+    }
+}
+
+impl NodeActor {
+    fn control(&mut self, msg: NodeControl, ctx: &mut Context<Self>) {
         match msg {
             NodeControl::Cancel(seq) => {
                 let mut core = self.core.borrow_mut();
@@ -501,6 +581,7 @@ impl Handler<NodeControl> for NodeActor {
             }
             // Its supervisor restarts it with its state.
             NodeControl::Crash => ctx.stop(),
+            NodeControl::Panic => panic!("fault drill"),
             NodeControl::SetMaxConcurrent(max) => self.set_max_concurrent(max),
             NodeControl::SharedOpen(until) => self.core.borrow_mut().shared_open = until,
         }

@@ -259,6 +259,9 @@ pub(crate) enum NodeControl {
     Cancel(Seq),
     /// Stop, so that the supervisor restarts the actor (fault drills).
     Crash,
+    /// Panic inside the handler, as a bug in the node would (a fault drill):
+    /// the panic is caught and the supervisor restarts the node.
+    Panic,
     /// The endpoint's `max_concurrent` changed.
     SetMaxConcurrent(u32),
     /// The shared breaker (several instances) holds the node open until
@@ -440,6 +443,8 @@ pub(crate) enum PoolChange {
     Reload(Vec<crate::config::EndpointConfig>),
     /// Stops one node's actor as a fault drill (its supervisor restarts it).
     CrashNode(String),
+    /// Makes one node's actor panic as a fault drill (it is restarted).
+    PanicNode(String),
 }
 
 #[cfg(test)]

@@ -665,6 +665,38 @@ mod tests {
     }
 
     #[test]
+    fn a_reset_makes_a_permit_of_the_first_generation_stale() {
+        // Permits of generation 0 (a new breaker) and a reset: the count
+        // moves on, never back to a generation a permit may still carry.
+        let t0 = Instant::now();
+        let mut b = breaker(|c| c.consecutive_failures = 1);
+        let first = b.admit(t0).unwrap();
+        b.reset();
+        assert_eq!(b.record(first, Failure, MS, t0), None);
+        assert_eq!((b.state(), b.trips()), (Closed, 0));
+    }
+
+    #[test]
+    fn clean_closed_time_counts_from_the_close_not_the_half_open() {
+        let t0 = Instant::now();
+        let mut b = breaker(|c| {
+            c.consecutive_failures = 1;
+            (c.open_for, c.reset_after) = (secs(1), secs(10));
+        });
+        call(&mut b, Failure, t0).unwrap();
+        // Half-open at 1 s; the probe answers 2 s later, closing it at 3 s.
+        let probe = b.admit(t0 + secs(1)).unwrap();
+        assert_eq!(b.state(), HalfOpen);
+        b.record(probe, Success, secs(2), t0 + secs(3)).unwrap();
+        assert_eq!(b.state(), Closed);
+        // 10.5 s after the half-open, 8.5 s after the close: the doubling
+        // is still remembered.
+        let t = t0 + Duration::from_millis(11_500);
+        call(&mut b, Failure, t).unwrap();
+        assert_eq!(b.state(), open(t + secs(2)));
+    }
+
+    #[test]
     fn reset_after_forgets_the_doubling() {
         let t0 = Instant::now();
         let mut b = breaker(|c| c.consecutive_failures = 1);

@@ -317,4 +317,34 @@ mod tests {
             Decision::Fail(FailReason::BudgetExhausted)
         );
     }
+
+    #[test]
+    fn first_attempts_earn_the_budget_that_hedges_and_retries_spend() {
+        let now = Instant::now();
+        let budget = BudgetConfig {
+            percent: 0.5,
+            min_per_sec: 0,
+            window: Duration::from_secs(10),
+        };
+        let mut p = RetryPolicy::new(3, ms(1), ms(1), Duration::from_secs(10), budget, now);
+        let mut rng = SmallRng::seed_from_u64(7);
+        let e = ended(AttemptOutcome::Status(503));
+        // Nothing sent yet: nothing to spend.
+        assert_eq!(p.budget_left(now), 0);
+        assert!(!p.pay_hedge(now));
+        assert_eq!(
+            p.decide(&e, now, &mut rng),
+            Decision::Fail(FailReason::BudgetExhausted)
+        );
+        // Four first attempts earn two: one hedge, one retry.
+        for _ in 0..4 {
+            p.sent(now);
+        }
+        assert_eq!(p.budget_left(now), 2);
+        assert!(p.pay_hedge(now));
+        assert_eq!(p.budget_left(now), 1);
+        assert!(matches!(p.decide(&e, now, &mut rng), Decision::Retry { .. }));
+        assert_eq!(p.budget_left(now), 0);
+        assert!(!p.pay_hedge(now));
+    }
 }

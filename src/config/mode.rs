@@ -184,6 +184,24 @@ mod tests {
             let mut s = Mode::P2c.strategy(&balancer(seed));
             (0..32).map(|_| s.pick(&nodes, None)).collect::<Vec<_>>()
         };
-        assert_eq!(picks(Some(7)), picks(Some(7)));
+        // The same draws made by hand: two distinct indices from a SmallRng
+        // of the seed, the second drawn among the other 7; on equal costs the
+        // first wins.
+        use rand::{Rng, SeedableRng};
+        let by_hand = |seed| {
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+            (0..32)
+                .map(|_| {
+                    let first = rng.random_range(0..8usize);
+                    let _second = rng.random_range(0..7usize);
+                    Some(first)
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(picks(Some(7)), by_hand(7));
+        assert_eq!(picks(Some(8)), by_hand(8));
+        assert_ne!(by_hand(7), by_hand(8), "the seed matters");
+        let distinct: std::collections::HashSet<_> = by_hand(7).into_iter().collect();
+        assert!(distinct.len() > 4, "spread over the nodes: {distinct:?}");
     }
 }

@@ -108,6 +108,17 @@ impl Dispatcher {
             .map(drop)
     }
 
+    /// Fault drill: makes the actor of one node panic inside a handler (not
+    /// inside an attempt), as a bug in the node would. The panic is caught,
+    /// logged, and the node restarted by its supervisor with its state and
+    /// its attempts in flight.
+    #[doc(hidden)]
+    pub async fn node_fault_drill(&self, service: &str, address: &str) -> Result<(), PoolError> {
+        self.ask(service, PoolChange::PanicNode(address.to_owned()))
+            .await?
+            .map(drop)
+    }
+
     /// Fault drill: makes the queue or the balancer of `service` panic, to
     /// check that no caller is left waiting (see `actors::drill`).
     #[doc(hidden)]

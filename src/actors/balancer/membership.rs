@@ -132,7 +132,12 @@ impl Handler<PoolChange> for BalancerActor {
                 none(self.on_set_active(&address, active, ctx))
             }
             PoolChange::Reload(eps) => self.on_reload(eps, ctx),
-            PoolChange::CrashNode(address) => none(self.on_crash(&address)),
+            PoolChange::CrashNode(address) => {
+                none(self.on_control(&address, protocol::NodeControl::Crash))
+            }
+            PoolChange::PanicNode(address) => {
+                none(self.on_control(&address, protocol::NodeControl::Panic))
+            }
         }
     }
 }
@@ -257,13 +262,11 @@ impl BalancerActor {
         Ok(summary)
     }
 
-    /// Stops a node's actor; its supervisor restarts it.
-    fn on_crash(&mut self, address: &str) -> Result<(), PoolError> {
+    /// A fault drill for one node: stop it or make it panic (either way
+    /// its supervisor restarts it).
+    fn on_control(&mut self, address: &str, drill: protocol::NodeControl) -> Result<(), PoolError> {
         let i = self.find(address)?;
-        self.nodes
-            .node(i)
-            .addr
-            .do_send(protocol::NodeControl::Crash);
+        self.nodes.node(i).addr.do_send(drill);
         Ok(())
     }
 }

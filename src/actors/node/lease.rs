@@ -134,7 +134,13 @@ impl NodeCore {
 impl Handler<LeaseNews> for NodeActor {
     type Result = ();
 
-    fn handle(&mut self, msg: LeaseNews, _ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: LeaseNews, ctx: &mut Self::Context) {
+        self.guarded(ctx, || (), |act, _| act.lease_news(msg));
+    }
+}
+
+impl NodeActor {
+    fn lease_news(&mut self, msg: LeaseNews) {
         let mut core = self.core.borrow_mut();
         let (sample, end) = match msg {
             LeaseNews::Report(s) => (Some(s), false),
