@@ -359,7 +359,7 @@ fn kind(r: &Result<(), PoolError>) -> Expect {
 }
 
 /// What the callers heard, counted as the queue counts it.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Heard {
     succeeded: u64,
     failed: u64,
@@ -635,7 +635,7 @@ fn run_case(c: Case) {
         .expect("cancelled tasks leave the queue within the run's bound");
         let svc = &s.services[0];
         let q = &svc.queue;
-        let h = heard.borrow();
+        let h = heard.borrow().clone();
         balanced(q);
         assert_eq!((q.queued, q.in_flight, q.waiting), (0, 0, 0), "{q:?}");
         // Every task (and lease) submitted reached the queue once.
@@ -664,7 +664,6 @@ fn run_case(c: Case) {
         if std::env::var_os("MODEL_TRACE").is_some() {
             eprintln!("DONE {samples} samples, {q:?}");
         }
-        drop(h);
         d.shutdown(Duration::from_millis(10)).await;
     });
 }
