@@ -635,7 +635,8 @@ fn run_case(c: Case) {
         .expect("cancelled tasks leave the queue within the run's bound");
         let svc = &s.services[0];
         let q = &svc.queue;
-        let h = heard.borrow();
+        // Every caller is done: what they heard is the test's now.
+        let h = std::mem::take(&mut *heard.borrow_mut());
         balanced(q);
         assert_eq!((q.queued, q.in_flight, q.waiting), (0, 0, 0), "{q:?}");
         // Every task (and lease) submitted reached the queue once.
@@ -664,7 +665,6 @@ fn run_case(c: Case) {
         if std::env::var_os("MODEL_TRACE").is_some() {
             eprintln!("DONE {samples} samples, {q:?}");
         }
-        drop(h);
         d.shutdown(Duration::from_millis(10)).await;
     });
 }

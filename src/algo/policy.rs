@@ -343,7 +343,10 @@ mod tests {
         assert_eq!(p.budget_left(now), 2);
         assert!(p.pay_hedge(now));
         assert_eq!(p.budget_left(now), 1);
-        assert!(matches!(p.decide(&e, now, &mut rng), Decision::Retry { .. }));
+        assert!(matches!(
+            p.decide(&e, now, &mut rng),
+            Decision::Retry { .. }
+        ));
         assert_eq!(p.budget_left(now), 0);
         assert!(!p.pay_hedge(now));
     }
