@@ -215,11 +215,18 @@ fn status(r: &TaskResult) -> u16 {
         .status
 }
 
-/// The one attempt's error kind and words.
+/// The last attempt's error kind and words. Any attempt before it was not
+/// sent (on a busy machine a pooled connection may close first).
 fn error(r: &TaskResult) -> (ErrorKind, String) {
     assert!(matches!(r.outcome, Outcome::Failure(_)), "{:?}", r.outcome);
-    assert_eq!(r.attempts.len(), 1, "{:?}", r.attempts);
-    let a = &r.attempts[0];
+    let (a, before) = r.attempts.split_last().expect("an attempt");
+    assert!(
+        before
+            .iter()
+            .all(|b| b.outcome == AttemptOutcome::Error(ErrorKind::NotSent)),
+        "{:?}",
+        r.attempts
+    );
     let AttemptOutcome::Error(kind) = a.outcome else {
         panic!("not an error: {a:?}");
     };
@@ -521,8 +528,9 @@ async fn malformed_answers_fail_the_attempt_and_close_the_connection() {
         let next = d.submit(Task::get("svc", "/next")).await;
         assert_eq!(body(&next), "for /next", "after {path}");
         // The malformed answer came over the connection of the `/next`
-        // before it (the first over a new one), and closed it.
-        assert_eq!(b.accepted(), i + 2, "{path}");
+        // before it (the first over a new one), and closed it (one more
+        // when a pooled connection closed first on a busy machine).
+        assert!(b.accepted() >= i + 2, "{path}");
     }
     wait_for("each malformed answer's connection closed", || {
         b.closed_by_engine() >= cases.len()
