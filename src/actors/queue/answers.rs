@@ -62,10 +62,12 @@ impl QueueActor {
         }
         if r.outcome.is_success() {
             // Recent latencies serve a hedge's percentile and the check
-            // that a task's time left is worth an attempt.
+            // that a task's time left is worth an attempt (a due time from
+            // `queue.slo` as from a deadline).
             // (A lease's hand-out is no request: it would pull them to zero.)
             if p.job().task.lease().is_none()
                 && (p.job().deadline.is_some()
+                    || self.cfg.queue.slo.is_some()
                     || matches!(
                         self.cfg.hedge,
                         Some(crate::config::HedgeAfter::Percentile(_))
