@@ -52,7 +52,8 @@
 //! [`Outcome`], [`Rejection`], the errors ([`ConfigError`], [`StartError`],
 //! [`PoolError`]), the stats types, the JSONL wire form ([`codec`]), and,
 //! behind their cargo features, the `web` gateway and `metrics` modules.
-//! [`transport`] is the extension point for another HTTP client.
+//! [`transport`] is the extension point for another HTTP client. Every
+//! config field, outcome and metric is in [`reference`](mod@reference).
 //!
 //! The actors are not part of the API. [`Task`] is an actix `Message`
 //! answered with a [`TaskResult`]; [`Dispatcher::recipient`] gives a
@@ -90,6 +91,7 @@ mod outcome;
 mod pool;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod reference;
 pub mod stats;
 pub mod task;
 pub mod transport;
