@@ -108,9 +108,8 @@ fn misses(rows: &[(Scenario, Row)]) -> (Vec<String>, Vec<String>) {
     (target, floor)
 }
 
-#[actix_rt::test]
+#[actix_rt::test(system = "sim::PausedSystem")]
 async fn the_matrix_meets_the_overload_targets() {
-    tokio::time::pause();
     let (mut target, mut floor) = (Vec::new(), Vec::new());
     let mut rows_all = Vec::new();
     for seed in [1, 2] {
@@ -135,9 +134,8 @@ async fn the_matrix_meets_the_overload_targets() {
 }
 
 /// The same seed gives the same run, task by task.
-#[actix_rt::test]
+#[actix_rt::test(system = "sim::PausedSystem")]
 async fn a_run_is_deterministic() {
-    tokio::time::pause();
     let (s, _) = scenarios(Duration::from_secs(3))
         .into_iter()
         .find(|(s, _)| s.name == "mixed/exp/2x")
@@ -152,9 +150,8 @@ async fn a_run_is_deterministic() {
 
 /// The defaults, tasks without deadlines: nothing is shed by time; a burst
 /// the queue holds completes whole, whatever the limit.
-#[actix_rt::test]
+#[actix_rt::test(system = "sim::PausedSystem")]
 async fn without_deadlines_every_accepted_task_is_served() {
-    tokio::time::pause();
     for limit in [Limit::Default, Limit::Auto, Limit::True] {
         for svc in sim::matrix::SERVICES {
             let mut s = sim::matrix::scenario(
@@ -184,10 +181,9 @@ async fn without_deadlines_every_accepted_task_is_served() {
 
 /// One scenario of the matrix in detail: `SIM_ONE=equal/exp/2x SIM_SEED=1
 /// cargo test --test sim_matrix one_scenario -- --ignored --nocapture`.
-#[actix_rt::test]
+#[actix_rt::test(system = "sim::PausedSystem")]
 #[ignore = "a tool: prints one scenario in detail"]
 async fn one_scenario() {
-    tokio::time::pause();
     let want = std::env::var("SIM_ONE").unwrap_or_default();
     let seed = std::env::var("SIM_SEED").map_or(1, |s| s.parse().unwrap_or(1));
     for (s, _) in scenarios(LENGTH) {
@@ -229,6 +225,17 @@ async fn one_scenario() {
         }
         let limits: Vec<_> = e.limits.iter().step_by(5).map(|(_, l)| l.clone()).collect();
         println!("limits every 500 ms {limits:?}");
+        if let Ok(path) = std::env::var("SIM_DUMP") {
+            let lines: Vec<String> = e.records.iter().map(|r| format!("{r:?}")).collect();
+            std::fs::write(path, lines.join("\n")).expect("the dump is written");
+        }
+        if std::env::var("SIM_TRACE").is_ok() {
+            for (i, ((t, l), f)) in e.limits.iter().zip(&e.in_flight).enumerate() {
+                if i % 2 == 0 {
+                    println!("{:>5} ms limits {l:?} in flight {f:?}", t.as_millis());
+                }
+            }
+        }
         let q = &e.stats.queue;
         println!(
             "shed {} (at intake {}), failed {}",
@@ -240,9 +247,8 @@ async fn one_scenario() {
 /// A service latency target (`queue.slo`) sheds as a deadline does, for
 /// tasks that carry none: at 4x, what cannot be served within 250 ms is
 /// refused or shed, and what is served is served within about that.
-#[actix_rt::test]
+#[actix_rt::test(system = "sim::PausedSystem")]
 async fn a_service_latency_target_sheds_tasks_without_deadlines() {
-    tokio::time::pause();
     let (mut s, _) = scenarios(Duration::from_secs(4))
         .into_iter()
         .find(|(s, _)| s.name == "equal/exp/4x")

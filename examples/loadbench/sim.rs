@@ -28,6 +28,7 @@ use crate::common::{cpu_secs, pick};
 use crate::report::{table, Report};
 use crate::sim::matrix::{run_row, scenarios, Row, DEADLINE};
 use crate::sim::run::{Limit, Scenario};
+use crate::sim::PausedSystem;
 use crate::Cli;
 
 /// No run is longer than this many simulated seconds, whatever the flags say.
@@ -148,14 +149,7 @@ pub fn run(cli: &Cli) -> Result<Report, String> {
 /// paused from its start (tokio's `start_paused`): the engine's timers and
 /// the modelled service times advance the clock, never the machine's.
 fn run_paused(s: &Scenario, limit: Limit, seed: u64, change: Option<f64>) -> Row {
-    actix_rt::System::with_tokio_rt(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("a paused current-thread runtime")
-    })
-    .block_on(run_row(s, limit, seed, change))
+    PausedSystem::new().block_on(run_row(s, limit, seed, change))
 }
 
 /// CPU time of the calling thread, seconds: the first field of

@@ -93,6 +93,8 @@ pub struct EngineRun {
     pub stats: actix_dispatch::ServiceStats,
     /// Each node's learned limit, sampled every 100 ms: `(t, limits)`.
     pub limits: Vec<(Duration, Vec<u32>)>,
+    /// Each node's attempts in flight, sampled with the limits.
+    pub in_flight: Vec<Vec<u32>>,
     pub backends: Vec<super::model::BackendCounts>,
 }
 
@@ -102,13 +104,9 @@ pub fn arrivals_of(s: &Scenario, seed: u64) -> Vec<Arrival> {
 }
 
 /// Runs the engine through `s`. Must be called inside an actix system
-/// whose clock is paused.
+/// whose clock is paused from its start ([`super::PausedSystem`]).
 pub async fn run_engine(s: &Scenario, limit: Limit, seed: u64) -> EngineRun {
     let list = arrivals_of(s, seed);
-    // Onto a tick of tokio's timer wheel: the clock was paused at some
-    // fraction of a millisecond past one, which would round this run's
-    // timers differently in every process.
-    tokio::time::sleep(Duration::from_millis(1)).await;
     let backends = Backends::start(&s.backends, seed);
     let d = Dispatcher::builder(s.config(limit, seed))
         .transport(Backends::factory())
@@ -117,8 +115,10 @@ pub async fn run_engine(s: &Scenario, limit: Limit, seed: u64) -> EngineRun {
     let t0 = Instant::now();
     let records: Rc<RefCell<Vec<Option<Record>>>> = Rc::new(RefCell::new(vec![None; list.len()]));
     let limits = Rc::new(RefCell::new(Vec::new()));
+    let in_flight = Rc::new(RefCell::new(Vec::new()));
     let sampler = {
         let (d, limits, end) = (d.clone(), limits.clone(), s.length);
+        let in_flight = in_flight.clone();
         actix_rt::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(100));
             loop {
@@ -134,6 +134,8 @@ pub async fn run_engine(s: &Scenario, limit: Limit, seed: u64) -> EngineRun {
                     .map(|n| n.concurrency_limit)
                     .collect();
                 limits.borrow_mut().push((t, l));
+                let f = st.services[0].nodes.iter().map(|n| n.in_flight).collect();
+                in_flight.borrow_mut().push(f);
             }
         })
     };
@@ -182,10 +184,12 @@ pub async fn run_engine(s: &Scenario, limit: Limit, seed: u64) -> EngineRun {
         .map(|r| r.expect("every task answered"))
         .collect();
     let limits = limits.borrow().clone();
+    let in_flight = in_flight.borrow().clone();
     EngineRun {
         records,
         stats,
         limits,
+        in_flight,
         backends: counts,
     }
 }
