@@ -157,6 +157,14 @@ pub enum SampleKind {
     NodeFailure,
     /// The node's own attempt timeout fired.
     Timeout,
+    /// The task's deadline cut the attempt before an answer. Counted as
+    /// a timeout when it ran no shorter than the last window's mean (a
+    /// request sent with little time left says nothing of the node): left
+    /// out, an overloaded node whose answers all come too late would teach
+    /// its limit nothing and keep it where it is. Not as a latency: the
+    /// cut caps it, so every level past the point where all are cut would
+    /// look alike, as if there were no knee.
+    Cut,
     /// Says nothing about the node: shed, cancelled, cut by the task's
     /// deadline, or a pushback answer (report that with `on_pushback`).
     Ignore,
@@ -365,8 +373,13 @@ impl LearnedLimit {
             self.epoch = Some(now);
             return None;
         }
+        let kind = match kind {
+            SampleKind::Cut if self.last_rtt.is_some_and(|m| rtt >= m) => SampleKind::Timeout,
+            SampleKind::Cut => return None,
+            k => k,
+        };
         match kind {
-            SampleKind::Ignore => return None,
+            SampleKind::Ignore | SampleKind::Cut => return None,
             // A request sent before the level took effect judges another.
             SampleKind::Success if sent.is_none_or(|s| s < epoch) => return None,
             SampleKind::Success => {
@@ -971,5 +984,41 @@ mod tests {
             t0,
         );
         assert_eq!((l.limit(), l.free_limit()), (20, 20));
+    }
+
+    #[test]
+    fn attempts_cut_by_their_deadline_count_as_timeouts_once_they_ran_a_mean() {
+        let t0 = Instant::now();
+        let mut l = LearnedLimit::with_seed(
+            LearnedLimitConfig {
+                initial: 10,
+                ..cfg()
+            },
+            7,
+            t0,
+        );
+        // The first answer starts the count; then a window (not binding)
+        // teaches the mean: 20 ms.
+        l.on_sample(Duration::from_millis(20), 2, SampleKind::Success, t0);
+        let mut now = t0 + Duration::from_millis(100);
+        for _ in 0..32 {
+            now += Duration::from_millis(1);
+            l.on_sample(Duration::from_millis(20), 2, SampleKind::Success, now);
+        }
+        assert_eq!(l.last_rtt(), Some(Duration::from_millis(20)));
+        // Cut sooner than the mean: sent with little time left, no sample.
+        for _ in 0..100 {
+            assert_eq!(
+                l.on_sample(Duration::from_millis(5), 10, SampleKind::Cut, now),
+                None
+            );
+        }
+        assert_eq!(l.limit(), 10);
+        // Cut after running longer than the mean: a window of them cuts
+        // the limit as timeouts do (the 32nd closes it).
+        for i in 0..32 {
+            let changed = l.on_sample(Duration::from_millis(200), 10, SampleKind::Cut, now);
+            assert_eq!(changed, (i == 31).then_some(9), "sample {i}");
+        }
     }
 }

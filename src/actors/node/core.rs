@@ -132,8 +132,9 @@ impl NodeCore {
 
     /// Teaches the learned limit (if any) what an attempt that ended after
     /// `latency` says; `in_flight` counts it. Pushback (429, 503) lowers the
-    /// limit; what says nothing about the node (cancelled, cut by the
-    /// task's deadline, not sent, a body error) is no sample.
+    /// limit; an attempt cut by the task's deadline ran at least that long;
+    /// what says nothing about the node (cancelled, not sent, a body error)
+    /// is no sample.
     fn learn(&mut self, outcome: &AttemptOutcome, latency: Duration, in_flight: u32, now: Instant) {
         let Some(l) = &mut self.learned else {
             return;
@@ -147,6 +148,7 @@ impl NodeCore {
             AttemptOutcome::Status(s) if *s >= 500 => Some(SampleKind::NodeFailure),
             AttemptOutcome::Status(_) => Some(SampleKind::Success),
             AttemptOutcome::Error(ErrorKind::Timeout) => Some(SampleKind::Timeout),
+            AttemptOutcome::Error(ErrorKind::Deadline) => Some(SampleKind::Cut),
             o if o.is_node_failure() => Some(SampleKind::NodeFailure),
             _ => Some(SampleKind::Ignore),
         };
