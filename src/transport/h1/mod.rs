@@ -64,7 +64,7 @@ use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 
 use super::connect::{self, Io};
-use super::{ConnectionSettings, HttpReply, HttpRequest, StreamedReply, TransportError};
+use super::{ConnectionSettings, HttpReply, HttpRequest, StreamedReply, TransportError, MAX_HEAD};
 use crate::outcome::Protocol;
 
 mod body;
@@ -513,6 +513,9 @@ async fn read_head(
     loop {
         let next = poll_fn(|cx| Pin::new(&mut conn.framed).next_item(cx)).await;
         let failure = match next {
+            // The decoder bounds a head only while it is incomplete: one
+            // that completes within a single large read passes its bound.
+            Some(Ok(head)) if head_size(&head) > MAX_HEAD => Failure::Garbled(ParseError::TooLarge),
             Some(Ok(head)) => match head.status {
                 StatusCode::SWITCHING_PROTOCOLS => {
                     Failure::Malformed("101 Switching Protocols to a request for no upgrade")
@@ -531,6 +534,15 @@ async fn read_head(
         };
         return Err(failed(failure, conn, one_write));
     }
+}
+
+/// The bytes of `head`'s fields as sent (each `name: value` and its line
+/// end), the status line aside: at most a few bytes less than the head.
+fn head_size(head: &ResponseHead) -> usize {
+    head.headers
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum()
 }
 
 /// Sends `req` over `pool` and reads the whole answer under `max_body`.
