@@ -184,6 +184,9 @@ async fn without_deadlines_every_accepted_task_is_served() {
 #[actix_rt::test(system = "sim::PausedSystem")]
 #[ignore = "a tool: prints one scenario in detail"]
 async fn one_scenario() {
+    // `RUST_LOG=actix_dispatch::algo::concurrency=trace` shows each
+    // learned limit's windows.
+    let _ = env_logger::builder().is_test(true).try_init();
     let want = std::env::var("SIM_ONE").unwrap_or_default();
     let seed = std::env::var("SIM_SEED").map_or(1, |s| s.parse().unwrap_or(1));
     for (s, _) in scenarios(LENGTH) {

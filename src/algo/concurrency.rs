@@ -15,8 +15,10 @@
 //!
 //! - **no knee seen** (the means are flat up to the highest level): the
 //!   limit doubles (slow start);
-//! - **every level past the knee** (the means grow in proportion): the
-//!   limit falls to 60 % of the lowest level, to find a flat one;
+//! - **every level past the knee** (the means grow in proportion), or not
+//!   ruled out for a steady service time (its levels then lie on one line,
+//!   which fits any knee up to the lowest level): the limit falls to 60 %
+//!   of the lowest level, to find a flat one;
 //! - **knee found**: the limit is halfway from the best fit to the top of
 //!   its interval, rounded up, so that noise errs towards a request more,
 //!   never towards an idle worker.
@@ -68,6 +70,9 @@ const MAX_WINDOW_SAMPLES: u32 = 64;
 const LEVEL_CAP: f64 = 512.0;
 /// Answers a probe's window takes.
 const PROBE_SAMPLES: u32 = 32;
+/// A record whose pooled squared coefficient of variation is below this
+/// has a steady service time.
+const STEADY_CV2: f64 = 0.05;
 /// Pushback cuts are at least this far apart.
 const MIN_CUT_GAP: Duration = Duration::from_millis(10);
 /// Largest accepted `max`.
@@ -481,6 +486,20 @@ impl LearnedLimit {
         self.window_start = now;
         let level = self.limit();
         let bound = w.bound(level);
+        log::trace!(
+            "learned limit: window at {level} (probe {:?}): bound {bound}, {} successes \
+             of mean {:.1} ms, {} timeouts, {} failures; knee {:?}; levels {:?}",
+            self.probe,
+            w.successes,
+            w.latencies.mean * 1000.0,
+            w.timeouts,
+            w.failures,
+            self.knee,
+            self.levels
+                .known()
+                .map(|(l, a)| (l, (a.mean * 1000.0).round() as u32, a.n as u32))
+                .collect::<Vec<_>>()
+        );
         let probing = self.probe.is_some();
         if w.timeouts * 2 > w.outcomes() {
             // Mostly timeouts: the node hangs; back off as on pushback.
@@ -558,8 +577,16 @@ impl LearnedLimit {
                 self.phase = Phase::SlowStart;
                 highest.saturating_mul(2)
             }
-            // Past the knee at every level, best fitted so: find a flat one.
-            Some(k) if k.low.is_none() && k.k <= f64::from(lowest) + 0.01 => {
+            // Past the knee at every level, best fitted so, or the data
+            // do not rule it out and the service time is steady: then the
+            // levels lie on one line `R = n·S/k`, which any `k` up to the
+            // lowest level fits with its own `S`, and the best fit can
+            // stand above it. Find a flat one. (A noisy service time's
+            // interval reaches below the lowest level from noise alone.)
+            Some(k)
+                if k.low.is_none()
+                    && (k.k <= f64::from(lowest) + 0.01 || record.cv2() < STEADY_CV2) =>
+            {
                 self.phase = Phase::Avoidance;
                 ((f64::from(lowest) * 0.6).ceil() as u32).min(lowest.saturating_sub(1))
             }
