@@ -35,7 +35,8 @@ mod slab;
 mod state;
 
 use self::slab::Tasks;
-pub(in crate::actors) use self::state::{Counters, Epoch, Pending, State, TaskNo};
+pub(in crate::actors) use self::state::{Epoch, Pending, State, TaskNo};
+pub(in crate::actors::queue) use self::state::{LastFailure, Race};
 
 /// How many tasks are in each state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
