@@ -92,10 +92,9 @@ impl QueueActor {
         self.inbox.clone()
     }
 
-    /// Runs `f` on the core at `now`; a panic inside it is answered, not
-    /// left silent. Then sends what the core's output says.
-    fn guarded(&mut self, now: Instant, ctx: &mut Context<Self>, f: impl FnOnce(&mut QueueCore)) {
-        self.core.tick(now);
+    /// Runs `f` on the core; a panic inside it is answered, not left
+    /// silent. Then sends what the core's output says.
+    fn guarded(&mut self, ctx: &mut Context<Self>, f: impl FnOnce(&mut QueueCore)) {
         if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut self.core))) {
             let what = panic_message(&p);
             self.core.recover(&format!("the queue panicked: {what}"));
@@ -157,7 +156,7 @@ impl QueueActor {
         let delay = at.saturating_duration_since(Instant::now());
         let h = ctx.run_later(delay, |act, ctx| {
             act.timer = None;
-            act.guarded(Instant::now(), ctx, QueueCore::on_timer);
+            act.guarded(ctx, |core| core.on_timer(Instant::now()));
         });
         self.timer = Some((at, h));
     }
@@ -177,7 +176,7 @@ impl Actor for QueueActor {
     /// answered `Lost`.
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.run_interval(Duration::from_secs(1), |act, ctx| {
-            act.guarded(Instant::now(), ctx, QueueCore::sweep_lost);
+            act.guarded(ctx, |core| core.on_watchdog(Instant::now()));
         });
     }
 }
@@ -187,8 +186,7 @@ impl Handler<GetQueueStats> for QueueActor {
     type Result = MessageResult<GetQueueStats>;
 
     fn handle(&mut self, _msg: GetQueueStats, _ctx: &mut Self::Context) -> Self::Result {
-        self.core.tick(Instant::now());
-        MessageResult(self.core.stats())
+        MessageResult(self.core.stats(Instant::now()))
     }
 }
 
@@ -230,7 +228,7 @@ impl Handler<Task> for QueueActor {
                     task: ReplyTx::new(job),
                     wait: false,
                 };
-                self.guarded(now, ctx, |core| core.submit(msg));
+                self.guarded(ctx, |core| core.submit(msg, now));
                 Box::pin(submission)
             }
             Err((id, reason)) => {
@@ -257,16 +255,16 @@ impl Handler<InboxReady> for QueueActor {
         for msg in batch.drain(..) {
             let at = msg.task.job().submitted;
             now = Some(at);
-            self.guarded(at, ctx, |core| {
+            self.guarded(ctx, |core| {
                 if due && !core.has_room() {
-                    core.pump();
+                    core.hand_over(at);
                     due = false;
                 }
-                due |= core.take_in(msg);
+                due |= core.take_in(msg, at);
             });
         }
         if let Some(at) = now.filter(|_| due) {
-            self.guarded(at, ctx, QueueCore::pump);
+            self.guarded(ctx, |core| core.hand_over(at));
         }
         // Keep a small list for the next burst; give a big one back.
         if batch.capacity() <= 1024 {
@@ -280,7 +278,7 @@ impl Handler<BalancerTurn> for QueueActor {
     type Result = ();
 
     fn handle(&mut self, msg: BalancerTurn, ctx: &mut Self::Context) {
-        self.guarded(Instant::now(), ctx, |core| core.on_turn(msg));
+        self.guarded(ctx, |core| core.on_turn(msg, Instant::now()));
     }
 }
 
@@ -316,7 +314,7 @@ impl Handler<Abort> for QueueActor {
         // Submits still in the inbox were accepted by `submit`: they are
         // answered and reported like the tasks already taken.
         let unread = self.inbox.take_all();
-        self.guarded(Instant::now(), ctx, |core| left = core.abort_all(unread));
+        self.guarded(ctx, |core| left = core.abort_all(unread, Instant::now()));
         MessageResult(left)
     }
 }
@@ -327,7 +325,7 @@ impl Handler<PanicDrill> for QueueActor {
     type Result = ();
 
     fn handle(&mut self, _msg: PanicDrill, ctx: &mut Self::Context) {
-        self.guarded(Instant::now(), ctx, |_| panic!("fault drill"));
+        self.guarded(ctx, |_| panic!("fault drill"));
     }
 }
 
@@ -336,7 +334,6 @@ impl Handler<PipelineDown> for QueueActor {
     type Result = ();
 
     fn handle(&mut self, msg: PipelineDown, ctx: &mut Self::Context) {
-        self.core.tick(Instant::now());
         self.core.declare_dead(msg.0);
         // Its balancer is gone: nothing more to tell it.
         self.core.output().turn = Default::default();

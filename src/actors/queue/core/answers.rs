@@ -249,10 +249,10 @@ impl QueueCore {
 }
 
 impl QueueCore {
-    /// One turn of the balancer, received at `now`: its news taken in
-    /// order, then one pump. An answer counts from when its attempts
-    /// ended, the rest from `now`.
-    pub fn on_turn(&mut self, turn: BalancerTurn) {
+    /// One turn of the balancer: its news taken in order, then one pump.
+    /// An answer counts from when its attempts ended, the rest from the
+    /// turn's arrival.
+    pub(super) fn turn(&mut self, turn: BalancerTurn) {
         let now = self.now();
         for news in turn.0 {
             self.take_news(news, now);

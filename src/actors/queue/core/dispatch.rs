@@ -20,7 +20,7 @@ use crate::task::Job;
 impl QueueCore {
     /// Sends ready tasks to the balancer while there is credit: all of
     /// them in the turn's one message to the balancer.
-    pub fn pump(&mut self) {
+    pub(super) fn pump(&mut self) {
         if self.tasks.counts().parked > 0 {
             self.admit_waiting();
         }

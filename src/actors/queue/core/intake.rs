@@ -15,13 +15,6 @@ use crate::metrics::Shed;
 use crate::outcome::{Outcome, Rejection, Response, TaskResult};
 
 impl QueueCore {
-    /// Takes one task in and hands over what credit allows.
-    pub fn submit(&mut self, msg: Submit) {
-        if self.take_in(msg) {
-            self.pump();
-        }
-    }
-
     /// Whether a new task would join the queue (rather than wait or be
     /// refused for room).
     pub fn has_room(&self) -> bool {
@@ -31,7 +24,7 @@ impl QueueCore {
 
     /// Takes one task in without handing anything over: true if it joined
     /// the ready tasks (a pump is then due).
-    pub fn take_in(&mut self, msg: Submit) -> bool {
+    pub(super) fn take(&mut self, msg: Submit) -> bool {
         let now = self.now();
         let flow = self.offered(msg.task.job());
         if self.closed {

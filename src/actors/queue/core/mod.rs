@@ -61,7 +61,7 @@ use self::table::Epoch;
 use self::table::TaskTable;
 pub(in crate::actors) use self::table::{State, TaskNo};
 pub(in crate::actors::queue) use self::timing::Timer;
-use super::super::protocol::{Gate, QueueTurn, Submit};
+use super::super::protocol::{BalancerTurn, Gate, QueueTurn, Submit};
 use super::super::timers::TimerStore;
 use crate::algo::policy::RetryPolicy;
 use crate::config::{OnFull, ServiceConfig};
@@ -181,8 +181,54 @@ impl QueueCore {
     }
 
     /// Starts handling an input that happened at `now`.
-    pub fn tick(&mut self, now: Instant) {
+    fn tick(&mut self, now: Instant) {
         self.now = now;
+    }
+
+    // === the inputs ===
+
+    /// A new task, at `now`: taken in, then what credit allows is handed
+    /// over.
+    pub fn submit(&mut self, msg: Submit, now: Instant) {
+        self.tick(now);
+        if self.take(msg) {
+            self.pump();
+        }
+    }
+
+    /// A new task of a burst, at `now`, taken in without handing anything
+    /// over: true if it joined the ready tasks (a [`hand_over`] is then
+    /// due).
+    ///
+    /// [`hand_over`]: QueueCore::hand_over
+    pub fn take_in(&mut self, msg: Submit, now: Instant) -> bool {
+        self.tick(now);
+        self.take(msg)
+    }
+
+    /// Hands ready tasks over against credit, at `now` (the pump).
+    pub fn hand_over(&mut self, now: Instant) {
+        self.tick(now);
+        self.pump();
+    }
+
+    /// A turn of the balancer's news, arrived at `now`.
+    pub fn on_turn(&mut self, turn: BalancerTurn, now: Instant) {
+        self.tick(now);
+        self.turn(turn);
+    }
+
+    /// The actor's timer fired at `now`: the timers due fire, then a pump.
+    pub fn on_timer(&mut self, now: Instant) {
+        self.tick(now);
+        self.fire_timers();
+    }
+
+    /// The watchdog's sweep at `now`: attempts that never reported back
+    /// are answered `Lost`.
+    pub fn on_watchdog(&mut self, now: Instant) {
+        self.tick(now);
+        self.sweep_lost();
     }
 
     /// The current input's time.
@@ -206,8 +252,9 @@ impl QueueCore {
         self.tasks.is_empty()
     }
 
-    /// After a panic (or a dead balancer): answers every task `Internal`,
-    /// logs it at `error`, and starts afresh with the counters kept.
+    /// After a panic (or a dead balancer): answers every task `Internal`
+    /// (at the last input's time), logs it at `error`, and starts afresh
+    /// with the counters kept.
     pub fn recover(&mut self, why: &str) {
         let n = self.tasks.len();
         log::error!(
@@ -231,7 +278,8 @@ impl QueueCore {
     }
 
     /// The pipeline is dead: every task held and every later one is
-    /// answered `Internal` (the dispatcher rebuilds the pipeline).
+    /// answered `Internal` (the dispatcher rebuilds the pipeline), at the
+    /// last input's time.
     pub fn declare_dead(&mut self, why: &'static str) {
         if !self.dead {
             self.dead = true;
@@ -248,7 +296,8 @@ impl QueueCore {
     /// Answers every task left `ShuttingDown` and returns them, in arrival
     /// order (waiting ones included), after taking in `unread`: submits
     /// accepted but not yet taken, answered and reported like the rest.
-    pub fn abort_all(&mut self, unread: Vec<Submit>) -> Vec<crate::task::Unfinished> {
+    pub fn abort_all(&mut self, unread: Vec<Submit>, now: Instant) -> Vec<crate::task::Unfinished> {
+        self.tick(now);
         self.closed = true;
         for msg in unread {
             self.enter(msg, true);
@@ -278,9 +327,9 @@ impl QueueCore {
         }
     }
 
-    /// The queue's counts and state, as [`QueueStats`].
-    pub fn stats(&mut self) -> QueueStats {
-        let now = self.now();
+    /// The queue's counts and state at `now`, as [`QueueStats`].
+    pub fn stats(&mut self, now: Instant) -> QueueStats {
+        self.tick(now);
         let c = self.tasks.counts();
         let n = self.counts.get();
         QueueStats {

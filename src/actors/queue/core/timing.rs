@@ -37,7 +37,7 @@ impl QueueCore {
     }
 
     /// The timers due now fire (the actor's timer fired); then a pump.
-    pub fn on_timer(&mut self) {
+    pub(super) fn fire_timers(&mut self) {
         let now = self.now();
         while let Some((no, kind)) = self.timers.pop_due(now) {
             let Some((state, round)) = self.tasks.get(&no).map(|p| (p.state(), p.round)) else {
@@ -74,7 +74,7 @@ impl QueueCore {
     /// actor died with them) as `Lost`, so no task waits forever. Attempts
     /// are bounded by their own timeout at the node, so this only fires on
     /// a fault; it sweeps once a second instead of keeping a timer per task.
-    pub fn sweep_lost(&mut self) {
+    pub(super) fn sweep_lost(&mut self) {
         let now = self.now();
         let lost: Vec<(Seq, u8)> = self
             .tasks
