@@ -1,5 +1,7 @@
-//! Answers: an attempt's report, and the one place a task is answered
-//! (`finish`). When a task's last attempt out ends without a success the
+//! Answers: the balancer's news (an attempt's report, a bounce, a
+//! placement, credit and the gate), and `finish`, which makes the result
+//! of every task the table held (a new task refused at once is answered
+//! in `intake`). When a task's last attempt out ends without a success the
 //! retry policy ([`crate::algo::policy`]) decides.
 
 use std::sync::Arc;

@@ -1,6 +1,7 @@
 //! Intake: a new task enters the map (ready, or parked in the bounded wait
 //! list), or is answered at once (closed, past its deadline, gate shut,
-//! queue and wait list full).
+//! queue and wait list full, shed at intake): its result goes to the
+//! output without entering the table.
 
 use std::sync::Arc;
 
