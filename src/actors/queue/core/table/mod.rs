@@ -158,7 +158,7 @@ impl TaskTable {
         f
     }
 
-    /// The flow of a task's tenant key (as [`flow_of`](Self::flow_of);
+    /// The flow of a task's tenant key (as `flow_of`;
     /// the same key twice in a row is not hashed again).
     pub fn flow_of_shared(&mut self, key: &std::sync::Arc<str>) -> Flow {
         let (f, weight) = self.book.flow_of_shared(key);
