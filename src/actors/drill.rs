@@ -1,5 +1,6 @@
 //! Fault drills: make a pipeline actor panic on purpose, to show (and test)
-//! that a bug inside the engine never leaves callers waiting.
+//! that a bug inside the engine never leaves callers waiting. The queue's
+//! handler of [`PanicDrill`] is with its others, in `queue/actor.rs`.
 //!
 //! A panic in the queue is caught where it happens: every task the queue
 //! holds is answered `Internal` and the queue goes on. A panic in the
@@ -11,22 +12,11 @@
 use actix::prelude::*;
 
 use super::balancer::BalancerActor;
-use super::protocol::PipelineDown;
-use super::queue::QueueActor;
 
 /// Panic inside the handler (a fault drill).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct PanicDrill;
-
-/// Panics inside a guarded handler: the queue answers its tasks and goes on.
-impl Handler<PanicDrill> for QueueActor {
-    type Result = ();
-
-    fn handle(&mut self, _msg: PanicDrill, ctx: &mut Self::Context) {
-        self.guard(ctx, |_, _| panic!("fault drill"));
-    }
-}
 
 /// Panics: the balancer dies as it would with a bug.
 impl Handler<PanicDrill> for BalancerActor {
@@ -34,15 +24,5 @@ impl Handler<PanicDrill> for BalancerActor {
 
     fn handle(&mut self, _msg: PanicDrill, _ctx: &mut Self::Context) {
         panic!("fault drill");
-    }
-}
-
-/// The dispatcher found the pipeline dead: answer everything, then stop.
-impl Handler<PipelineDown> for QueueActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: PipelineDown, ctx: &mut Self::Context) {
-        self.declare_dead(msg.0, ctx);
-        ctx.stop();
     }
 }

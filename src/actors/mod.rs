@@ -15,7 +15,6 @@ pub(crate) mod pipeline;
 pub(crate) mod protocol;
 pub(crate) mod queue;
 pub(crate) mod share;
-pub(crate) mod shutdown;
 pub(crate) mod timers;
 pub(crate) mod view;
 

@@ -2,13 +2,23 @@
 //! routes the queue sends, and the tests answer them in an exact order,
 //! which the whole pipeline cannot be made to produce on demand.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use super::*;
+use actix::prelude::*;
+use tokio::time::Instant;
+
+use super::core::TaskNo;
+use super::{BalancerPort, QueueActor};
 use crate::actors::inbox::InboxSender;
+use crate::actors::protocol::{
+    AttemptEnded, AttemptReport, BalancerTurn, GetQueueStats, NodeAnswers, NodeId, QueueTurn,
+    ReplyTx, Room, Seq, Stop, Submit, ToQueue,
+};
 use crate::algo::priority::Priority;
 use crate::config::Config;
-use crate::outcome::AttemptOutcome;
+use crate::outcome::{AttemptOutcome, Outcome, Rejection, TaskResult};
+use crate::task::{Job, Task};
 
 /// What the queue told its balancer.
 #[derive(Default)]
@@ -369,10 +379,7 @@ impl Handler<FindTask> for QueueActor {
     type Result = Option<TaskNo>;
 
     fn handle(&mut self, msg: FindTask, _ctx: &mut Self::Context) -> Self::Result {
-        self.tasks
-            .iter()
-            .find(|(_, p)| p.job().id == msg.0)
-            .map(|(no, _)| no)
+        self.find(msg.0)
     }
 }
 

@@ -1,25 +1,37 @@
 //! Handing over: ready tasks go to the balancer while there is credit; a
 //! hedge is sent when its timer fires; a bounce puts a task back.
 
-use super::table::Counts;
-use super::*;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::table::{Counts, Epoch, Pending, Race};
+use super::{QueueCore, TaskNo, Timer};
+use crate::actors::hedge::LatencyWindow;
+use crate::actors::protocol::{Gate, Placed, Route, Seq};
 use crate::algo::codel::{Order, Transition, Verdict};
 use crate::algo::priority::Priority;
+use crate::algo::time;
+use crate::config::ServiceConfig;
 use crate::metrics::Shed;
+use crate::outcome::{Attempt, AttemptOutcome, ErrorKind, FailReason, Outcome, Rejection};
+use crate::task::Job;
 
-impl QueueActor {
+impl QueueCore {
     /// Sends ready tasks to the balancer while there is credit: all of
     /// them in the turn's one message to the balancer.
-    pub(super) fn pump(&mut self, ctx: &mut Context<Self>) {
+    pub(super) fn pump(&mut self) {
         if self.tasks.counts().parked > 0 {
             self.admit_waiting();
         }
         let now = self.now();
-        if self.out.routes.capacity() == 0 && self.credit > 1 {
+        let credit = self.credit.in_hand();
+        if self.out.turn.routes.capacity() == 0 && credit > 1 {
             // The list went out with the last turn: room for this one.
             self.out
+                .turn
                 .routes
-                .reserve_exact(self.credit.min(self.tasks.ready_listed()).min(MAX_BATCH));
+                .reserve_exact(credit.min(self.tasks.ready_listed()).min(MAX_BATCH));
         }
         // Newest first only while no caller waits on purpose: a patient
         // task (a durable stream's entry, say) is never shed, and under
@@ -34,15 +46,17 @@ impl QueueActor {
         let order = if lifo { Order::Lifo } else { Order::Fifo };
         // Sends per class, for the delay control's intake bounds.
         let mut sent = [0u64; Priority::ALL.len()];
-        while self.credit > 0 && self.gate == Gate::Open {
+        while self.credit.in_hand() > 0 && self.gate == Gate::Open {
             // Credit beyond the reserve serves any class; the reserve only
             // the top class, and only while no lower class waits
             // (`algo::headroom`).
             let waits_below = |top| self.tasks.counts().shields(top);
-            let Some(lowest) = self
-                .classes
-                .lowest(self.credit, self.reserve, waits_below, now)
-            else {
+            let Some(lowest) = self.classes.lowest(
+                self.credit.in_hand(),
+                self.credit.reserve(),
+                waits_below,
+                now,
+            ) else {
                 break;
             };
             let Some(no) = self.tasks.next_ready_within(order, lowest) else {
@@ -54,26 +68,26 @@ impl QueueActor {
             if p.job().reply.is_abandoned() {
                 // The caller left while it waited: never sent, no token
                 // or slot spent on it.
-                self.counters.cancelled += 1;
-                self.finish(no, Outcome::Rejected(Rejection::Cancelled), ctx);
+                self.counts.cancelled();
+                self.finish(no, Outcome::Rejected(Rejection::Cancelled));
                 continue;
             }
             if p.job().deadline.is_some_and(|d| d <= now) {
-                self.finish_deadline(no, ctx);
+                self.finish_deadline(no);
                 continue;
             }
             if self.unservable(no, now) {
-                self.drop_late(no, now, ctx);
+                self.drop_late(no, now);
                 continue;
             }
             if self.sheds(no, now) {
-                self.shed(no, Shed::QueueDelay, now, ctx);
+                self.shed(no, Shed::QueueDelay, now);
                 continue;
             }
             if self.too_late(no, now) {
                 // Its time left is below what an attempt takes here: fail
                 // it now, without spending a backend's time on it.
-                self.fail(no, FailReason::DeadlineExceeded, ctx);
+                self.fail(no, FailReason::DeadlineExceeded);
                 continue;
             }
             let Some(p) = self.tasks.send(no) else {
@@ -104,12 +118,10 @@ impl QueueActor {
                     .is_none_or(|t| class.index() <= t.index()),
                 at: now,
             };
-            self.credit -= 1;
-            // A top-class task sent out of the reserve spends it.
-            self.reserve = self.reserve.min(self.credit);
-            self.out.routes.push(route);
+            self.credit.spend();
+            self.out.turn.routes.push(route);
             if let Some(d) = hedge_after {
-                self.push_timer(time::add(now, d), no, Timer::Hedge(round), ctx);
+                self.push_timer(time::add(now, d), no, Timer::Hedge(round));
             }
         }
         if let Some(d) = self.delay.as_mut() {
@@ -122,8 +134,8 @@ impl QueueActor {
         if self.tasks.counts().parked > 0 {
             self.admit_waiting();
         }
-        self.deadline_turn(sent.iter().sum(), now, ctx);
-        self.sweep_delayed(now, ctx);
+        self.deadline_turn(sent.iter().sum(), now);
+        self.sweep_delayed(now);
         self.tasks.compact();
     }
 
@@ -163,12 +175,12 @@ impl QueueActor {
     }
 
     /// Answers ready task `no` `Overloaded`, shed for `why`.
-    pub(super) fn shed(&mut self, no: TaskNo, why: Shed, now: Instant, ctx: &mut Context<Self>) {
+    pub(super) fn shed(&mut self, no: TaskNo, why: Shed, now: Instant) {
         let Some(class) = self.tasks.get(&no).map(|p| p.job().priority) else {
             return;
         };
         let reason = self.overloaded(class, why, now);
-        self.reject(no, reason, ctx);
+        self.reject(no, reason);
     }
 
     /// Counts a shed of a task of `class` and gives its rejection.
@@ -177,11 +189,8 @@ impl QueueActor {
             .delay
             .as_ref()
             .map_or(DISPLACED_RETRY_AFTER, |d| d.retry_after(now));
-        self.counters.shed += 1;
-        self.counters.shed_by_class[class.index()] += 1;
+        self.counts.shed(why, class);
         self.shed_at[class.index()] = Some(now);
-        self.counters.shed_at_intake += u64::from(why == Shed::Intake);
-        self.metrics.shed(why, class);
         Rejection::Overloaded { retry_after }
     }
 
@@ -189,7 +198,7 @@ impl QueueActor {
     /// waited too long (under LIFO the oldest are never taken), then tells
     /// the delay control the queue's length and logs a change between calm
     /// and overload.
-    fn sweep_delayed(&mut self, now: Instant, ctx: &mut Context<Self>) {
+    fn sweep_delayed(&mut self, now: Instant) {
         if self.delay.is_none() {
             return;
         }
@@ -199,7 +208,7 @@ impl QueueActor {
                     break;
                 }
                 self.tasks.take_oldest_ready_in(class);
-                self.shed(no, Shed::QueueDelay, now, ctx);
+                self.shed(no, Shed::QueueDelay, now);
             }
         }
         let ready = self.tasks.counts().ready;
@@ -223,18 +232,18 @@ impl QueueActor {
                 "service {}: overload over after {:?}; {} task(s) shed so far",
                 self.service,
                 lasted,
-                self.counters.shed
+                self.counts.get().shed
             ),
             None => {}
         }
-        self.arm_sweep(now, ctx);
+        self.arm_sweep(now);
     }
 
     /// Sets one timer for the delay control's next decision about the
     /// ready tasks (the oldest one's shed, or entering overload), so that
     /// a standing queue is shed on time even when no news wakes the queue
     /// (every node full with answers slow to come).
-    fn arm_sweep(&mut self, now: Instant, ctx: &mut Context<Self>) {
+    fn arm_sweep(&mut self, now: Instant) {
         let Some(d) = self.delay.as_ref() else {
             return;
         };
@@ -270,7 +279,7 @@ impl QueueActor {
             return;
         }
         self.sweep_at = Some(next);
-        self.push_timer(next.max(now), on, Timer::Sweep, ctx);
+        self.push_timer(next.max(now), on, Timer::Sweep);
     }
 
     /// Whether task `no`'s time left is below what an attempt usually
@@ -305,8 +314,7 @@ impl QueueActor {
             first_done: false,
             hedge_done: false,
         });
-        self.counters.hedged += 1;
-        self.metrics.hedged();
+        self.counts.hedged();
         let route = Route {
             seq: Seq {
                 task: no,
@@ -319,7 +327,7 @@ impl QueueActor {
             headroom: true,
             at: now,
         };
-        self.out.routes.push(route);
+        self.out.turn.routes.push(route);
     }
 
     /// A hedge was placed: remember where both attempts of the round went.
@@ -336,13 +344,7 @@ impl QueueActor {
     /// The balancer could not place an attempt: if it was the round's last
     /// one out, the task goes back to the front (or, if the other attempt of
     /// a hedged round failed meanwhile, the policy decides).
-    pub(super) fn on_bounce(
-        &mut self,
-        seq: Seq,
-        hedge: bool,
-        refused: bool,
-        ctx: &mut Context<Self>,
-    ) {
+    pub(super) fn on_bounce(&mut self, seq: Seq, hedge: bool, refused: bool) {
         let Some(p) = self.current(seq) else {
             return;
         };
@@ -355,17 +357,17 @@ impl QueueActor {
         }
         if refused && p.outstanding == 0 {
             // Only nodes that failed its TLS handshake could take it.
-            return self.fail(seq.task, FailReason::NotRetryable, ctx);
+            return self.fail(seq.task, FailReason::NotRetryable);
         }
         if p.outstanding == 0 {
-            self.round_ended(seq.task, ctx);
+            self.round_ended(seq.task);
         }
     }
 
     /// Reject every ready task (the gate closed).
-    pub(super) fn reject_ready(&mut self, reason: Rejection, ctx: &mut Context<Self>) {
+    pub(super) fn reject_ready(&mut self, reason: Rejection) {
         while let Some(no) = self.tasks.next_ready(Order::Fifo) {
-            self.reject(no, reason.clone(), ctx);
+            self.reject(no, reason.clone());
         }
     }
 }
@@ -393,16 +395,6 @@ const DISPLACED_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// The most room a pump reserves for its routes up front (more grows).
 const MAX_BATCH: usize = 4096;
 
-/// The two attempts of a hedged round.
-pub(super) struct Race {
-    pub(super) round: u32,
-    pub(super) first: Option<Arc<str>>,
-    pub(super) hedge: Option<Arc<str>>,
-    pub(super) hedge_sent: Instant,
-    pub(super) first_done: bool,
-    pub(super) hedge_done: bool,
-}
-
 /// When an attempt of `p` sent at `p.sent_at` should have reported, at the
 /// latest. Generous: an attempt's own timeout starts at its node, after any
 /// mailbox wait; the watchdog is only for attempts lost with their node.
@@ -416,7 +408,7 @@ pub(super) fn watchdog_at(p: &Pending, cfg: &ServiceConfig, epoch: &Epoch) -> In
 /// When to hedge `job`, if the service hedges and the task is idempotent.
 pub(super) fn hedge_delay(
     cfg: &ServiceConfig,
-    latencies: &crate::actors::hedge::LatencyWindow,
+    latencies: &LatencyWindow,
     job: &Job,
 ) -> Option<Duration> {
     if !job.idempotent {

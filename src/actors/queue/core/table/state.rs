@@ -1,5 +1,6 @@
 //! A queued task's state (one slab slot each: kept small, the rare parts
-//! boxed), the compact instants it keeps, and the queue's counters.
+//! boxed: its last failure and a hedged round's race), and the compact
+//! instants it keeps.
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -7,10 +8,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::actors::queue::answers::LastFailure;
-use crate::actors::queue::dispatch::Race;
+use crate::actors::protocol::NodeId;
 use crate::algo::time;
-use crate::outcome::Attempt;
+use crate::outcome::{Attempt, AttemptOutcome, Response};
 use crate::task::{Job, ReplyTx};
 
 /// A task's number in its queue.
@@ -38,13 +38,13 @@ pub(in crate::actors) struct Pending {
     /// Bumped at each dispatch; answers of other rounds are stale.
     pub(in crate::actors::queue) round: u32,
     /// The low 32 bits of the task's arrival count (its number's high half).
-    pub(in crate::actors::queue::table) arrival: u32,
+    pub(in crate::actors::queue::core::table) arrival: u32,
     /// Changed by the [`TaskTable`](super::TaskTable) only, which keeps the
     /// counts by state.
-    pub(in crate::actors::queue::table) state: State,
+    pub(in crate::actors::queue::core::table) state: State,
     /// The task's tenant's flow (`algo::fair`), set by the
     /// [`TaskTable`](super::TaskTable) when it enters.
-    pub(in crate::actors::queue::table) tenant: crate::algo::fair::Flow,
+    pub(in crate::actors::queue::core::table) tenant: crate::algo::fair::Flow,
     /// Attempts out right now (2 while hedged).
     pub(in crate::actors::queue) outstanding: u8,
     pub(in crate::actors::queue) hedged: bool,
@@ -150,25 +150,39 @@ impl Pending {
     pub(in crate::actors::queue) fn race_mut(&mut self) -> Option<&mut Race> {
         self.rare.as_mut()?.race.as_mut()
     }
+
+    /// The nodes that failed this task so far.
+    pub(in crate::actors::queue) fn avoid(&self) -> Vec<NodeId> {
+        self.last().map_or_else(Vec::new, |l| l.avoid.clone())
+    }
+
+    /// The nodes whose TLS handshake this task failed.
+    pub(in crate::actors::queue) fn exclude(&self) -> Vec<NodeId> {
+        self.last().map_or_else(Vec::new, |l| l.exclude.clone())
+    }
 }
 
-#[derive(Debug, Default, Clone)]
-pub(in crate::actors) struct Counters {
-    pub submitted: u64,
-    pub succeeded: u64,
-    pub failed: u64,
-    pub rejected: u64,
-    pub retried: u64,
-    pub fallbacks: u64,
-    pub hedged: u64,
-    /// Tasks shed `Overloaded` (refused at intake, shed after waiting,
-    /// displaced), in all and by class.
-    pub shed: u64,
-    pub shed_by_class: [u64; 3],
-    pub shed_at_intake: u64,
-    /// Tasks whose caller left (a dropped `Submission`).
-    pub cancelled: u64,
-    pub peak_queued: usize,
+/// A task's last failed attempt, the nodes that failed it and its retries.
+pub(in crate::actors::queue) struct LastFailure {
+    pub(in crate::actors::queue) outcome: AttemptOutcome,
+    pub(in crate::actors::queue) response: Option<Response>,
+    pub(in crate::actors::queue) retry_after: Option<Duration>,
+    /// Nodes that failed this task: avoided by its retries where possible.
+    pub(in crate::actors::queue) avoid: Vec<NodeId>,
+    /// Nodes whose TLS handshake this task failed: never tried again.
+    pub(in crate::actors::queue) exclude: Vec<NodeId>,
+    /// Retries so far.
+    pub(in crate::actors::queue) retries: u32,
+}
+
+/// The two attempts of a hedged round.
+pub(in crate::actors::queue) struct Race {
+    pub(in crate::actors::queue) round: u32,
+    pub(in crate::actors::queue) first: Option<Arc<str>>,
+    pub(in crate::actors::queue) hedge: Option<Arc<str>>,
+    pub(in crate::actors::queue) hedge_sent: Instant,
+    pub(in crate::actors::queue) first_done: bool,
+    pub(in crate::actors::queue) hedge_done: bool,
 }
 
 #[cfg(test)]

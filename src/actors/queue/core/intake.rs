@@ -1,29 +1,31 @@
 //! Intake: a new task enters the map (ready, or parked in the bounded wait
 //! list), or is answered at once (closed, past its deadline, gate shut,
-//! queue and wait list full).
+//! queue and wait list full, shed at intake): its result goes to the
+//! output without entering the table.
 
-use super::*;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::table::Pending;
+use super::{QueueCore, TaskNo, Timer};
+use crate::actors::protocol::{Gate, Submit};
 use crate::algo::priority::Priority;
+use crate::config::OnFull;
 use crate::metrics::Shed;
+use crate::outcome::{Outcome, Rejection, Response, TaskResult};
 
-impl QueueActor {
-    /// Takes one task in and hands over what credit allows.
-    pub(super) fn submit(&mut self, msg: Submit, ctx: &mut Context<Self>) {
-        if self.take_in(msg, ctx) {
-            self.pump(ctx);
-        }
-    }
-
+impl QueueCore {
     /// Whether a new task would join the queue (rather than wait or be
     /// refused for room).
-    pub(super) fn has_room(&self) -> bool {
+    pub fn has_room(&self) -> bool {
         let c = self.tasks.counts();
         c.queued < self.cfg.queue.capacity && c.parked == 0
     }
 
     /// Takes one task in without handing anything over: true if it joined
     /// the ready tasks (a pump is then due).
-    pub(super) fn take_in(&mut self, msg: Submit, ctx: &mut Context<Self>) -> bool {
+    pub(super) fn take(&mut self, msg: Submit) -> bool {
         let now = self.now();
         let flow = self.offered(msg.task.job());
         if self.closed {
@@ -51,14 +53,14 @@ impl QueueActor {
         // important task: the oldest ready task of a lower class goes.
         if !self.has_room() && self.tasks.counts().parked == 0 {
             if let Some(victim) = self.tasks.displaceable(class, flow) {
-                self.shed(victim, Shed::Displaced, now, ctx);
+                self.shed(victim, Shed::Displaced, now);
             }
         }
         if !self.has_room() {
             let wait = msg.wait || self.cfg.queue.on_full == OnFull::Wait;
             // The wait list is bounded too (`queue.max_waiting`).
             if wait && self.tasks.counts().parked < self.cfg.queue.max_waiting {
-                self.enter(msg, true, ctx);
+                self.enter(msg, true);
                 return false;
             }
             if !self.full {
@@ -94,7 +96,7 @@ impl QueueActor {
             self.reject_new(msg, reason, now);
             return false;
         }
-        self.enter(msg, false, ctx);
+        self.enter(msg, false);
         self.submitted();
         true
     }
@@ -116,8 +118,8 @@ impl QueueActor {
         // The headroom in hand is only the top class's, while nothing
         // below it waits.
         let credit = match self.classes.may_take_headroom(class, |t| c.shields(t), now) {
-            true => self.credit,
-            false => self.credit.saturating_sub(self.reserve),
+            true => self.credit.in_hand(),
+            false => self.credit.beyond_reserve(),
         };
         let Some(d) = self.delay.as_mut().filter(|d| d.overloaded_at(now)) else {
             return false;
@@ -134,7 +136,7 @@ impl QueueActor {
 
     /// Puts a new task in the table, parked or ready (and its deadline in
     /// the timers).
-    pub(super) fn enter(&mut self, msg: Submit, parked: bool, ctx: &mut Context<Self>) -> TaskNo {
+    pub(super) fn enter(&mut self, msg: Submit, parked: bool) -> TaskNo {
         let now = self.now();
         let deadline = msg.task.job().deadline;
         self.bytes.add(msg.task.job().task.body_bytes().len());
@@ -142,26 +144,22 @@ impl QueueActor {
         p.patient = msg.wait;
         let no = self.tasks.enter(p, parked);
         if let Some(d) = deadline {
-            self.push_timer(d, no, Timer::Deadline, ctx);
+            self.push_timer(d, no, Timer::Deadline);
         }
         no
     }
 
     /// A task joined the queue (new, or leaving the wait list).
     fn submitted(&mut self) {
-        self.counters.submitted += 1;
-        let queued = self.tasks.counts().queued;
-        self.counters.peak_queued = self.counters.peak_queued.max(queued);
+        self.counts.joined(self.tasks.counts().queued);
     }
 
     /// Answers a task that never entered the queue.
     pub(super) fn reject_new(&mut self, msg: Submit, reason: Rejection, now: Instant) {
-        self.counters.submitted += 1;
-        self.counters.rejected += 1;
         self.count_tenant_shed(msg.task.job(), &reason);
         let outcome = self.rejection_outcome(reason);
         let total = now.saturating_duration_since(msg.task.job().submitted);
-        self.metrics.task_finished(&outcome, total);
+        self.counts.answered(&outcome, total, true);
         let result = TaskResult {
             id: msg.task.job().id,
             service: self.service.clone(),
@@ -169,14 +167,14 @@ impl QueueActor {
             attempts: Vec::new(),
             total,
         };
-        msg.task.send(Box::new(result));
+        self.out.results.push((msg.task, Box::new(result)));
     }
 
     /// Answers task `no` with a rejection (or the fallback).
-    pub(super) fn reject(&mut self, no: TaskNo, reason: Rejection, ctx: &mut Context<Self>) {
+    pub(super) fn reject(&mut self, no: TaskNo, reason: Rejection) {
         self.count_queued_shed(no, &reason);
         let outcome = self.rejection_outcome(reason);
-        self.finish(no, outcome, ctx);
+        self.finish(no, outcome);
     }
 
     /// A rejection, or the fallback response when one is configured for it.
@@ -184,7 +182,7 @@ impl QueueActor {
     pub(super) fn rejection_outcome(&mut self, reason: Rejection) -> Outcome {
         match (&self.cfg.fallback, &reason) {
             (Some(f), Rejection::CircuitOpen { .. } | Rejection::RateLimited { .. }) => {
-                self.counters.fallbacks += 1;
+                self.counts.fallback();
                 Outcome::Fallback {
                     response: Response {
                         status: f.status,
@@ -217,7 +215,7 @@ impl QueueActor {
 }
 
 /// The configured fallback headers (checked at config load).
-pub(super) fn fallback_headers(f: &crate::config::FallbackConfig) -> awc::http::header::HeaderMap {
+fn fallback_headers(f: &crate::config::FallbackConfig) -> awc::http::header::HeaderMap {
     use awc::http::header::{HeaderName, HeaderValue};
     let mut map = awc::http::header::HeaderMap::new();
     for (k, v) in &f.headers {
@@ -231,74 +229,10 @@ pub(super) fn fallback_headers(f: &crate::config::FallbackConfig) -> awc::http::
     map
 }
 
-/// A task sent straight to the queue's address.
-impl Handler<Task> for QueueActor {
-    type Result = ResponseFuture<TaskResult>;
-
-    fn handle(&mut self, task: Task, ctx: &mut Self::Context) -> Self::Result {
-        self.tick(None);
-        let now = self.now();
-        let id = self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let service = self.service.clone();
-        let checked = if task.service().eq_ignore_ascii_case(&self.service) {
-            task.prepare(id, now)
-        } else {
-            let why = format!(
-                "task names service {:?} but was sent to the queue of service {:?}",
-                task.service(),
-                self.service
-            );
-            Err((task.given_id().unwrap_or(id), why))
-        };
-        match checked {
-            Ok(job) => {
-                let job = Arc::new(job);
-                let submission = crate::task::Submission::waiting(job.clone(), service);
-                let msg = Submit {
-                    task: ReplyTx::new(job),
-                    wait: false,
-                };
-                self.guarded(ctx, |act, ctx| act.submit(msg, ctx));
-                Box::pin(submission)
-            }
-            Err((id, reason)) => {
-                self.counters.submitted += 1;
-                self.counters.rejected += 1;
-                let result =
-                    crate::task::rejected(id, service, Rejection::InvalidTask(reason), now);
-                self.metrics.task_finished(&result.outcome, result.total);
-                Box::pin(crate::task::Submission::ready(result))
-            }
-        }
-    }
-}
-
-/// Takes every submit of the inbox, in order, and hands them over in one
-/// pump (one route list to the balancer), or sooner if the queue runs out
-/// of room, so that a burst is refused no more than single submits would be.
-impl Handler<InboxReady> for QueueActor {
-    type Result = ();
-
-    fn handle(&mut self, _msg: InboxReady, ctx: &mut Self::Context) {
-        let mut batch = std::mem::take(&mut self.intake_spare);
-        self.inbox.take_into(&mut batch);
-        let mut due = false;
-        for msg in batch.drain(..) {
-            self.tick(Some(msg.task.job().submitted));
-            self.guarded(ctx, |act, ctx| {
-                if due && !act.has_room() {
-                    act.pump(ctx);
-                    due = false;
-                }
-                due |= act.take_in(msg, ctx);
-            });
-        }
-        if due {
-            self.guarded(ctx, |act, ctx| act.pump(ctx));
-        }
-        // Keep a small list for the next burst; give a big one back.
-        if batch.capacity() <= 1024 {
-            self.intake_spare = batch;
-        }
+impl QueueCore {
+    /// Counts a task refused before it was made a job (invalid), whose
+    /// result the caller already has.
+    pub fn refused_invalid(&mut self, result: &TaskResult) {
+        self.counts.answered(&result.outcome, result.total, true);
     }
 }

@@ -3,12 +3,19 @@
 //! with neither, or one that waits on purpose (`feed`, `on_full: wait`),
 //! is never refused or shed by time.
 
-use super::*;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{QueueCore, TaskNo};
 use crate::algo::deadline::DeadlineControl;
 use crate::algo::priority::Priority;
+use crate::algo::time;
 use crate::metrics::Shed;
+use crate::outcome::FailReason;
+use crate::task::Job;
 
-impl QueueActor {
+impl QueueCore {
     /// When the task of `job` is due, if the user stated it.
     pub(super) fn due_of(&self, job: &Job) -> Option<Instant> {
         job.deadline
@@ -57,7 +64,7 @@ impl QueueActor {
         };
         let ahead = c.ready_from(class) - c.ready_in[class.index()]
             + self.tasks.ahead_in_class(class, flow, order);
-        let ahead = ahead.saturating_sub(self.credit);
+        let ahead = ahead.saturating_sub(self.credit.in_hand());
         !self.due.admits(ahead, due, self.expected_latency(), now)
     }
 
@@ -76,13 +83,13 @@ impl QueueActor {
     /// Answers ready task `no`, which can no longer be served in time:
     /// shed `Overloaded` if it was never sent, else failed
     /// `DeadlineExceeded` (its earlier attempts failed).
-    pub(super) fn drop_late(&mut self, no: TaskNo, now: Instant, ctx: &mut Context<Self>) {
+    pub(super) fn drop_late(&mut self, no: TaskNo, now: Instant) {
         let tried = self.tasks.get(&no).is_some_and(|p| !p.attempts.is_empty());
         self.shed_for_time(now);
         if tried {
-            self.fail(no, FailReason::DeadlineExceeded, ctx);
+            self.fail(no, FailReason::DeadlineExceeded);
         } else {
-            self.shed(no, Shed::QueueDelay, now, ctx);
+            self.shed(no, Shed::QueueDelay, now);
         }
     }
 
@@ -103,14 +110,14 @@ impl QueueActor {
     /// the oldest tasks of each class that can no longer be served in time
     /// are shed (newest first leaves them there), and the end of an
     /// overload is logged.
-    pub(super) fn deadline_turn(&mut self, sent: u64, now: Instant, ctx: &mut Context<Self>) {
+    pub(super) fn deadline_turn(&mut self, sent: u64, now: Instant) {
         for class in Priority::ALL.into_iter().rev() {
             while let Some(no) = self.tasks.oldest_ready_in(class) {
                 if !self.unservable(no, now) {
                     break;
                 }
                 self.tasks.take_oldest_ready_in(class);
-                self.drop_late(no, now, ctx);
+                self.drop_late(no, now);
             }
         }
         if let Some(depth) = self.due.depth(self.expected_latency(), now) {
@@ -124,7 +131,7 @@ impl QueueActor {
                         continue 'shed;
                     }
                     self.tasks.take_oldest_ready_in(class);
-                    self.drop_late(no, now, ctx);
+                    self.drop_late(no, now);
                 }
             }
         }
@@ -135,7 +142,7 @@ impl QueueActor {
             log::info!(
                 "service {}: no longer overloaded; {} task(s) shed so far",
                 self.service,
-                self.counters.shed
+                self.counts.get().shed
             );
         }
     }

@@ -1,10 +1,23 @@
-//! Answers: an attempt's report, and the one place a task is answered
-//! (`finish`). When a task's last attempt out ends without a success the
+//! Answers: the balancer's news (an attempt's report, a bounce, a
+//! placement, credit and the gate), and `finish`, which makes the result
+//! of every task the table held (a new task refused at once is answered
+//! in `intake`). When a task's last attempt out ends without a success the
 //! retry policy ([`crate::algo::policy`]) decides.
 
-use super::*;
+use std::sync::Arc;
 
-impl QueueActor {
+use super::dispatch::list_cancelled_twin;
+use super::table::{LastFailure, Pending};
+use super::{QueueCore, State, TaskNo, Timer};
+use crate::actors::protocol::{AttemptReport, BalancerTurn, Gate, NodeId, Seq, ToQueue};
+use crate::algo::policy::{Decision, Ended};
+use crate::algo::time;
+use crate::outcome::{
+    Attempt, AttemptOutcome, ErrorKind, FailReason, Failure, Outcome, Rejection, Response,
+    TaskResult,
+};
+
+impl QueueCore {
     /// The current round's task for an answer, or `None` if the answer is
     /// stale (the task is answered already, or it names an earlier round).
     pub(super) fn current(&mut self, seq: Seq) -> Option<&mut Pending> {
@@ -20,7 +33,6 @@ impl QueueActor {
         hedge: bool,
         (node, address): (NodeId, &Arc<str>),
         r: AttemptReport,
-        ctx: &mut Context<Self>,
     ) {
         let no = seq.task;
         let Some(p) = self.current(seq) else {
@@ -57,8 +69,8 @@ impl QueueActor {
         if !r.outcome.is_success() && p.job().reply.is_abandoned() {
             // The caller left: no retry and no wait for a twin (its node
             // is told to cancel it); nobody hears this answer.
-            self.counters.cancelled += 1;
-            return self.finish(no, Outcome::Rejected(Rejection::Cancelled), ctx);
+            self.counts.cancelled();
+            return self.finish(no, Outcome::Rejected(Rejection::Cancelled));
         }
         if r.outcome.is_success() {
             // Recent latencies serve a hedge's percentile and the check
@@ -85,7 +97,7 @@ impl QueueActor {
                     response: None,
                 }),
             };
-            return self.finish(no, outcome, ctx);
+            return self.finish(no, outcome);
         }
         if r.outcome != AttemptOutcome::Error(ErrorKind::Cancelled) {
             p.round_failed = true;
@@ -109,13 +121,13 @@ impl QueueActor {
             }
         }
         if p.outstanding == 0 {
-            self.round_ended(no, ctx);
+            self.round_ended(no);
         }
     }
 
     /// Task `no`'s last outstanding attempt ended without a success (by an
     /// answer, a bounce, the watchdog or a cancel): the policy decides.
-    pub(super) fn round_ended(&mut self, no: TaskNo, ctx: &mut Context<Self>) {
+    pub(super) fn round_ended(&mut self, no: TaskNo) {
         let now = self.now();
         let Some(p) = self.tasks.get_mut(&no) else {
             return;
@@ -125,7 +137,7 @@ impl QueueActor {
             // No attempt of this round failed (it bounced): back to the front.
             self.tasks.bounce(no);
             if let Gate::Reject(r) = self.gate.clone() {
-                self.reject(no, r, ctx);
+                self.reject(no, r);
             }
             return;
         };
@@ -139,7 +151,7 @@ impl QueueActor {
         match self.policy.decide(&ended, now, &mut self.rng) {
             Decision::Fail(reason) => {
                 if reason == FailReason::BudgetExhausted {
-                    self.metrics.budget_exhausted();
+                    self.counts.budget_exhausted();
                 }
                 if reason == FailReason::BudgetExhausted && !self.budget_exhausted {
                     self.budget_exhausted = true;
@@ -148,7 +160,7 @@ impl QueueActor {
                         self.service
                     );
                 }
-                self.fail(no, reason, ctx)
+                self.fail(no, reason)
             }
             Decision::Retry { after } => {
                 if self.budget_exhausted {
@@ -169,16 +181,15 @@ impl QueueActor {
                     after,
                     ended.last
                 );
-                self.counters.retried += 1;
-                self.metrics.retried();
+                self.counts.retried();
                 p.hedged = false;
                 self.tasks.back_off(no);
-                self.push_timer(time::add(now, after), no, Timer::Due, ctx);
+                self.push_timer(time::add(now, after), no, Timer::Due);
             }
         }
     }
 
-    pub(super) fn fail(&mut self, no: TaskNo, reason: FailReason, ctx: &mut Context<Self>) {
+    pub(super) fn fail(&mut self, no: TaskNo, reason: FailReason) {
         let last = self
             .tasks
             .get_mut(&no)
@@ -194,41 +205,34 @@ impl QueueActor {
                 last,
                 response,
             }),
-            ctx,
         );
     }
 
-    pub(super) fn finish_deadline(&mut self, no: TaskNo, ctx: &mut Context<Self>) {
+    pub(super) fn finish_deadline(&mut self, no: TaskNo) {
         let tried = self.tasks.get(&no).is_some_and(|p| !p.attempts.is_empty());
         if tried {
-            self.fail(no, FailReason::DeadlineExceeded, ctx);
+            self.fail(no, FailReason::DeadlineExceeded);
         } else {
-            self.reject(no, Rejection::DeadlinePassed, ctx);
+            self.reject(no, Rejection::DeadlinePassed);
         }
     }
 
-    /// Answers task `no` and forgets it. The only place results are sent.
-    pub(super) fn finish(&mut self, no: TaskNo, outcome: Outcome, _ctx: &mut Context<Self>) {
+    /// Answers task `no` and forgets it. The only place a held task's
+    /// result is made (into the output, which the actor sends).
+    pub(super) fn finish(&mut self, no: TaskNo, outcome: Outcome) {
         let now = self.now();
         let Some(mut p) = self.tasks.remove(no) else {
             return;
         };
         self.bytes.remove(p.job().task.body_bytes().len());
-        if p.state() == State::Waiting {
-            // A parked task is counted as submitted when it is answered.
-            self.counters.submitted += 1;
-        }
-        match &outcome {
-            Outcome::Success(_) => self.counters.succeeded += 1,
-            Outcome::Failure(_) => self.counters.failed += 1,
-            Outcome::Rejected(_) | Outcome::Fallback { .. } => self.counters.rejected += 1,
-        }
         let outstanding = p.state() == State::InFlight && p.outstanding > 0;
         if outstanding {
             list_cancelled_twin(&mut p, now, &self.epoch);
         }
         let total = now.saturating_duration_since(p.job().submitted);
-        self.metrics.task_finished(&outcome, total);
+        // A parked task is counted as submitted when it is answered.
+        self.counts
+            .answered(&outcome, total, p.state() == State::Waiting);
         let result = TaskResult {
             id: p.job().id,
             service: self.service.clone(),
@@ -237,55 +241,34 @@ impl QueueActor {
             total,
         };
         let round = p.round;
-        p.task.send(Box::new(result));
+        self.out.results.push((p.task, Box::new(result)));
         if outstanding && self.cfg.hedge.is_some() {
             // A hedged twin is still out: tell its node it lost.
-            self.out.cancels.push(Seq { task: no, round });
+            self.out.turn.cancels.push(Seq { task: no, round });
         }
         self.check_drained();
     }
+}
 
-    pub(in crate::actors) fn check_drained(&mut self) {
-        if self.tasks.is_empty() {
-            for d in self.drains.drain(..) {
-                let _ = d.send(());
-            }
+impl QueueCore {
+    /// One turn of the balancer: its news taken in order, then one pump.
+    /// An answer counts from when its attempts ended, the rest from the
+    /// turn's arrival.
+    pub(super) fn turn(&mut self, turn: BalancerTurn) {
+        let now = self.now();
+        for news in turn.0 {
+            self.take_news(news, now);
         }
-    }
-}
-
-pub(super) struct LastFailure {
-    pub(super) outcome: AttemptOutcome,
-    pub(super) response: Option<Response>,
-    pub(super) retry_after: Option<Duration>,
-    /// Nodes that failed this task: avoided by its retries where possible.
-    pub(super) avoid: Vec<NodeId>,
-    /// Nodes whose TLS handshake this task failed: never tried again.
-    pub(super) exclude: Vec<NodeId>,
-    /// Retries so far.
-    pub(super) retries: u32,
-}
-
-impl Pending {
-    /// The nodes that failed this task so far.
-    pub(super) fn avoid(&self) -> Vec<NodeId> {
-        self.last().map_or_else(Vec::new, |l| l.avoid.clone())
+        self.pump();
     }
 
-    /// The nodes whose TLS handshake this task failed.
-    pub(super) fn exclude(&self) -> Vec<NodeId> {
-        self.last().map_or_else(Vec::new, |l| l.exclude.clone())
-    }
-}
-
-impl QueueActor {
     /// Takes one piece of the balancer's news in (the caller pumps).
-    fn take_news(&mut self, news: ToQueue, ctx: &mut Context<Self>) {
+    fn take_news(&mut self, news: ToQueue, now: tokio::time::Instant) {
         match news {
             ToQueue::Ended(a) => {
-                self.tick(Some(a.at));
+                self.tick(a.at);
                 for d in a.done {
-                    self.on_attempt(d.seq, d.hedge, (a.node, &a.address), d.report, ctx);
+                    self.on_attempt(d.seq, d.hedge, (a.node, &a.address), d.report);
                 }
             }
             ToQueue::Bounce {
@@ -293,53 +276,38 @@ impl QueueActor {
                 hedge,
                 refused,
             } => {
-                self.tick(None);
-                self.on_bounce(seq, hedge, refused, ctx);
+                self.tick(now);
+                self.on_bounce(seq, hedge, refused);
             }
             ToQueue::Placed(p) => {
-                self.tick(None);
+                self.tick(now);
                 self.on_placed(p);
             }
             ToQueue::Room(room) => {
                 // Routes spent on this credit are decided now, not at the
                 // time an answer before it ended (the balancer checks its
                 // buckets at the route's time).
-                self.tick(None);
-                self.credit = self.credit.saturating_add(room.credit);
-                self.reserve = room.reserve;
+                self.tick(now);
+                self.credit.grant(room.credit, room.reserve);
                 if let Some(gate) = room.gate {
-                    self.set_gate(gate, ctx);
+                    self.set_gate(gate);
                 }
             }
         }
     }
 
     /// The balancer opened or closed the gate.
-    fn set_gate(&mut self, gate: Gate, ctx: &mut Context<Self>) {
+    fn set_gate(&mut self, gate: Gate) {
         if self.dead {
             return;
         }
         self.gate = gate;
         if let Gate::Reject(r) = self.gate.clone() {
-            self.reject_ready(r.clone(), ctx);
+            self.reject_ready(r.clone());
             while let Some(no) = self.tasks.next_parked() {
-                self.reject(no, r.clone(), ctx);
+                self.reject(no, r.clone());
             }
             self.check_drained();
         }
-    }
-}
-
-/// One turn of the balancer: its news taken in order, then one pump.
-impl Handler<BalancerTurn> for QueueActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: BalancerTurn, ctx: &mut Self::Context) {
-        self.guarded(ctx, |act, ctx| {
-            for news in msg.0 {
-                act.take_news(news, ctx);
-            }
-            act.pump(ctx);
-        });
     }
 }

@@ -35,7 +35,8 @@ mod slab;
 mod state;
 
 use self::slab::Tasks;
-pub(in crate::actors) use self::state::{Counters, Epoch, Pending, State, TaskNo};
+pub(in crate::actors) use self::state::{Epoch, Pending, State, TaskNo};
+pub(in crate::actors::queue) use self::state::{LastFailure, Race};
 
 /// How many tasks are in each state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -157,7 +158,7 @@ impl TaskTable {
         f
     }
 
-    /// The flow of a task's tenant key (as [`flow_of`](Self::flow_of);
+    /// The flow of a task's tenant key (as `flow_of`;
     /// the same key twice in a row is not hashed again).
     pub fn flow_of_shared(&mut self, key: &std::sync::Arc<str>) -> Flow {
         let (f, weight) = self.book.flow_of_shared(key);

@@ -1,7 +1,8 @@
 //! The queue's tasks: a slab, every task's entry in one `Vec`, found by
 //! its number without hashing.
 //!
-//! A task's number ([`TaskNo`], the `task` of every [`Seq`]) is its slot in
+//! A task's number ([`TaskNo`], the `task` of every
+//! [`Seq`](crate::actors::protocol::Seq)) is its slot in
 //! the slab (low 32 bits) and the low 32 bits of its arrival count (high 32
 //! bits). A slot freed by an answered task is reused by a later one, whose
 //! arrival count differs, so a late message about the earlier task finds

@@ -1,46 +1,43 @@
-//! Time: the queue's single actix timer over its [`TimerStore`] (backoffs,
-//! deadlines, hedges), and the watchdog that answers attempts lost with
-//! their node.
+//! Time: the queue's timers in its [`TimerStore`] (backoffs, deadlines,
+//! hedges, the delay control's sweep), of which the output names the
+//! earliest for the actor's one timer, and the watchdog that answers
+//! attempts lost with their node.
+//!
+//! [`TimerStore`]: crate::actors::timers::TimerStore
 
-use super::*;
+use std::sync::Arc;
 
-impl QueueActor {
-    pub(super) fn push_timer(
-        &mut self,
-        at: Instant,
-        no: TaskNo,
-        kind: Timer,
-        ctx: &mut Context<Self>,
-    ) {
+use tokio::time::Instant;
+
+use super::table::TaskTable;
+use super::{QueueCore, State, TaskNo};
+use crate::actors::protocol::{AttemptReport, Gate, NodeId, Seq};
+use crate::outcome::{AttemptOutcome, ErrorKind};
+
+impl QueueCore {
+    /// Sets a timer of `kind` for task `no` at `at`; the output's `wake`
+    /// says when it is the earliest.
+    pub(super) fn push_timer(&mut self, at: Instant, no: TaskNo, kind: Timer) {
         let tasks = &self.tasks;
         // At most three timers per task can be live (deadline, backoff, hedge).
         self.timers
             .compact_if_needed(tasks.len().saturating_mul(3), |no, kind| {
                 timer_live(tasks, no, kind)
             });
-        if !self.timers.push(at, no, kind) {
-            return;
+        if self.timers.push(at, no, kind) {
+            self.wake_by(at);
         }
-        if let Some((t, h)) = self.timer {
-            if t <= at {
-                return;
-            }
-            ctx.cancel_future(h);
-        }
-        self.arm(at, ctx);
     }
 
-    pub(super) fn arm(&mut self, at: Instant, ctx: &mut Context<Self>) {
-        let delay = at.saturating_duration_since(Instant::now());
-        let h = ctx.run_later(delay, |act, ctx| {
-            act.timer = None;
-            act.tick(None);
-            act.guarded(ctx, |act, ctx| act.on_timer(ctx));
-        });
-        self.timer = Some((at, h));
+    /// Notes in the output that a timer must fire by `at`.
+    fn wake_by(&mut self, at: Instant) {
+        if self.out.wake.is_none_or(|t| at < t) {
+            self.out.wake = Some(at);
+        }
     }
 
-    pub(super) fn on_timer(&mut self, ctx: &mut Context<Self>) {
+    /// The timers due now fire (the actor's timer fired); then a pump.
+    pub(super) fn fire_timers(&mut self) {
         let now = self.now();
         while let Some((no, kind)) = self.timers.pop_due(now) {
             let Some((state, round)) = self.tasks.get(&no).map(|p| (p.state(), p.round)) else {
@@ -54,11 +51,11 @@ impl QueueActor {
                         p.sent_at = stamp;
                     }
                     if let Gate::Reject(r) = self.gate.clone() {
-                        self.reject(no, r, ctx);
+                        self.reject(no, r);
                     }
                 }
                 Timer::Deadline if state != State::InFlight => {
-                    self.finish_deadline(no, ctx);
+                    self.finish_deadline(no);
                 }
                 Timer::Hedge(g) if state == State::InFlight && round == g => {
                     self.send_hedge(no, now);
@@ -66,22 +63,18 @@ impl QueueActor {
                 _ => {}
             }
         }
+        // The actor's timer fired: it is set again for the next entry.
         if let Some(at) = self.timers.next() {
-            if self.timer.is_none_or(|(t, _)| at < t) {
-                if let Some((_, h)) = self.timer.take() {
-                    ctx.cancel_future(h);
-                }
-                self.arm(at, ctx);
-            }
+            self.wake_by(at);
         }
-        self.pump(ctx);
+        self.pump();
     }
 
     /// The watchdog: answers attempts that never reported back (their node
     /// actor died with them) as `Lost`, so no task waits forever. Attempts
     /// are bounded by their own timeout at the node, so this only fires on
     /// a fault; it sweeps once a second instead of keeping a timer per task.
-    pub(super) fn sweep_lost(&mut self, ctx: &mut Context<Self>) {
+    pub(super) fn sweep_lost(&mut self) {
         let now = self.now();
         let lost: Vec<(Seq, u8)> = self
             .tasks
@@ -108,7 +101,7 @@ impl QueueActor {
             }
             for _ in 0..outstanding {
                 // The balancer frees the slot each lost attempt held.
-                self.out.lost.push(seq);
+                self.out.turn.lost.push(seq);
                 let unknown: Arc<str> = "unknown".into();
                 let latency = now.saturating_duration_since(
                     self.tasks
@@ -123,15 +116,16 @@ impl QueueActor {
                     detail: None,
                     stream: None,
                 };
-                self.on_attempt(seq, false, (NodeId(u32::MAX), &unknown), report, ctx);
+                self.on_attempt(seq, false, (NodeId(u32::MAX), &unknown), report);
             }
         }
-        self.pump(ctx);
+        self.pump();
     }
 }
 
+/// What a timer entry is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Timer {
+pub(in crate::actors::queue) enum Timer {
     /// Backoff over: back to the ready queue.
     Due,
     /// The task's deadline.
@@ -144,7 +138,7 @@ pub(super) enum Timer {
 }
 
 /// Whether a timer entry can still fire for its task.
-pub(super) fn timer_live(tasks: &TaskTable, no: &TaskNo, kind: &Timer) -> bool {
+fn timer_live(tasks: &TaskTable, no: &TaskNo, kind: &Timer) -> bool {
     let Some(p) = tasks.get(no) else {
         return false;
     };

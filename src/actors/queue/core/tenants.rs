@@ -3,11 +3,13 @@
 //! The fair order itself is the task table's ([`crate::algo::fair`]); the
 //! bounded book of tenants is [`crate::algo::tenants`].
 
-use super::*;
+use super::{QueueCore, TaskNo};
 use crate::algo::fair::Flow;
+use crate::outcome::Rejection;
 use crate::stats::TenantStats;
+use crate::task::Job;
 
-impl QueueActor {
+impl QueueCore {
     /// The flow of a new task's tenant, counting the task offered. A task
     /// naming no tenant costs one branch.
     pub(super) fn offered(&mut self, job: &Job) -> Flow {
