@@ -73,10 +73,7 @@ mod actors;
 #[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod algo;
-// Without `internals` some of their API (inspection methods the unit tests
-// and benchmarks use) has no caller in the engine: as when it was public.
 #[cfg(not(feature = "internals"))]
-#[allow(dead_code)]
 mod algo;
 pub mod codec;
 pub mod config;
@@ -91,6 +88,7 @@ mod pool;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod stats;
+mod syntax;
 pub mod task;
 pub mod transport;
 #[cfg(feature = "web")]
@@ -106,6 +104,7 @@ pub use awc::http::header::HeaderMap;
 pub use awc::http::Method;
 pub use config::EndpointConfig;
 pub use config::{Config, ConfigError, Mode, ServiceConfig};
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub use dispatcher::DrillTarget;
 pub use dispatcher::{
