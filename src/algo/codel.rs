@@ -106,7 +106,7 @@ impl CodelConfig {
     }
 }
 
-/// What to do with a task taken from the queue, from [`Codel::on_dequeue`].
+/// What to do with a task taken from the queue, from [`Codel::on_dequeue_for`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// Dispatch it.
