@@ -57,11 +57,15 @@
 //! The actors are not part of the API. [`Task`] is an actix `Message`
 //! answered with a [`TaskResult`]; [`Dispatcher::recipient`] gives a
 //! service's `Recipient<Task>` to send one to. Types that may grow (results,
-//! reasons, error kinds, stats, reports) are `#[non_exhaustive]`: match them
-//! with a `_` arm; those a test may build have constructors
+//! reasons and their struct variants, error kinds, stats, reports, config
+//! parts) are `#[non_exhaustive]`: match them with a `_` arm (and `..` in a
+//! struct variant); those a test may build have constructors
 //! ([`TaskResult::new`], [`Response::new`], [`Attempt::new`],
-//! [`Failure::new`]). The cargo feature `internals` exposes the pure
-//! algorithms for the benchmarks; it is unstable and outside semver.
+//! [`Failure::new`], [`Outcome::fallback`], [`Rejection::circuit_open`],
+//! [`Rejection::rate_limited`], [`Rejection::overloaded`]). The cargo
+//! feature `internals` exposes the pure algorithms for the benchmarks and
+//! the test hooks (fault drills, the Redis scripts' wire helpers); it is
+//! unstable and outside semver.
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
