@@ -65,6 +65,7 @@ use crate::Method;
 /// unchanged in its result.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(untagged)]
+#[non_exhaustive]
 pub enum WireId {
     /// A numeric id.
     Number(u64),

@@ -57,17 +57,16 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::Addr;
-use serde::Serialize;
+use actix::Recipient;
 use tokio::time::Instant;
 
-use crate::actors::node::lease::{LeaseNews, Sample};
-use crate::actors::node::NodeActor;
 use crate::algo::breaker::Permit;
 use crate::config::HeaderSet;
 use crate::outcome::{AttemptOutcome, ErrorKind};
 use crate::task::Priority;
-use crate::transport::ConnectionSettings;
+use crate::transport::{ConnectionSettings, ScopedHeaders};
+
+pub use crate::stats::LeaseStats;
 
 /// How to ask for a lease ([`crate::Dispatcher::lease`]): an affinity key,
 /// a deadline and a priority class, as a task has.
@@ -154,24 +153,6 @@ impl LeaseOutcome {
     }
 }
 
-/// One service's lease counters, in [`crate::ServiceStats::leases`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-#[non_exhaustive]
-pub struct LeaseStats {
-    /// Leases handed out.
-    pub granted: u64,
-    /// Leases held now (handed out, not dropped).
-    pub out: u64,
-    /// Outcomes reported as successes (`Success`, a 2xx or 3xx status).
-    pub succeeded: u64,
-    /// Outcomes reported as anything else but `Ignore`.
-    pub failed: u64,
-    /// Outcomes reported `Ignore`.
-    pub ignored: u64,
-    /// Leases dropped without any outcome.
-    pub cancelled: u64,
-}
-
 /// A lease still held when [`crate::Dispatcher::shutdown`] reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -207,9 +188,29 @@ pub struct Lease {
     ended: bool,
 }
 
+/// One outcome a lease reported.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sample {
+    /// `None`: `Ignore` (nothing to account).
+    pub outcome: Option<AttemptOutcome>,
+    /// The breaker's permit the lease was admitted with.
+    pub permit: Option<Permit>,
+    pub latency: Duration,
+}
+
+/// What a lease tells the node that lent it (an actix message to it).
+#[derive(Debug)]
+pub(crate) enum LeaseNews {
+    /// An outcome; the lease is still held.
+    Report(Sample),
+    /// The lease was returned (with its last outcome, or none): its slot is free.
+    End(Option<Sample>),
+}
+
 /// What a node lends with every lease: made once per node.
 pub(crate) struct Endpoint {
-    pub node: Addr<NodeActor>,
+    /// The node that lent it, which the lease's news goes to.
+    pub node: Recipient<LeaseNews>,
     pub address: Arc<str>,
     /// `host:port` of `address`.
     pub authority: String,
@@ -274,7 +275,7 @@ impl Lease {
     /// The endpoint's address with `path` appended, checked as a task's
     /// path is: it must stay relative and under the endpoint's prefix.
     pub fn url(&self, path: &str) -> Result<String, String> {
-        crate::task::check_path(path)?;
+        crate::syntax::check_path(path)?;
         let path = path.strip_prefix('/').unwrap_or(path);
         Ok(format!("{}{path}", self.endpoint.address))
     }
@@ -362,9 +363,7 @@ impl fmt::Debug for Lease {
 }
 
 mod book;
-mod scoped;
 pub(crate) use book::{LeaseBook, LeaseHand};
-pub(crate) use scoped::ScopedHeaders;
 
 #[cfg(test)]
 mod tests {

@@ -58,11 +58,15 @@
 //! The actors are not part of the API. [`Task`] is an actix `Message`
 //! answered with a [`TaskResult`]; [`Dispatcher::recipient`] gives a
 //! service's `Recipient<Task>` to send one to. Types that may grow (results,
-//! reasons, error kinds, stats, reports) are `#[non_exhaustive]`: match them
-//! with a `_` arm; those a test may build have constructors
+//! reasons and their struct variants, error kinds, stats, reports, config
+//! parts) are `#[non_exhaustive]`: match them with a `_` arm (and `..` in a
+//! struct variant); those a test may build have constructors
 //! ([`TaskResult::new`], [`Response::new`], [`Attempt::new`],
-//! [`Failure::new`]). The cargo feature `internals` exposes the pure
-//! algorithms for the benchmarks; it is unstable and outside semver.
+//! [`Failure::new`], [`Outcome::fallback`], [`Rejection::circuit_open`],
+//! [`Rejection::rate_limited`], [`Rejection::overloaded`]). The cargo
+//! feature `internals` exposes the pure algorithms for the benchmarks and
+//! the test hooks (fault drills, the Redis scripts' wire helpers); it is
+//! unstable and outside semver.
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
@@ -74,10 +78,7 @@ mod actors;
 #[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod algo;
-// Without `internals` some of their API (inspection methods the unit tests
-// and benchmarks use) has no caller in the engine: as when it was public.
 #[cfg(not(feature = "internals"))]
-#[allow(dead_code)]
 mod algo;
 pub mod codec;
 pub mod config;
@@ -93,6 +94,7 @@ mod pool;
 pub mod redis;
 pub mod reference;
 pub mod stats;
+mod syntax;
 pub mod task;
 pub mod transport;
 #[cfg(feature = "web")]
@@ -108,6 +110,7 @@ pub use awc::http::header::HeaderMap;
 pub use awc::http::Method;
 pub use config::EndpointConfig;
 pub use config::{Config, ConfigError, Mode, ServiceConfig};
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub use dispatcher::DrillTarget;
 pub use dispatcher::{

@@ -134,12 +134,20 @@ pub enum Outcome {
     Rejected(Rejection),
     /// Refused for open circuits or rate limits, answered by the service's
     /// configured fallback response.
+    #[non_exhaustive]
     Fallback {
         /// The configured response (its `node` is `"fallback"`).
         response: Response,
         /// Why the task was not sent.
         reason: Rejection,
     },
+}
+
+impl Outcome {
+    /// An [`Outcome::Fallback`]: the configured `response`, given for `reason`.
+    pub fn fallback(response: Response, reason: Rejection) -> Outcome {
+        Outcome::Fallback { response, reason }
+    }
 }
 
 /// An HTTP answer.
@@ -409,6 +417,7 @@ pub enum Rejection {
         "circuit open on every node; first half-opens in {retry_after:?}{}",
         cause(last_error)
     )]
+    #[non_exhaustive]
     CircuitOpen {
         /// Time until the first breaker half-opens.
         retry_after: Duration,
@@ -423,6 +432,7 @@ pub enum Rejection {
     Internal(String),
     /// Out of tokens (`on_limit: reject`).
     #[error("rate limited; next token in {retry_after:?}")]
+    #[non_exhaustive]
     RateLimited {
         /// Time until the next token.
         retry_after: Duration,
@@ -431,6 +441,7 @@ pub enum Rejection {
     /// queue has not drained for a whole interval) and the task waited
     /// longer than the target (`queue.delay`).
     #[error("overloaded; shed after waiting in the queue; retry in {retry_after:?}")]
+    #[non_exhaustive]
     Overloaded {
         /// A hint of when the overload may have passed.
         retry_after: Duration,
@@ -440,6 +451,27 @@ pub enum Rejection {
     /// cancelled. Nobody receives this result; the stats count it.
     #[error("cancelled: the caller left before the answer")]
     Cancelled,
+}
+
+impl Rejection {
+    /// A [`Rejection::CircuitOpen`]: the first breaker half-opens in
+    /// `retry_after`; `last_error` is what its node last failed with.
+    pub fn circuit_open(retry_after: Duration, last_error: Option<Arc<str>>) -> Rejection {
+        Rejection::CircuitOpen {
+            retry_after,
+            last_error,
+        }
+    }
+
+    /// A [`Rejection::RateLimited`]: the next token comes in `retry_after`.
+    pub fn rate_limited(retry_after: Duration) -> Rejection {
+        Rejection::RateLimited { retry_after }
+    }
+
+    /// A [`Rejection::Overloaded`], with the hint `retry_after`.
+    pub fn overloaded(retry_after: Duration) -> Rejection {
+        Rejection::Overloaded { retry_after }
+    }
 }
 
 /// `"; last error: {e}"`, or nothing.

@@ -17,6 +17,7 @@ pub enum PoolError {
     Duplicate(String),
     /// A bad value; names the field.
     #[error("field `{field}`: {message}")]
+    #[non_exhaustive]
     Invalid {
         /// The field.
         field: String,

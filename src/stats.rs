@@ -29,7 +29,7 @@ pub struct Stats {
     /// configured.
     #[cfg(feature = "redis")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub shared: Option<crate::redis::SharedStats>,
+    pub shared: Option<SharedStats>,
 }
 
 impl Stats {
@@ -55,12 +55,12 @@ pub struct ServiceStats {
     /// The service's leases ([`crate::Dispatcher::lease`]). A lease is
     /// also a task in the queue's counters: submitted, and succeeded once
     /// it is handed out.
-    pub leases: crate::lease::LeaseStats,
+    pub leases: LeaseStats,
     /// The durable task stream, when this instance consumes it
     /// ([`crate::Dispatcher::consume`]).
     #[cfg(feature = "redis")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub stream: Option<crate::redis::stream::StreamStats>,
+    pub stream: Option<StreamStats>,
 }
 
 impl ServiceStats {
@@ -349,6 +349,74 @@ impl LatencyHistogram {
         }
         out
     }
+}
+
+/// One service's lease counters, in [`crate::ServiceStats::leases`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct LeaseStats {
+    /// Leases handed out.
+    pub granted: u64,
+    /// Leases held now (handed out, not dropped).
+    pub out: u64,
+    /// Outcomes reported as successes (`Success`, a 2xx or 3xx status).
+    pub succeeded: u64,
+    /// Outcomes reported as anything else but `Ignore`.
+    pub failed: u64,
+    /// Outcomes reported `Ignore`.
+    pub ignored: u64,
+    /// Leases dropped without any outcome.
+    pub cancelled: u64,
+}
+
+#[cfg(feature = "redis")]
+/// What `stats()` shows of the Redis shared by several instances
+/// (feature `redis`).
+#[derive(Debug, Clone, Default, Serialize)]
+#[non_exhaustive]
+pub struct SharedStats {
+    /// Instances that heartbeated within three periods (this one included);
+    /// the last count read while Redis answered.
+    pub live_instances: u64,
+    /// Some kind of call (tokens, breakers or heartbeats, of some service)
+    /// did not answer within `timeout`, or failed, the last time.
+    pub down: bool,
+    /// Which scopes are down, each a kind of call and the service it is
+    /// for (`"token calls of api"`, `"heartbeats"`), sorted: one service's
+    /// failing calls say nothing of the others'.
+    pub down_scopes: Vec<String>,
+    /// Script calls made (round trips), and calls that timed out or failed.
+    pub round_trips: u64,
+    /// Calls that timed out or failed.
+    pub failures: u64,
+}
+
+#[cfg(feature = "redis")]
+/// One service's durable task stream, as `stats()` shows it (feature
+/// `redis`).
+#[derive(Debug, Clone, Default, Serialize)]
+#[non_exhaustive]
+pub struct StreamStats {
+    /// Entries of the stream not yet delivered to the group (`XINFO GROUPS`
+    /// lag), as last read.
+    pub lag: u64,
+    /// Entries delivered and not acknowledged, all consumers (`XINFO
+    /// GROUPS` pending), as last read.
+    pub pending: u64,
+    /// Entries this instance has read and not finished.
+    pub in_flight: u64,
+    /// Entries read (new or own pending).
+    pub read: u64,
+    /// Entries claimed from idle consumers.
+    pub claimed: u64,
+    /// Results recorded by this instance.
+    pub recorded: u64,
+    /// Finished a second time; the result was already recorded.
+    pub duplicates: u64,
+    /// Deliveries that failed and were left pending for a later claim.
+    pub failed_deliveries: u64,
+    /// Entries this instance sent to the dead-letter stream.
+    pub dead_lettered: u64,
 }
 
 #[cfg(test)]

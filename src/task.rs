@@ -34,7 +34,6 @@ use tokio::time::Instant;
 pub use crate::algo::priority::{ParsePriorityError, Priority};
 use crate::algo::time;
 
-mod check;
 #[cfg(test)]
 mod props;
 pub(crate) mod reply;
@@ -45,7 +44,7 @@ pub use crate::outcome::{
     Attempt, AttemptOutcome, ErrorKind, FailReason, Failure, Outcome, Rejection, Response, TaskId,
     TaskResult,
 };
-pub use check::{check_header_name, check_path};
+pub use crate::syntax::{check_header_name, check_path};
 pub(crate) use reply::{ReplySlot, ReplyTx};
 pub(crate) use submission::rejected;
 pub use submission::Submission;

@@ -190,7 +190,7 @@ async fn tasks_that_cannot_meet_their_deadline_are_shed() {
     for r in &results {
         match &r.outcome {
             Outcome::Success(_) => ok += 1,
-            Outcome::Rejected(Rejection::Overloaded { retry_after }) => {
+            Outcome::Rejected(Rejection::Overloaded { retry_after, .. }) => {
                 assert!(!retry_after.is_zero());
                 assert!(r.attempts.is_empty(), "shed before any attempt");
                 shed += 1;

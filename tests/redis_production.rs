@@ -620,11 +620,8 @@ fn the_durable_stream_runs_on_a_cluster() {
                     .await
                     .expect("enqueue on a Cluster");
             }
-            let sc = actix_dispatch::redis::stream::StreamConfig {
-                consumer: "cluster-worker".into(),
-                claim_every: Some(Duration::from_millis(100)),
-                ..Default::default()
-            };
+            let mut sc = actix_dispatch::redis::stream::StreamConfig::named("cluster-worker");
+            sc.claim_every = Some(Duration::from_millis(100));
             d.consume(sc).await.expect("consume on a Cluster");
             redis_server::stream_until(&d, Duration::from_secs(15), |st| {
                 st.recorded == N as u64 && st.pending == 0 && st.lag == 0

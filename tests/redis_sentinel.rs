@@ -268,12 +268,9 @@ fn the_durable_stream_runs_through_sentinel_and_follows_a_failover() {
                 }
             };
             assert_eq!(enqueue(0).await, 0, "no retry before the failover");
-            let sc = actix_dispatch::redis::stream::StreamConfig {
-                consumer: "sentinel-worker".into(),
-                claim_every: Some(Duration::from_millis(100)),
-                block: Duration::from_millis(200),
-                ..Default::default()
-            };
+            let mut sc = actix_dispatch::redis::stream::StreamConfig::named("sentinel-worker");
+            sc.claim_every = Some(Duration::from_millis(100));
+            sc.block = Duration::from_millis(200);
             d.consume(sc).await.expect("consume through Sentinel");
             let before = wait_recorded(N as u64).await;
             to_test.send(()).expect("test");

@@ -124,7 +124,9 @@ async fn all_open_fails_fast_with_when_or_falls_back() {
     sleep(20).await;
     let r = d.submit(Task::get("svc", "/x")).await;
     match &r.outcome {
-        Outcome::Fallback { response, reason } => {
+        Outcome::Fallback {
+            response, reason, ..
+        } => {
             assert_eq!(response.status, 200);
             assert_eq!(&response.body[..], b"cached");
             assert_eq!(response.header("x-fallback"), Some("1"));

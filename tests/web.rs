@@ -603,13 +603,10 @@ async fn every_outcome_maps_to_its_response() {
     let cases: Vec<(Outcome, Expected)> = vec![
         (Outcome::Success(response(201, "made")), (201, None, "made")),
         (
-            Outcome::Fallback {
-                response: response(200, "fallback"),
-                reason: Rejection::CircuitOpen {
-                    retry_after: secs(10),
-                    last_error: None,
-                },
-            },
+            Outcome::fallback(
+                response(200, "fallback"),
+                Rejection::circuit_open(secs(10), None),
+            ),
             (200, None, "fallback"),
         ),
         (
@@ -637,23 +634,15 @@ async fn every_outcome_maps_to_its_response() {
             (503, s("1"), "queue_full"),
         ),
         (
-            Outcome::Rejected(Rejection::RateLimited {
-                retry_after: secs(1500),
-            }),
+            Outcome::Rejected(Rejection::rate_limited(secs(1500))),
             (429, s("2"), "rate_limited"),
         ),
         (
-            Outcome::Rejected(Rejection::CircuitOpen {
-                retry_after: secs(1),
-                last_error: None,
-            }),
+            Outcome::Rejected(Rejection::circuit_open(secs(1), None)),
             (503, s("1"), "circuit_open"),
         ),
         (
-            Outcome::Rejected(Rejection::CircuitOpen {
-                retry_after: secs(0),
-                last_error: None,
-            }),
+            Outcome::Rejected(Rejection::circuit_open(secs(0), None)),
             (503, s("1"), "circuit_open"),
         ),
         (
@@ -690,9 +679,7 @@ async fn every_outcome_maps_to_its_response() {
     )
     .await;
     assert_eq!(got, (429, s("5"), "queue_full".to_owned()));
-    let limited = Outcome::Rejected(Rejection::RateLimited {
-        retry_after: secs(10),
-    });
+    let limited = Outcome::Rejected(Rejection::rate_limited(secs(10)));
     let got = mapped(result(limited), Some(fwd)).await;
     assert_eq!(got, (503, s("1"), "rate_limited".to_owned()));
 }

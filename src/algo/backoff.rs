@@ -53,6 +53,7 @@ impl Backoff {
 
     /// The same backoff without jitter: every delay is exactly its ceiling.
     /// Deterministic, for tests and for callers that add their own spread.
+    #[cfg(any(test, feature = "internals"))]
     pub fn without_jitter(self) -> Self {
         Backoff {
             jitter: false,

@@ -1,30 +1,21 @@
-//! Circuit breaker for one backend node.
+//! Circuit breaker for one backend node: [`Breaker`], three states.
 //!
-//! A node that keeps failing should stop receiving traffic for a while, so
-//! that its calls fail fast instead of timing out, and so that it can recover
-//! without load. [`Breaker`] is the classic three-state machine:
+//! * **Closed**: traffic flows. Trips to Open after `consecutive_failures`
+//!   in a row (Finagle's failure accrual, Envoy's consecutive 5xx) or when
+//!   the failure rate over the last `window` calls reaches `failure_rate`,
+//!   once `min_calls` are in it (resilience4j).
+//! * **Open** until an instant: everything is rejected. The period starts
+//!   at `open_for` and doubles on each successive trip up to `max_open_for`
+//!   (Envoy's ejection back-off), back to `open_for` after `reset_after`
+//!   of clean Closed time.
+//! * **HalfOpen**: up to `half_open_probes` probes go. All succeed: Closed.
+//!   One fails, or they have not all reported within `probe_timeout` of the
+//!   first: Open again, for a doubled period.
 //!
-//! * **Closed**: traffic flows; outcomes are recorded. It trips to Open after
-//!   `consecutive_failures` failures in a row (Finagle's failure accrual,
-//!   Envoy's consecutive-5xx outlier detection) or when the failure rate over
-//!   a count-based sliding window of the last `window` calls reaches
-//!   `failure_rate`, once `min_calls` are in the window (resilience4j).
-//! * **Open** until an instant: everything is rejected. The open period starts
-//!   at `open_for` and doubles on every successive trip up to `max_open_for`
-//!   (Envoy's ejection time back-off); after `reset_after` of clean Closed time
-//!   it is back to `open_for`.
-//! * **HalfOpen**: up to `half_open_probes` probes are let through. All succeed:
-//!   Closed. One fails, or they have not all reported within `probe_timeout`
-//!   of the first probe being handed out: Open again, for a doubled period.
-//!   Before the first probe there is no deadline: HalfOpen waits for traffic.
-//!
-//! Every state change bumps a generation number carried by each [`Permit`];
-//! outcomes of permits from an older generation are ignored, so a late answer
-//! never flips a newer state. What counts as a failure (a 5xx, a timeout, but
-//! not a 4xx, say) is the caller's decision; only `slow_call` is judged here.
-//!
-//! The module is pure: no clock is read, every time-dependent method takes
-//! `now`, and [`Breaker::next_change`] tells an actor when to set its timer.
+//! Every state change bumps a generation carried by each [`Permit`]: a late
+//! answer of an older generation is ignored. What counts as a failure is
+//! the caller's decision; only `slow_call` is judged here. Pure: every
+//! method takes `now`; [`Breaker::next_change`] says when to set a timer.
 //!
 //! ```
 //! # #[cfg(feature = "internals")] {
@@ -53,6 +44,7 @@ use tokio::time::{Duration, Instant};
 
 /// Tuning of a [`Breaker`].
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct BreakerConfig {
     /// Closed -> Open after this many failures in a row; 0 disables the rule.
     pub consecutive_failures: u32,
@@ -125,6 +117,7 @@ pub struct Permit {
 
 impl Permit {
     /// Whether this call is a HalfOpen probe.
+    #[cfg(any(test, feature = "internals"))]
     pub fn is_probe(&self) -> bool {
         self.probe
     }
@@ -229,6 +222,7 @@ impl Breaker {
     }
 
     /// The configuration.
+    #[cfg(any(test, feature = "internals"))]
     pub fn config(&self) -> &BreakerConfig {
         &self.config
     }
@@ -254,6 +248,7 @@ impl Breaker {
 
     /// What [`admit`](Self::admit) would answer at `now`, without changing
     /// anything: `Ok(is_probe)` or `Err(closed to traffic until)`.
+    #[cfg(any(test, feature = "internals"))]
     pub fn peek(&self, now: Instant) -> Result<bool, Instant> {
         match (self.pending(now), self.state) {
             (Some(TransitionReason::OpenElapsed), _) => Ok(true),
@@ -336,6 +331,7 @@ impl Breaker {
 
     /// While Open, the current open period; otherwise the period the next
     /// trip will use (as of the last `poll`, `admit` or `record`).
+    #[cfg(any(test, feature = "internals"))]
     pub fn current_open_for(&self) -> Duration {
         match (self.state, self.last_period) {
             (BreakerState::Open { .. }, Some(period)) => period,
@@ -345,6 +341,7 @@ impl Breaker {
 
     /// The next instant at which time alone changes the state (Open's
     /// `until`, or the probe deadline), for an actor to set one timer.
+    #[cfg(any(test, feature = "internals"))]
     pub fn next_change(&self) -> Option<Instant> {
         match self.state {
             BreakerState::Closed => None,
@@ -355,6 +352,7 @@ impl Breaker {
 
     /// Forgets everything: back to Closed, window empty, doubling reset. All
     /// permits handed out so far become stale.
+    #[cfg(any(test, feature = "internals"))]
     pub fn reset(&mut self) {
         *self = Breaker {
             generation: self.generation + 1,

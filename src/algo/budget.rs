@@ -13,33 +13,18 @@
 //! retries_in_window + 1 <= percent * requests_in_window + min_per_sec * window_secs
 //! ```
 //!
-//! As in tower, the window is a ring of 10 slots, each `window / 10` long
-//! (rounded up to a whole nanosecond), counted from the creation instant. A
-//! call falls in slot `floor((now - created) / slot)`; the window at slot `k` is
-//! slots `k - 9 ..= k`, so a slot's counts leave the window 10 slots after
-//! its start: exactly `window` later (up to 9 ns more when `window` is not a
-//! multiple of 10 ns). The floor is
+//! As in tower, the window is a ring of 10 slots, each `window / 10` long,
+//! counted from the creation instant; a slot's counts leave the window
+//! exactly `window` after its start. The floor is
 //! `F = min_per_sec * window.as_secs_f64()`.
 //!
-//! # The bound
-//!
-//! Each grant checks the inequality above, counting the retry it grants. A
-//! retry stays in the ring at least as long as any request that paid for it,
-//! so requests are never spent twice. Hence, by induction over blocks of 10
-//! slots: for all calls made in the first `K` slots of a budget's life (all
-//! at instants within `[created, created + T]`, `K = floor(T / slot) + 1`),
-//! with `N` requests deposited in that time,
-//!
-//! ```text
-//! retries <= percent * N + F * ceil(K / 10) <= percent * N + min_per_sec * (T + window)
-//! ```
-//!
-//! The extra `min_per_sec * window` (one whole window, on top of the
-//! `min_per_sec * T` a long run earns) is the slot granularity slack: a floor's
-//! worth can be spent at the very start and again as soon as it slides out.
-//!
-//! Instants earlier than a previous call count in the latest slot seen, so the
-//! bound holds whatever order the calls come in, and nothing panics.
+//! **The bound.** A retry stays in the ring at least as long as any request
+//! that paid for it, so no request is spent twice; by induction over blocks
+//! of 10 slots, over any time `T` from creation with `N` requests,
+//! `retries <= percent * N + min_per_sec * (T + window)` (one window of
+//! slack: a floor's worth spent at the start and again as it slides out).
+//! An instant earlier than a previous call counts in the latest slot seen,
+//! so the bound holds in any order of calls, and nothing panics.
 //!
 //! ```
 //! # #[cfg(feature = "internals")] {
@@ -49,9 +34,7 @@
 //! let t0 = Instant::now();
 //! let mut budget = RetryBudget::new(BudgetConfig::default(), t0);
 //! budget.deposit(t0); // an original request went out
-//! if budget.try_withdraw(t0) {
-//!     // send the retry
-//! }
+//! assert!(budget.try_withdraw(t0)); // a retry may go
 //! # }
 //! ```
 
@@ -62,6 +45,7 @@ const SLOTS: u64 = 10;
 
 /// Tuning of a [`RetryBudget`].
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct BudgetConfig {
     /// Retries allowed per original request in the window (0.2 = one retry
     /// per five requests). Must be finite and `>= 0`.
@@ -140,6 +124,7 @@ impl RetryBudget {
     }
 
     /// The configuration this budget was made with.
+    #[cfg(any(test, feature = "internals"))]
     pub fn config(&self) -> &BudgetConfig {
         &self.config
     }

@@ -1,81 +1,25 @@
-//! Queue delay control: CoDel's target and interval, with adaptive LIFO.
+//! Queue delay control: CoDel's target and interval, with adaptive LIFO
+//! (Facebook's "Fail at Scale", ACM Queue 2015; CoDel, RFC 8289).
 //!
-//! A bounded queue bounds how *many* tasks wait, not how *long*: at twice the
-//! backends' capacity a 10 000-task queue becomes a four-second wait, and
-//! every task served from it is already too late. [`Codel`] bounds the wait
-//! instead, with the controlled-delay queue of Facebook's "Fail at Scale"
-//! (ACM Queue, 2015), itself taken from CoDel (Nichols and Jacobson, RFC
-//! 8289):
+//! [`Codel`] bounds how long a task waits, not how many wait. **Calm**:
+//! FIFO, nothing shed but a task past the optional `max_wait` (HAProxy's
+//! `timeout queue`). **Overloaded** once the queue has not been empty for a
+//! whole `interval` (100 ms): a task that waited past `target` (5 ms) is
+//! shed with a `retry_after` hint, and a standing queue is served newest
+//! first ([`Codel::order`]). **Calm again** once an `interval` passed with
+//! nothing shed and the queue empty at least once in it. Not CoDel's drop
+//! schedule: it relies on TCP senders slowing down; tasks come open-loop.
 //!
-//! * **Calm**: tasks are served oldest first (FIFO) and none is shed, except
-//!   one that waited longer than the optional `max_wait` (HAProxy's `timeout
-//!   queue`).
-//! * **Overloaded** once the queue has not been empty for a whole `interval`
-//!   (default 100 ms): a queue that never drains in that long is a standing
-//!   queue, not a burst. Now a task that waited longer than `target`
-//!   (default 5 ms) is shed, answered at once with a `retry_after` hint, and
-//!   while more tasks wait than the queue sends in a target the newest is
-//!   served first (adaptive LIFO): under a standing queue the newest task
-//!   is the one whose caller is most likely still waiting.
-//! * **Back to calm** once an `interval` has passed with nothing shed and the
-//!   queue has been empty at least once in it (and has not since stayed
-//!   non-empty for a whole interval). The hysteresis keeps a queue that
-//!   drains now and then under a mild overload from flapping, so that the
-//!   "entering overload" and "leaving overload" log lines mean something.
-//!
-//! # Why not CoDel's drop schedule
-//!
-//! CoDel drops one packet per `interval / sqrt(count)` and relies on TCP
-//! senders halving their rate at each drop. Tasks come open-loop: nobody
-//! slows down when one is shed, so at twice the capacity the schedule would
-//! need thousands of drops before its rate caught up, and the queue would
-//! grow meanwhile. "Shed what waited past the target while overloaded" keeps
-//! the wait of every served task within `target` from the first moment of
-//! overload, whatever the excess. And CoDel leaves its dropping state when
-//! one served packet's wait is below target, which under LIFO (the newest
-//! waited nothing) and under shedding at the target would be at once; the
-//! queue-empty signal of "Fail at Scale" does not depend on the order of
-//! service or on what was shed.
-//!
-//! # Use by the queue
-//!
-//! The queue calls [`Codel::on_queue_len`] after each change to its ready
-//! queue (it returns the [`Transition`] to log), asks [`Codel::order`] which
-//! end to serve, and [`Codel::on_dequeue`] for each task it takes. The
-//! oldest tasks of a LIFO queue are never taken while newer ones come, so
-//! the queue also sweeps from its oldest end: ask `on_dequeue` about the
-//! oldest task and shed it while the answer is [`Verdict::Shed`]; a `Serve`
-//! answer records nothing, so asking about a task that stays is harmless.
-//! [`Codel::next_change`] and [`Codel::expires_at`] say when to set a timer.
-//!
-//! # Refusing at intake
-//!
-//! Shedding at the target answers a refused task only after it waited the
-//! target, and under a standing queue most of the excess is refused that
-//! way. While overloaded, [`Codel::admits`] refuses a new task at once
-//! instead when more tasks are ahead of it than the queue sends in half a
-//! `target` at its recent rate ([`Codel::on_sent`] counts the sends, per
-//! `interval`; half, because sends come in bursts). The caller of a refused
-//! task learns it in microseconds, not milliseconds. With priority classes
-//! ([`Codel::admits_in`]) a task is also refused when more of its own
-//! class wait than that class is sent in half a target
-//! ([`Codel::on_sent_in`] counts the sends per class): a less important
-//! class gets only the turns the more important ones leave. A refusal
-//! counts as a shed (it keeps the queue overloaded).
-//!
-//! What is admitted then waits in a short queue, for the next sends. Those
-//! come in bursts (a backend's workers end together), so at a few hundred
-//! sends a second a task with one or two ahead of it still waits past a
-//! 5 ms target now and then. Shedding it then would answer it late, after
-//! the wait, and refuse work the backends were about to take; so, as CoDel
-//! drops nothing while its queue holds less than a packet, a task in a
-//! queue that is not [standing](Codel::standing) is bounded by the
-//! `interval`, not the target (see [`Codel::on_dequeue_for`]). A queue
-//! past the intake bound (it built up before the overload was seen, the
-//! send rate fell, or its tasks may not be refused) is served newest first
-//! and its oldest are shed at the target.
-//!
-//! The module is pure: it reads no clock; every method takes `now`.
+//! While overloaded, [`Codel::admits_in`] refuses a new task at once when
+//! more are ahead of it than the queue sends in half a `target`, or more
+//! of its own class than that class is sent in half a target (rates from
+//! [`Codel::on_sent_in`]); a refusal counts as a shed. A task is bounded
+//! by the `interval` instead of the target ([`Codel::on_dequeue_for`]) when
+//! it is sheltered: less important tasks wait too, or its class's queue is
+//! not [standing](Codel::standing_in). The queue reports its length with
+//! [`Codel::on_queue_len`] (the [`Transition`] to log) and sets timers from
+//! [`Codel::next_change`] and [`Codel::expires_at_for`]. Pure: every
+//! method takes `now`.
 //!
 //! ```
 //! # #[cfg(feature = "internals")] {
@@ -86,11 +30,11 @@
 //! let ms = |n| t0 + Duration::from_millis(n);
 //! let mut codel = Codel::new(CodelConfig::default());
 //! assert_eq!(codel.on_queue_len(1, t0), None); // the queue is busy from t0
-//! assert_eq!(codel.on_dequeue(t0, ms(50)), Verdict::Serve); // calm: any wait
+//! assert_eq!(codel.on_dequeue_for(t0, ms(50), false), Verdict::Serve); // calm: any wait
 //! assert_eq!(codel.on_queue_len(3, ms(100)), Some(Transition::Entered));
 //! assert_eq!(codel.order(ms(100), 10), Order::Lifo);
-//! assert_eq!(codel.on_dequeue(ms(96), ms(100)), Verdict::Serve); // waited 4 ms
-//! assert_eq!(codel.on_dequeue(ms(90), ms(100)), Verdict::Shed); // waited 10 ms
+//! assert_eq!(codel.on_dequeue_for(ms(96), ms(100), false), Verdict::Serve); // waited 4 ms
+//! assert_eq!(codel.on_dequeue_for(ms(90), ms(100), false), Verdict::Shed); // waited 10 ms
 //! # }
 //! ```
 
@@ -105,6 +49,7 @@ const MAX_RETRY_INTERVALS: u32 = 10;
 
 /// Tuning of a [`Codel`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CodelConfig {
     /// While overloaded, a task that waited longer than this is shed.
     pub target: Duration,
@@ -161,7 +106,7 @@ impl CodelConfig {
     }
 }
 
-/// What to do with a task taken from the queue, from [`Codel::on_dequeue`].
+/// What to do with a task taken from the queue, from [`Codel::on_dequeue_for`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// Dispatch it.
@@ -296,13 +241,6 @@ impl Codel {
         }
     }
 
-    /// Counts `n` tasks sent at `now`, for the intake bound of
-    /// [`admits`](Self::admits): [`on_sent_in`](Self::on_sent_in) for a
-    /// queue of one class.
-    pub fn on_sent(&mut self, n: u64, now: Instant) {
-        self.on_sent_in(Priority::Default, n, now);
-    }
-
     /// Counts `n` tasks of `class` sent at `now`, for the intake bounds of
     /// [`admits_in`](Self::admits_in).
     pub fn on_sent_in(&mut self, class: Priority, n: u64, now: Instant) {
@@ -314,17 +252,12 @@ impl Codel {
     }
 
     /// How many ready tasks a new task may find ahead of it and still join
-    /// at `now`: as many as the queue sends in half a `target` at the rate of
-    /// the last whole interval (or of this one so far, if higher), at least
-    /// one. `None` while calm: no bound.
-    pub fn intake_bound(&self, now: Instant) -> Option<usize> {
-        self.intake_bound_for(now, false)
-    }
-
-    /// As [`intake_bound`](Self::intake_bound), for a `shielded` task
-    /// (see [`on_dequeue_for`](Self::on_dequeue_for)): what is sent in an
-    /// `interval` instead of a target.
-    pub fn intake_bound_for(&self, now: Instant, shielded: bool) -> Option<usize> {
+    /// at `now`: as many as the queue sends in half a `target` (in an
+    /// `interval` for a `shielded` task, see
+    /// [`on_dequeue_for`](Self::on_dequeue_for)) at the rate of the last
+    /// whole interval (or of this one so far, if higher), at least one.
+    /// `None` while calm: no bound.
+    pub fn intake_bound(&self, now: Instant, shielded: bool) -> Option<usize> {
         self.state_at(now)?;
         let total = Priority::ALL
             .iter()
@@ -333,7 +266,7 @@ impl Codel {
         Some(self.bound_of(total, shielded))
     }
 
-    /// As [`intake_bound_for`](Self::intake_bound_for), for the tasks of
+    /// As [`intake_bound`](Self::intake_bound), for the tasks of
     /// `class` alone, at the rate that class is sent: under strict
     /// priority a less important class gets what the more important ones
     /// leave, and its tasks wait for its own turns.
@@ -358,20 +291,10 @@ impl Codel {
         usize::try_from(bound).unwrap_or(usize::MAX).max(1)
     }
 
-    /// Whether a new task with `ahead` ready tasks before it joins the
-    /// queue at `now` (`shielded`: less important tasks wait too, see
-    /// [`on_dequeue_for`](Self::on_dequeue_for)): always while calm; while
-    /// overloaded, only within the [intake bound](Self::intake_bound_for).
-    /// A refusal is recorded as a shed. For a queue of one class; see
-    /// [`admits_in`](Self::admits_in).
-    pub fn admits(&mut self, ahead: usize, now: Instant, shielded: bool) -> bool {
-        self.admits_in(Priority::Default, ahead, ahead, now, shielded)
-    }
-
     /// Whether a new task of `class` joins the queue at `now`, with
     /// `ahead` ready tasks before it (its class and the more important
     /// ones), `of_class` of them of its own class: while overloaded, only
-    /// when `ahead` is within the [intake bound](Self::intake_bound_for)
+    /// when `ahead` is within the [intake bound](Self::intake_bound)
     /// and `of_class` within its [class's](Self::class_bound). The first
     /// keeps a task from joining behind more than goes out in half a
     /// target; the second from joining a class that gets fewer turns than
@@ -450,8 +373,9 @@ impl Codel {
     /// bound](Self::intake_bound) lets in, more than go out in half a
     /// target. A queue within the bound is short: what waits in it waits
     /// for the next sends, which come in bursts, not behind an excess.
-    pub fn standing(&self, now: Instant, queued: usize) -> bool {
-        self.intake_bound(now).is_some_and(|bound| queued > bound)
+    fn standing(&self, now: Instant, queued: usize) -> bool {
+        self.intake_bound(now, false)
+            .is_some_and(|bound| queued > bound)
     }
 
     /// As [`standing`](Self::standing), for `queued` ready tasks of
@@ -478,16 +402,11 @@ impl Codel {
     }
 
     /// Judges a task enqueued at `enqueued_at`, taken (or looked at) at
-    /// `now`: shed when it waited longer than the current bound (`target`
-    /// while overloaded, `max_wait` always). A shed is recorded (it keeps
-    /// the queue overloaded); `Serve` records nothing.
-    pub fn on_dequeue(&mut self, enqueued_at: Instant, now: Instant) -> Verdict {
-        self.on_dequeue_for(enqueued_at, now, false)
-    }
-
-    /// As [`on_dequeue`](Self::on_dequeue), for a task that is
-    /// `sheltered`, whose bound while overloaded is the `interval`, not the
-    /// target. The queue shelters a task in two cases:
+    /// `now`: shed when it waited longer than the current
+    /// [bound](Self::bound) (`target` while overloaded, the `interval` if
+    /// it is `sheltered`; `max_wait` always). A shed is recorded (it keeps
+    /// the queue overloaded); `Serve` records nothing. The queue shelters a
+    /// task in two cases:
     ///
     /// * less important tasks wait too, and are shed first: a flood of
     ///   unimportant tasks must not get important ones shed, while a
@@ -505,7 +424,7 @@ impl Codel {
         sheltered: bool,
     ) -> Verdict {
         let waited = now.saturating_duration_since(enqueued_at);
-        match self.bound_for(now, sheltered) {
+        match self.bound(now, sheltered) {
             Some(bound) if waited > bound => {
                 self.last_shed = Some(self.last_shed.map_or(now, |s| s.max(now)));
                 Verdict::Shed
@@ -514,16 +433,11 @@ impl Codel {
         }
     }
 
-    /// The longest wait served at `now`: `target` while overloaded (or
-    /// `max_wait` if shorter), `max_wait` while calm.
-    pub fn bound(&self, now: Instant) -> Option<Duration> {
-        self.bound_for(now, false)
-    }
-
-    /// As [`bound`](Self::bound), for a `sheltered` task (see
-    /// [`on_dequeue_for`](Self::on_dequeue_for)): the `interval` instead of
-    /// the target while overloaded.
-    pub fn bound_for(&self, now: Instant, sheltered: bool) -> Option<Duration> {
+    /// The longest wait served at `now`: `target` while overloaded (the
+    /// `interval` for a `sheltered` task, see
+    /// [`on_dequeue_for`](Self::on_dequeue_for); or `max_wait` if shorter),
+    /// `max_wait` while calm.
+    pub fn bound(&self, now: Instant, sheltered: bool) -> Option<Duration> {
         let calm = self.config.max_wait;
         if self.state_at(now).is_some() {
             let over = if sheltered {
@@ -538,20 +452,15 @@ impl Codel {
     }
 
     /// The first instant at which a task enqueued at `enqueued_at` would be
-    /// shed under the bound of `now`, for the queue's sweep timer. `None`:
-    /// no bound applies.
-    pub fn expires_at(&self, enqueued_at: Instant, now: Instant) -> Option<Instant> {
-        self.expires_at_for(enqueued_at, now, false)
-    }
-
-    /// As [`expires_at`](Self::expires_at), for a `sheltered` task.
+    /// shed under the bound of `now` ([`bound`](Self::bound), `sheltered`
+    /// or not), for the queue's sweep timer. `None`: no bound applies.
     pub fn expires_at_for(
         &self,
         enqueued_at: Instant,
         now: Instant,
         sheltered: bool,
     ) -> Option<Instant> {
-        let bound = self.bound_for(now, sheltered)?;
+        let bound = self.bound(now, sheltered)?;
         // Shed when the wait is strictly longer than the bound.
         Some(time::add(
             time::add(enqueued_at, bound),
@@ -648,10 +557,10 @@ mod tests {
         assert_eq!(c.on_queue_len(1, t0), None);
         assert_eq!(c.order(t0, 10), Order::Fifo);
         // A burst drains within the interval: nothing is shed.
-        assert_eq!(c.on_dequeue(t0, at(t0, 99)), Verdict::Serve);
+        assert_eq!(c.on_dequeue_for(t0, at(t0, 99), false), Verdict::Serve);
         assert_eq!(c.on_queue_len(0, at(t0, 99)), None);
-        assert_eq!(c.bound(at(t0, 99)), None);
-        assert_eq!(c.expires_at(t0, at(t0, 99)), None);
+        assert_eq!(c.bound(at(t0, 99), false), None);
+        assert_eq!(c.expires_at_for(t0, at(t0, 99), false), None);
         assert_eq!(c.congested(), None);
         // Empty: nothing can change until the queue does.
         assert_eq!(c.next_change(), None);
@@ -667,18 +576,18 @@ mod tests {
         let almost = at(t0, 100) - Duration::from_nanos(1);
         assert_eq!(c.poll(almost), None);
         assert_eq!(c.order(almost, 10), Order::Fifo);
-        assert_eq!(c.on_dequeue(t0, almost), Verdict::Serve);
+        assert_eq!(c.on_dequeue_for(t0, almost, false), Verdict::Serve);
         assert_eq!(c.poll(at(t0, 100)), Some(Transition::Entered));
         assert_eq!(c.congested(), Some(at(t0, 100)));
         assert_eq!(c.poll(at(t0, 100)), None);
         assert_eq!(c.order(at(t0, 100), 10), Order::Lifo);
         // Waited exactly the target: served; a nanosecond more: shed.
         let now = at(t0, 110);
-        assert_eq!(c.on_dequeue(at(t0, 105), now), Verdict::Serve);
+        assert_eq!(c.on_dequeue_for(at(t0, 105), now, false), Verdict::Serve);
         let older = at(t0, 105) - Duration::from_nanos(1);
-        assert_eq!(c.on_dequeue(older, now), Verdict::Shed);
+        assert_eq!(c.on_dequeue_for(older, now, false), Verdict::Shed);
         assert_eq!(
-            c.expires_at(at(t0, 105), now),
+            c.expires_at_for(at(t0, 105), now, false),
             Some(at(t0, 110) + Duration::from_nanos(1))
         );
     }
@@ -713,7 +622,10 @@ mod tests {
         let mut c = Codel::new(CodelConfig::default());
         c.on_queue_len(5, t0);
         assert_eq!(c.poll(at(t0, 100)), Some(Transition::Entered));
-        assert_eq!(c.on_dequeue(at(t0, 110), at(t0, 120)), Verdict::Shed);
+        assert_eq!(
+            c.on_dequeue_for(at(t0, 110), at(t0, 120), false),
+            Verdict::Shed
+        );
         // Drained at 130, but the last shed was at 120: calm from 220.
         assert_eq!(c.on_queue_len(0, at(t0, 130)), None);
         assert_eq!(c.next_change(), Some(at(t0, 220)));
@@ -727,7 +639,7 @@ mod tests {
             })
         );
         assert_eq!(c.congested(), None);
-        assert_eq!(c.on_dequeue(t0, at(t0, 220)), Verdict::Serve);
+        assert_eq!(c.on_dequeue_for(t0, at(t0, 220), false), Verdict::Serve);
     }
 
     #[test]
@@ -787,8 +699,14 @@ mod tests {
         c.on_queue_len(0, at(t0, 105));
         c.on_queue_len(1, at(t0, 106));
         // A sweep sheds at 180 (served at 150 saw a 3 ms wait: no record).
-        assert_eq!(c.on_dequeue(at(t0, 147), at(t0, 150)), Verdict::Serve);
-        assert_eq!(c.on_dequeue(at(t0, 170), at(t0, 180)), Verdict::Shed);
+        assert_eq!(
+            c.on_dequeue_for(at(t0, 147), at(t0, 150), false),
+            Verdict::Serve
+        );
+        assert_eq!(
+            c.on_dequeue_for(at(t0, 170), at(t0, 180), false),
+            Verdict::Shed
+        );
         c.on_queue_len(0, at(t0, 190));
         assert_eq!(c.next_change(), Some(at(t0, 280)));
         assert_eq!(c.poll(at(t0, 279)), None);
@@ -804,15 +722,15 @@ mod tests {
         };
         let mut c = Codel::new(cfg);
         c.on_queue_len(1, t0);
-        assert_eq!(c.bound(at(t0, 10)), Some(Duration::from_millis(50)));
-        assert_eq!(c.on_dequeue(t0, at(t0, 50)), Verdict::Serve);
+        assert_eq!(c.bound(at(t0, 10), false), Some(Duration::from_millis(50)));
+        assert_eq!(c.on_dequeue_for(t0, at(t0, 50), false), Verdict::Serve);
         assert_eq!(
-            c.on_dequeue(t0, at(t0, 50) + Duration::from_nanos(1)),
+            c.on_dequeue_for(t0, at(t0, 50) + Duration::from_nanos(1), false),
             Verdict::Shed
         );
         // Overloaded: the shorter of target and max_wait.
         c.poll(at(t0, 100));
-        assert_eq!(c.bound(at(t0, 100)), Some(Duration::from_millis(5)));
+        assert_eq!(c.bound(at(t0, 100), false), Some(Duration::from_millis(5)));
     }
 
     #[test]
@@ -826,7 +744,10 @@ mod tests {
         c.poll(at(t0, 100));
         assert!(c.congested().is_some());
         assert_eq!(c.order(at(t0, 100), 10), Order::Fifo);
-        assert_eq!(c.on_dequeue(at(t0, 90), at(t0, 100)), Verdict::Shed);
+        assert_eq!(
+            c.on_dequeue_for(at(t0, 90), at(t0, 100), false),
+            Verdict::Shed
+        );
     }
 
     #[test]
@@ -847,14 +768,14 @@ mod tests {
         let mut c = Codel::new(CodelConfig::default());
         c.on_queue_len(5, t0);
         // Calm: no bound, whatever is ahead.
-        assert_eq!(c.intake_bound(at(t0, 50)), None);
-        assert!(c.admits(1_000_000, at(t0, 50), false));
+        assert_eq!(c.intake_bound(at(t0, 50), false), None);
+        assert!(c.admits_in(Priority::Default, 1_000_000, 1_000_000, at(t0, 50), false));
         // 200 sent in the first interval: 5 per half a 5 ms target.
-        c.on_sent(200, at(t0, 60));
+        c.on_sent_in(Priority::Default, 200, at(t0, 60));
         assert_eq!(c.poll(at(t0, 100)), Some(Transition::Entered));
-        assert_eq!(c.intake_bound(at(t0, 100)), Some(5));
-        assert!(c.admits(4, at(t0, 100), false));
-        assert!(!c.admits(5, at(t0, 101), false));
+        assert_eq!(c.intake_bound(at(t0, 100), false), Some(5));
+        assert!(c.admits_in(Priority::Default, 4, 4, at(t0, 100), false));
+        assert!(!c.admits_in(Priority::Default, 5, 5, at(t0, 101), false));
         // The refusal counts as a shed: leaving waits a quiet interval
         // from it.
         c.on_queue_len(0, at(t0, 150));
@@ -863,20 +784,20 @@ mod tests {
         // A faster current interval raises the bound at once.
         let mut c = Codel::new(CodelConfig::default());
         c.on_queue_len(5, t0);
-        c.on_sent(20, at(t0, 10));
-        c.on_sent(400, at(t0, 120));
-        assert_eq!(c.intake_bound(at(t0, 120)), Some(10));
+        c.on_sent_in(Priority::Default, 20, at(t0, 10));
+        c.on_sent_in(Priority::Default, 400, at(t0, 120));
+        assert_eq!(c.intake_bound(at(t0, 120), false), Some(10));
         // Within the bound the queue is served oldest first; past it,
         // newest first.
         assert_eq!(c.order(at(t0, 120), 10), Order::Fifo);
         assert_eq!(c.order(at(t0, 120), 11), Order::Lifo);
         // A shielded task may find an interval's sends ahead of it.
-        assert_eq!(c.intake_bound_for(at(t0, 120), true), Some(400));
-        assert!(c.admits(399, at(t0, 120), true));
+        assert_eq!(c.intake_bound(at(t0, 120), true), Some(400));
+        assert!(c.admits_in(Priority::Default, 399, 399, at(t0, 120), true));
         // A whole interval without a send: the bound falls to one.
-        assert_eq!(c.intake_bound(at(t0, 330)), Some(1));
-        assert!(c.admits(0, at(t0, 330), false));
-        assert!(!c.admits(1, at(t0, 330), false));
+        assert_eq!(c.intake_bound(at(t0, 330), false), Some(1));
+        assert!(c.admits_in(Priority::Default, 0, 0, at(t0, 330), false));
+        assert!(!c.admits_in(Priority::Default, 1, 1, at(t0, 330), false));
     }
 
     #[test]
@@ -884,12 +805,12 @@ mod tests {
         let t0 = Instant::now();
         let mut c = Codel::new(CodelConfig::default());
         c.on_queue_len(3, t0);
-        c.on_sent(200, at(t0, 60));
+        c.on_sent_in(Priority::Default, 200, at(t0, 60));
         // Calm: nothing stands, whatever waits.
         assert!(!c.standing(at(t0, 60), 1_000));
         // Overloaded, 5 sent per half a target: 5 ready are a short
         // queue, 6 a standing one.
-        assert_eq!(c.intake_bound(at(t0, 100)), Some(5));
+        assert_eq!(c.intake_bound(at(t0, 100), false), Some(5));
         assert!(!c.standing(at(t0, 100), 5));
         assert!(c.standing(at(t0, 100), 6));
         // The queue shelters a task of a short queue: past the target it
@@ -899,7 +820,7 @@ mod tests {
         assert_eq!(c.on_dequeue_for(at(t0, 140), now, false), Verdict::Shed);
         assert_eq!(c.on_dequeue_for(at(t0, 49), now, true), Verdict::Shed);
         // The send rate falls: the same queue now stands.
-        assert_eq!(c.intake_bound(at(t0, 330)), Some(1));
+        assert_eq!(c.intake_bound(at(t0, 330), false), Some(1));
         assert!(c.standing(at(t0, 330), 2));
     }
 
@@ -914,7 +835,7 @@ mod tests {
         c.on_sent_in(Priority::Critical, 160, at(t0, 60));
         c.on_sent_in(Priority::Sheddable, 40, at(t0, 60));
         let now = at(t0, 100);
-        assert_eq!(c.intake_bound(now), Some(5));
+        assert_eq!(c.intake_bound(now, false), Some(5));
         assert_eq!(c.class_bound(Priority::Critical, now, false), Some(4));
         assert_eq!(c.class_bound(Priority::Sheddable, now, false), Some(1));
         assert_eq!(
@@ -942,9 +863,9 @@ mod tests {
         let t0 = Instant::now();
         let mut c = Codel::new(CodelConfig::default());
         c.on_queue_len(3, t0);
-        assert_eq!(c.bound_for(at(t0, 50), true), None, "calm: no bound");
+        assert_eq!(c.bound(at(t0, 50), true), None, "calm: no bound");
         let now = at(t0, 200);
-        assert_eq!(c.bound_for(now, true), Some(Duration::from_millis(100)));
+        assert_eq!(c.bound(now, true), Some(Duration::from_millis(100)));
         assert_eq!(c.on_dequeue_for(at(t0, 150), now, true), Verdict::Serve);
         assert_eq!(c.on_dequeue_for(at(t0, 150), now, false), Verdict::Shed);
         assert_eq!(c.on_dequeue_for(at(t0, 99), now, true), Verdict::Shed);
@@ -958,7 +879,7 @@ mod tests {
             ..CodelConfig::default()
         });
         c.on_queue_len(3, t0);
-        assert_eq!(c.bound_for(now, true), Some(Duration::from_millis(30)));
+        assert_eq!(c.bound(now, true), Some(Duration::from_millis(30)));
     }
 
     #[test]
@@ -968,7 +889,10 @@ mod tests {
         c.on_queue_len(1, t0);
         c.poll(at(t0, 100));
         // Enqueued "after" now: waited zero.
-        assert_eq!(c.on_dequeue(at(t0, 500), at(t0, 100)), Verdict::Serve);
+        assert_eq!(
+            c.on_dequeue_for(at(t0, 500), at(t0, 100), false),
+            Verdict::Serve
+        );
         assert_eq!(c.on_queue_len(0, t0 - Duration::from_millis(900)), None);
         assert_eq!(c.retry_after(t0), Duration::from_millis(100));
     }

@@ -1,34 +1,21 @@
 //! Moving averages of per-node latency and error rate.
 //!
-//! The load-balancing strategies need a cheap, constant-memory summary of how
-//! a node has been behaving lately. This module offers two:
+//! * [`Ewma`]: the classic moving average with a fixed `alpha`,
+//!   `value += alpha * (sample - value)`; it feeds the least-load score
+//!   (latency in seconds, error rate in `0..=1`).
+//! * [`PeakEwma`]: Finagle's "peak EWMA" round-trip-time estimator (as in
+//!   linkerd and tower's `PeakEwma`): a sample above the estimate replaces
+//!   it at once; one below pulls it down with weight
+//!   `1 - exp(-elapsed / decay)`, `elapsed` the time since the previous
+//!   observation.
 //!
-//! * [`Ewma`] — the classic exponentially weighted moving average with a fixed
-//!   smoothing factor `alpha`: `value += alpha * (sample - value)`. It feeds
-//!   the least-load score (latency in seconds, error rate in `0..=1`).
-//! * [`PeakEwma`] — the "peak EWMA" round-trip-time estimator of Finagle, used
-//!   by linkerd and by tower's `PeakEwma` load metric for power-of-two-choices
-//!   balancing. A sample above the estimate replaces it at once (a node that
-//!   turns slow is avoided immediately); a sample below it pulls the estimate
-//!   down with weight `1 - exp(-elapsed / decay)`, where `elapsed` is the time
-//!   since the previous observation (a node that turns fast is trusted again
-//!   gradually, over about `decay`).
-//!
-//! # What reading does
-//!
-//! This is the one place that says it. The stored estimates move only on
-//! observations: [`PeakEwma::get`] and [`Ewma::get`] return them unchanged.
-//! What the balancer *uses*, though, decays with idle time, as tower reads
-//! its `PeakEwma`: each pick reads a node's RTT, latency and error-rate
-//! figures through [`decay_idle`], `value · exp(-idle / decay)`, where
-//! `idle` is the time since the node's last observation and `decay` is the
-//! service's `balancer.decay`. So a node that stopped getting traffic after
-//! one bad spell looks cheaper as time passes and is tried again, while its
-//! stored estimate stays as it was until its next answer
-//! ([`PeakEwma::decayed_secs`] is that read for one estimator).
-//!
-//! Time is never read from a clock: every call takes `now`, so tests run on a
-//! fake clock.
+//! **Reading.** The stored estimates move only on observations; `get`
+//! returns them unchanged. What the balancer uses decays with idle time,
+//! as tower reads its `PeakEwma`: each pick reads a node's figures through
+//! [`decay_idle`], `value · exp(-idle / decay)` (`idle`: since the node's
+//! last observation; `decay`: the service's `balancer.decay`), so a node
+//! left alone after one bad spell is tried again ([`PeakEwma::decayed_secs`]
+//! is that read for one estimator). Pure: every call takes `now`.
 //!
 //! ```
 //! # #[cfg(feature = "internals")] {
@@ -86,6 +73,7 @@ impl Ewma {
     }
 
     /// The average, or `None` before the first sample.
+    #[cfg(any(test, feature = "internals"))]
     pub fn get(&self) -> Option<f64> {
         self.value
     }
@@ -156,6 +144,7 @@ impl PeakEwma {
     /// [module docs](self#what-reading-does)).
     ///
     /// [`observe`]: PeakEwma::observe
+    #[cfg(any(test, feature = "internals"))]
     pub fn get(&self) -> Duration {
         // `as` saturates; estimates beyond ~584 years are not a concern.
         Duration::from_nanos(self.estimate_ns.round() as u64)
@@ -174,6 +163,7 @@ impl PeakEwma {
     /// The estimate as tower's `PeakEwma` reads it at `now`, in seconds:
     /// decayed toward zero for the time since the last observation (see
     /// [`decay_idle`]).
+    #[cfg(any(test, feature = "internals"))]
     pub fn decayed_secs(&self, now: Instant) -> f64 {
         decay_idle(
             self.get_secs(),

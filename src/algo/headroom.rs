@@ -1,69 +1,40 @@
 //! Headroom: the part of a learned limit that only the most important
-//! class may take, and where a task goes when every backend worker is busy.
+//! class may take, and the node a task goes to when every worker is busy.
 //!
 //! A learned limit ([`crate::algo::concurrency`]) keeps about one request
-//! waiting inside each backend, so that a worker that ends finds the next
-//! request at once. That queue is inside the backend, where no priority of
-//! ours reaches: a critical task sent there waits behind a sheddable one
-//! for a worker. So a node's limit has two tiers:
+//! waiting inside each backend, where no priority of ours reaches. So a
+//! node's limit has two tiers ([`tiers`]): its **free limit**, the
+//! concurrency the backend serves without queueing (the limit less Vegas's
+//! queue estimate; the whole limit when it is fixed), and the **headroom**
+//! above it, the backend's own queue.
 //!
-//! * its **free limit**: the concurrency the backend serves without
-//!   queueing, by the learned estimate (the limit less Vegas's queue
-//!   estimate, rounded; the whole limit when it is fixed);
-//! * the **headroom** above it, up to the limit: the backend's own queue.
+//! Less important classes fill a node only up to its free limit. The *top
+//! class* (the most important one seen within [`HOLD`]) goes first in the
+//! queue, and takes headroom only while nothing below it waits
+//! ([`ClassReserve::may_take_headroom`]): waiting in the queue for the first
+//! worker that frees anywhere is shorter than waiting inside one backend
+//! behind an estimate (`bench/results/headroom.md`). A class that comes
+//! alone takes the whole limit. The balancer tells the queue the
+//! **reserve**, the headroom part of the nodes' room; the queue sends the
+//! reserve only to the top class ([`ClassReserve::lowest`]).
 //!
-//! Tasks of less important classes fill a node only up to its free limit,
-//! so under a flood of sheddable work the backends' workers stay busy with
-//! it and no request waits inside a backend. The *top class*, the most
-//! important class that came within [`HOLD`], goes first in the queue: it
-//! takes the next worker that frees on any node, ahead of every lower
-//! class. While a lower class waits that is all it takes; it fills a node
-//! up to its whole limit only while nothing below it waits
-//! ([`ClassReserve::may_take_headroom`]). Waiting in the queue for the
-//! first worker that frees anywhere is the shortest wait there is; taking
-//! headroom instead puts the task inside one backend, behind the worker an
-//! estimate says frees first, and estimates err (measured with `loadbench
-//! overload` at the mixed level: the critical tasks' p50 fell from 25.1 to
-//! 23.0 ms when they stopped taking headroom while sheddable tasks waited).
-//! When one class comes alone it is the top class and takes the whole
-//! limit (no worker waits for the engine's next dispatch between two
-//! requests). Fixed limits have no headroom, so this changes nothing for
-//! them.
-//!
-//! The balancer tells the queue, with its credit, the **reserve**: how much
-//! of the room the nodes have now is headroom (the sum over nodes of room
-//! less room below the free limit). The queue sends any class while its
-//! credit exceeds the reserve, and the reserve only to the top class while
-//! nothing below it waits ([`ClassReserve::lowest`]).
-//!
-//! A task that takes headroom waits inside a backend for a worker. It goes
-//! to the node expected to free one first: [`DispatchTimes`] keeps, per
-//! node, when each attempt in flight is due to end (from the instant it was
-//! sent, the node's unloaded latency, and the requests ahead of it in the
-//! backend's queue), and [`DispatchTimes::frees_at`] says when the next
-//! worker frees.
-//!
-//! The module is pure: every method takes `now`.
+//! A task that takes headroom goes to the node expected to free a worker
+//! first: [`DispatchTimes`] keeps when each attempt in flight is due to
+//! end, and [`DispatchTimes::frees_at`] says when the next worker frees.
+//! Pure: every method takes `now`.
 //!
 //! ```
 //! # #[cfg(feature = "internals")] {
 //! use actix_dispatch::algo::headroom::{tiers, ClassReserve};
 //! use actix_dispatch::algo::priority::Priority;
-//! use tokio::time::Instant;
-//!
-//! // A limit of 5 over a free limit of 4, with 4 in flight: one slot, and
-//! // it is headroom.
-//! assert_eq!(tiers(5, 4, 4), (1, 0));
-//! let now = Instant::now();
+//! let now = tokio::time::Instant::now();
+//! assert_eq!(tiers(5, 4, 4), (1, 0)); // limit 5, free limit 4, 4 in flight
 //! let mut r = ClassReserve::default();
 //! r.seen(Priority::Critical, now);
 //! r.seen(Priority::Sheddable, now);
-//! // Credit 1, all of it reserve: only critical tasks may go, and only
-//! // while no less important task waits.
-//! let none_waits = |_| false;
-//! assert_eq!(r.lowest(1, 1, none_waits, now), Some(Priority::Critical));
+//! // Credit 1, all reserve: only critical, and only while nothing below waits.
+//! assert_eq!(r.lowest(1, 1, |_| false, now), Some(Priority::Critical));
 //! assert_eq!(r.lowest(1, 1, |_| true, now), None);
-//! // Credit 3 with a reserve of 1: any class.
 //! assert_eq!(r.lowest(3, 1, |_| true, now), Some(Priority::Sheddable));
 //! # }
 //! ```
@@ -83,6 +54,7 @@ pub const HOLD: Duration = Duration::from_secs(1);
 /// A node's room in tiers: `(room, below)`, where `room` is what the limit
 /// leaves (`limit - in_flight`) and `below` the part of it under the free
 /// limit (`free - in_flight`), which any class may take.
+#[cfg(any(test, feature = "internals"))]
 pub fn tiers(limit: u32, free: u32, in_flight: u32) -> (u32, u32) {
     let room = limit.saturating_sub(in_flight);
     (room, free.min(limit).saturating_sub(in_flight).min(room))
@@ -204,11 +176,13 @@ impl DispatchTimes {
     }
 
     /// Attempts in flight by this count.
+    #[cfg(any(test, feature = "internals"))]
     pub fn len(&self) -> usize {
         self.due.len()
     }
 
     /// Whether nothing is in flight by this count.
+    #[cfg(any(test, feature = "internals"))]
     pub fn is_empty(&self) -> bool {
         self.due.is_empty()
     }

@@ -42,6 +42,7 @@ const NANOS_PER_SEC: u128 = 1_000_000_000;
 /// Starts full. See the [module documentation](self) for the algorithm.
 #[derive(Debug, Clone)]
 pub struct TokenBucket {
+    #[cfg(any(test, feature = "internals"))]
     rate: f64,
     burst: u32,
     /// Time zero of all the nanosecond counts below.
@@ -73,6 +74,7 @@ impl TokenBucket {
         // `as` saturates for floats: huge values become u64::MAX.
         let interval = u128::from(((1e9 / rate).round() as u64).max(1));
         TokenBucket {
+            #[cfg(any(test, feature = "internals"))]
             rate,
             burst,
             origin: now,
@@ -83,11 +85,13 @@ impl TokenBucket {
     }
 
     /// The configured rate, in tokens per second.
+    #[cfg(any(test, feature = "internals"))]
     pub fn rate(&self) -> f64 {
         self.rate
     }
 
     /// The configured burst: how many tokens a full bucket holds.
+    #[cfg(any(test, feature = "internals"))]
     pub fn burst(&self) -> u32 {
         self.burst
     }

@@ -3,21 +3,36 @@
 //! Each takes `now` (tokio's `Instant`) and, where it draws, a seeded RNG, and
 //! returns a value that says what to do next. The actors read the clock, call
 //! these and set the timers. All are unit-tested with a fake clock.
+//!
+//! An item only the unit tests and the benchmarks use (an inspection
+//! method, a reference implementation) is compiled under
+//! `cfg(any(test, feature = "internals"))`; the rest has a caller in the
+//! engine.
 
 pub mod backoff;
 pub mod breaker;
 pub mod budget;
 pub mod codel;
+// Not yet pruned: inspection methods without a caller in the engine.
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub mod concurrency;
+// Not yet pruned: inspection methods without a caller in the engine.
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub mod deadline;
 pub mod ewma;
+// Not yet pruned: inspection methods without a caller in the engine.
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub mod fair;
 pub mod headroom;
+// Not yet pruned: inspection methods without a caller in the engine.
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub mod knee;
 pub mod limiter;
 pub mod policy;
 pub mod priority;
 pub mod strategy;
+// Not yet pruned: inspection methods without a caller in the engine.
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub mod tenants;
 pub mod throttle;
 pub mod time;

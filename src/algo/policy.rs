@@ -1,29 +1,17 @@
 //! The retry decision: what becomes of a task whose last attempt failed.
 //!
 //! One pure policy, asked whenever a task's last outstanding attempt ends
-//! without a success, whatever ended it: an answer, a bounce of a hedge
-//! after the first attempt failed, the watchdog, a cancel. Hedges, the
-//! deadline and the retry budget are inputs here, not special cases around
-//! the caller (the shape of tower's retry `Policy`: the caller reports how
-//! the request ended, the policy says whether and when to try again).
-//!
-//! The rules, in order:
-//! 0. an attempt cut by the task's own deadline fails the task
-//!    (`DeadlineExceeded`): there is no time left to retry in;
-//! 1. the failure must be retryable ([`AttemptOutcome::is_retryable`]:
-//!    connect errors and requests never sent always; 429 and 5xx always;
-//!    timeouts, resets, panics and lost attempts only for idempotent tasks;
-//!    other 4xx, body errors and invalid requests never);
+//! without a success (an answer, a hedge's bounce, the watchdog, a cancel),
+//! in the shape of tower's retry `Policy`. The rules, in order:
+//! 0. an attempt cut by the task's own deadline fails it (`DeadlineExceeded`);
+//! 1. the failure must be retryable ([`AttemptOutcome::is_retryable`]);
 //! 2. at most `max_retries` retries;
 //! 3. the delay is exponential backoff with full jitter, raised to the
-//!    backend's `Retry-After`, which is always capped by `max_retry_after`;
-//! 4. a retry that could not start before the task's deadline fails the task
-//!    now (`DeadlineExceeded`) instead of waiting for it;
-//! 5. the service's retry budget pays for it, or the task fails
-//!    (`BudgetExhausted`) so an outage never becomes a retry storm.
+//!    backend's `Retry-After`, capped by `max_retry_after`;
+//! 4. a retry that could not start before the deadline fails the task now;
+//! 5. the retry budget pays for it, or the task fails (`BudgetExhausted`).
 //!
-//! All time arithmetic saturates, so no `Retry-After` or deadline, however
-//! extreme, can panic the caller.
+//! All time arithmetic saturates: no `Retry-After` or deadline can panic it.
 //!
 //! ```
 //! # #[cfg(feature = "internals")] {

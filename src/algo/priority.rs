@@ -1,36 +1,23 @@
-//! Priority classes and the ready queues that serve them.
+//! Priority classes, and the class queues the fair queues
+//! ([`crate::algo::fair`]) are tested and benchmarked against.
 //!
-//! Under overload something must wait or be shed, and not all tasks are
-//! equal: a user's checkout matters more than a prefetch. Google's SRE book
-//! ("Handling Overload") tags every request with a criticality and sheds
-//! the least critical first. Here there are three classes, [`Priority`]:
-//! `critical`, `default` and `sheddable` (the book has four; its
-//! `CRITICAL_PLUS` is folded into `critical`, its `SHEDDABLE_PLUS` into
-//! `default`).
+//! Three classes, [`Priority`]: `critical`, `default` and `sheddable`, the
+//! criticalities of Google's SRE book ("Handling Overload"; its
+//! `CRITICAL_PLUS` folded into `critical`, `SHEDDABLE_PLUS` into `default`).
+//! [`ClassQueues`] holds one ready queue per class and picks the class of
+//! the next dispatch:
 //!
-//! [`ClassQueues`] holds one ready queue per class and decides which class
-//! the next dispatch serves:
+//! * **Reserved shares**: a class with tasks waiting earns its share of
+//!   every dispatch (parts per million) and is served when owed a whole
+//!   one, so a flood of `critical` cannot starve `default`.
+//! * **Priority for the rest**: else the most important class waiting.
+//! * **Work-conserving**: a class with nothing waiting earns nothing.
+//! * **Shedding from the bottom**: [`ClassQueues::shed`] and
+//!   [`ClassQueues::admit`] take the oldest task of the least important
+//!   class with tasks.
 //!
-//! * **Reserved shares.** While a class has tasks waiting, it earns its
-//!   share of every dispatch (`owed += share`, in parts per million); when
-//!   it is owed a whole dispatch, it is served (the most important such
-//!   class first) and pays one back. So a class that keeps tasks waiting
-//!   gets at least its share of the dispatches, whatever the others do: a
-//!   flood of `critical` tasks cannot starve `default` entirely.
-//! * **Priority for the rest.** When no class is owed a dispatch, the most
-//!   important class with tasks waiting is served.
-//! * **Work-conserving.** A class with nothing waiting earns nothing (it
-//!   cannot bank credit for a later burst), and its share goes to whoever
-//!   has tasks: the queues never idle while any task waits.
-//! * **Shedding from the bottom.** [`ClassQueues::shed`] takes the oldest
-//!   task of the least important class with tasks, and
-//!   [`ClassQueues::admit`] makes room in a full queue that way, so under
-//!   overload `sheddable` goes first and `critical` last.
-//!
-//! Each pop takes an [`Order`] from the queue's delay control
-//! ([`crate::algo::codel`]): oldest first when calm, newest first when
-//! overloaded. The queues store any item; the engine's queue stores task
-//! numbers.
+//! Each pop takes an [`Order`] from the delay control
+//! ([`crate::algo::codel`]): oldest first when calm, newest when overloaded.
 //!
 //! ```
 //! # #[cfg(feature = "internals")] {
@@ -47,6 +34,7 @@
 //! # }
 //! ```
 
+#[cfg(any(test, feature = "internals"))]
 use std::collections::VecDeque;
 use std::fmt;
 use std::str::FromStr;
@@ -135,6 +123,7 @@ impl FromStr for Priority {
 
 /// Reserved shares of the dispatches, per class.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct PriorityConfig {
     /// Least share of the dispatches `critical` gets while it has tasks.
     pub critical: f64,
@@ -195,6 +184,7 @@ impl PriorityConfig {
 }
 
 /// What [`ClassQueues::admit`] did.
+#[cfg(any(test, feature = "internals"))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admit<T> {
     /// Queued; there was room.
@@ -264,12 +254,14 @@ impl ClassShares {
 }
 
 /// One ready queue per [`Priority`]. See the [module documentation](self).
+#[cfg(any(test, feature = "internals"))]
 #[derive(Debug, Clone)]
 pub struct ClassQueues<T> {
     queues: [VecDeque<T>; CLASSES],
     shares: ClassShares,
 }
 
+#[cfg(any(test, feature = "internals"))]
 impl<T> ClassQueues<T> {
     /// Empty queues with the given reserved shares.
     ///

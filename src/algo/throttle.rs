@@ -1,36 +1,21 @@
-//! Client-side throttling of one node (optional).
+//! Client-side throttling of one node (optional): the adaptive throttling
+//! of Google's SRE book ("Handling Overload"; Envoy's admission control is
+//! the same scheme).
 //!
 //! A backend that rejects cheaply (a 429 or 503 in a millisecond) still
-//! pays for every rejection: parsing, logging, the connection. When most of
-//! what it gets is rejected, sending it everything keeps it overloaded by
-//! the rejections alone. Google's SRE book ("Handling Overload", adaptive
-//! throttling) has each client keep, over a sliding window, the number of
-//! `requests` it attempted and the number of `accepts` the backend took,
-//! and drop new requests locally with probability
+//! pays for every rejection. Over a sliding window the client counts the
+//! `requests` it attempted and the `accepts` the backend took, and drops a
+//! new request locally with probability
+//! `p = max(0, (requests - K * accepts) / (requests + 1))`: nothing while
+//! the backend accepts more than `1 / K` of the attempts, then about `K`
+//! times what it accepts, enough to see at once when it recovers. Dropped
+//! requests count as requests, so `p` rises while it refuses everything.
 //!
-//! ```text
-//! p = max(0, (requests - K * accepts) / (requests + 1))
-//! ```
-//!
-//! While the backend accepts more than `1 / K` of the attempts, `p` is 0.
-//! Past that, the client sends about `K` times what the backend accepts:
-//! enough to notice at once when it recovers, far less than everything.
-//! Requests dropped locally count as requests, so `p` keeps rising while the
-//! backend refuses everything, and falls as its accepts come back. (Envoy's
-//! admission control filter is the same scheme.)
-//!
-//! The window is a ring of [`SLOTS`] slots counted from the creation
-//! instant; a slot's counts leave the window one `window` after the slot
-//! began. Defaults: `K = 2` (the book's choice; 1.1 is its aggressive
-//! setting), `window = 30 s` (Envoy's; the book uses two minutes; a shorter
-//! window lets a healed backend have its traffic back within half a minute,
-//! and at the rates this engine sends there are plenty of samples in it).
-//!
-//! What "accepted" means is the caller's: the engine records a pushback
-//! answer (429, 503) as not accepted and any other answer as accepted.
-//!
-//! The module is pure: it reads no clock; every method takes `now`; the
-//! draw takes the caller's rng.
+//! The window is a ring of [`SLOTS`] slots; a slot's counts leave it one
+//! `window` after the slot began. Defaults: `K = 2` (the book's),
+//! `window = 30 s` (Envoy's). "Accepted" is the caller's to say: the
+//! engine records a pushback (429, 503) as not accepted. Pure: every
+//! method takes `now`, the draw takes the caller's rng.
 //!
 //! ```
 //! # #[cfg(feature = "internals")] {
@@ -59,6 +44,7 @@ pub const SLOTS: u64 = 30;
 
 /// Tuning of a [`Throttle`].
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ThrottleConfig {
     /// How many times what the backend accepts the client still sends;
     /// in `[1, 100]`.
@@ -133,6 +119,7 @@ impl Throttle {
     }
 
     /// The configuration this throttle was made with.
+    #[cfg(any(test, feature = "internals"))]
     pub fn config(&self) -> &ThrottleConfig {
         &self.config
     }

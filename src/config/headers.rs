@@ -19,7 +19,7 @@
 //! - `${NAME}` is replaced by the environment variable `NAME` when the config
 //!   is loaded (`$${` writes a literal `${`). A variable that is not set is a
 //!   config error naming the field and the variable, never a value.
-//! - Names are checked as a task's are ([`crate::task::check_header_name`]):
+//! - Names are checked as a task's are ([`crate::syntax::check_header_name`]):
 //!   routing and framing headers (`Host`, `Content-Length`, `Proxy-*`, ...)
 //!   are refused here too. Values must be valid header values.
 //!
@@ -151,7 +151,7 @@ pub(crate) fn resolve(
         let at = format!("{field}.{name}");
         let header = HeaderName::from_bytes(name.trim().as_bytes())
             .map_err(|_| (at.clone(), "invalid header name".to_owned()))?;
-        crate::task::check_header_name(name).map_err(|m| (at.clone(), m))?;
+        crate::syntax::check_header_name(name).map_err(|m| (at.clone(), m))?;
         if out.iter().any(|o| o.name == header) {
             return Err((at, "header given twice (names are case-insensitive)".into()));
         }

@@ -49,11 +49,16 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::algo::breaker::BreakerConfig;
-use crate::algo::budget::BudgetConfig;
-use crate::algo::strategy::LeastLoadWeights;
-
+// The tuning types of the pure algorithms appear in the public fields
+// below: named here, so a user can write their types.
+pub use crate::algo::breaker::BreakerConfig;
+pub use crate::algo::budget::BudgetConfig;
+pub use crate::algo::codel::CodelConfig;
+pub use crate::algo::concurrency::LearnedLimitConfig;
+pub use crate::algo::priority::PriorityConfig;
+pub use crate::algo::strategy::LeastLoadWeights;
 pub use crate::algo::tenants::TenantsConfig;
+pub use crate::algo::throttle::ThrottleConfig;
 pub use headers::{ConfigHeader, HeaderSet, Secret};
 pub(crate) use lines::RawLines;
 pub use lines::{LineLimits, DEFAULT_LINE_MAX_BODY, DEFAULT_LINE_MAX_HEADER_BYTES};
@@ -227,7 +232,7 @@ pub struct QueueConfig {
     /// every task, deadline or not. Tasks that asked to wait (`on_full:
     /// wait`, `feed`, `submit_wait`) and tasks waiting for a rate-limit
     /// token (`on_limit: wait`) are never shed.
-    pub delay: Option<crate::algo::codel::CodelConfig>,
+    pub delay: Option<CodelConfig>,
     /// Deadline given to every task submitted without one (`queue.deadline`,
     /// default none), counted from its submission.
     pub deadline: Option<Duration>,
@@ -239,7 +244,7 @@ pub struct QueueConfig {
     /// tasks waiting (`queue.priority`, default critical 0.5, default 0.2,
     /// sheddable 0.05; at most 1 together). The rest goes by priority, and
     /// a class with nothing waiting leaves its share to the others.
-    pub priority: crate::algo::priority::PriorityConfig,
+    pub priority: PriorityConfig,
 }
 
 /// Balancer settings of a service.
@@ -428,12 +433,12 @@ pub struct ServiceConfig {
     /// dropped locally with probability `(requests - k·accepts) /
     /// (requests + 1)`, ending `throttled` (retried elsewhere, never the
     /// node's fault).
-    pub throttle: Option<crate::algo::throttle::ThrottleConfig>,
+    pub throttle: Option<ThrottleConfig>,
     /// How its endpoints' HTTP/2 connections are kept (`http2`).
     pub http2: Http2Config,
     /// Bounds of the learned limits of endpoints with `max_concurrent:
     /// "auto"` (defaults min 1, max 1000, initial 20).
-    pub concurrency: crate::algo::concurrency::LearnedLimitConfig,
+    pub concurrency: LearnedLimitConfig,
     /// What a task line (a JSONL file's, a Redis stream's) may ask of the
     /// service (`lines`; see [`LineLimits`]).
     pub lines: LineLimits,
@@ -441,7 +446,7 @@ pub struct ServiceConfig {
     /// (default none), the weight of the others (default 1) and how many
     /// tenants are tracked at once (default 1024; the rest share one
     /// queue). See [`crate::algo::tenants`].
-    pub tenants: crate::algo::tenants::TenantsConfig,
+    pub tenants: TenantsConfig,
 }
 
 impl ServiceConfig {

@@ -127,6 +127,7 @@ fn default_heartbeat() -> Duration {
 /// What an instance does while Redis does not answer within `timeout`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum OnDown {
     /// Local limits at `rate / (last known live instances)`, local breakers
     /// (default).
@@ -140,6 +141,7 @@ pub enum OnDown {
 /// How a shared bucket's tokens reach the balancer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum SharedMode {
     /// When tasks wait, the balancer takes their tokens and a lease ahead
     /// (at most `rate · lease`), usable for `lease`; dispatch does not wait
@@ -157,6 +159,7 @@ pub enum SharedMode {
 /// Its `Debug` shows the URL with its userinfo (user and password) and
 /// query redacted, as [`RedisConfig::redacted_url`] does.
 #[derive(Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RedisConfig {
     /// Connection URL (`redis://[user:password@]host:port/db`,
     /// `rediss://...` for TLS, `redis+unix:///path`). It may hold a

@@ -31,13 +31,23 @@ mod shutdown;
 #[cfg(feature = "redis")]
 mod stream;
 mod submit;
+
+#[cfg(feature = "metrics")]
+impl crate::metrics::Register for Dispatcher {
+    fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        Dispatcher::register_metrics(self, registry);
+    }
+}
+
 #[cfg(test)]
 mod tests;
 
 pub use crate::task::Submission;
 pub use crate::task::Unfinished;
 pub use builder::{DispatcherBuilder, StartError};
-pub use pool::{DrillTarget, ReloadReport};
+#[cfg(feature = "internals")]
+pub use pool::DrillTarget;
+pub use pool::ReloadReport;
 pub use shutdown::ShutdownReport;
 
 pub(crate) struct ServiceHandle {

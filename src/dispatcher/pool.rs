@@ -25,11 +25,23 @@ pub struct ReloadReport {
 /// ([`Dispatcher::fault_drill`]).
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub enum DrillTarget {
     /// The queue (the panic is caught inside it).
     Queue,
     /// The balancer (it dies; the pipeline is rebuilt).
     Balancer,
+}
+
+/// A fault drill.
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
+enum Drill<'a> {
+    /// Stop the node at this address.
+    Restart(&'a str),
+    /// Make the node at this address panic in a handler.
+    PanicNode(&'a str),
+    /// Make the queue or the balancer panic.
+    Panic(DrillTarget),
 }
 
 impl Dispatcher {
@@ -102,28 +114,51 @@ impl Dispatcher {
 
     /// Stops the actor of one node as a fault drill; its supervisor restarts
     /// it with its counters and breaker, and the restart is logged.
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
     pub async fn restart_node(&self, service: &str, address: &str) -> Result<(), PoolError> {
-        self.ask(service, PoolChange::CrashNode(address.to_owned()))
-            .await?
-            .map(drop)
+        self.drill(service, Drill::Restart(address)).await
     }
 
     /// Fault drill: makes the actor of one node panic inside a handler (not
     /// inside an attempt), as a bug in the node would. The panic is caught,
     /// logged, and the node restarted by its supervisor with its state and
     /// its attempts in flight.
+    #[cfg(feature = "internals")]
     #[doc(hidden)]
     pub async fn node_fault_drill(&self, service: &str, address: &str) -> Result<(), PoolError> {
-        self.ask(service, PoolChange::PanicNode(address.to_owned()))
-            .await?
-            .map(drop)
+        self.drill(service, Drill::PanicNode(address)).await
     }
 
     /// Fault drill: makes the queue or the balancer of `service` panic, to
     /// check that no caller is left waiting (see `actors::drill`).
+    #[cfg(feature = "internals")]
     #[doc(hidden)]
     pub async fn fault_drill(&self, service: &str, target: DrillTarget) -> Result<(), PoolError> {
+        self.drill(service, Drill::Panic(target)).await
+    }
+
+    /// The fault drills' one path. Only the tests call it (through the
+    /// methods above, behind `internals`); it is compiled in every build
+    /// so that the actors' drill messages are the same in all of them.
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
+    async fn drill(&self, service: &str, drill: Drill<'_>) -> Result<(), PoolError> {
         use crate::actors::drill::PanicDrill;
+        let target = match drill {
+            Drill::Restart(address) => {
+                return self
+                    .ask(service, PoolChange::CrashNode(address.to_owned()))
+                    .await?
+                    .map(drop)
+            }
+            Drill::PanicNode(address) => {
+                return self
+                    .ask(service, PoolChange::PanicNode(address.to_owned()))
+                    .await?
+                    .map(drop)
+            }
+            Drill::Panic(target) => target,
+        };
         let h = self
             .handle(service)
             .ok_or_else(|| PoolError::UnknownService(service.to_owned()))?;

@@ -42,7 +42,7 @@ impl Dispatcher {
                 .ok_or_else(|| DurableStreamError::UnknownService(n.clone()))?;
             let prom = self.inner.metrics.stream(&h.cfg.name);
             start(
-                self.clone(),
+                Box::new(self.clone()),
                 &self.inner.streams,
                 &redis,
                 &h.cfg,
@@ -89,5 +89,16 @@ impl Dispatcher {
     /// Whether shutdown has begun.
     pub(crate) fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(feature = "redis")]
+impl crate::redis::stream::Intake for Dispatcher {
+    fn is_closed(&self) -> bool {
+        Dispatcher::is_closed(self)
+    }
+
+    fn submit_waiting(&self, task: crate::Task) -> crate::Submission {
+        Dispatcher::submit_waiting(self, task)
     }
 }

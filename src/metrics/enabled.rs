@@ -562,9 +562,17 @@ impl PromNode {
     }
 }
 
+/// What holds `dispatch_*` families to register: a
+/// [`Dispatcher`](crate::Dispatcher) (the one implementation).
+pub trait Register {
+    /// Registers its families in `registry`, as
+    /// [`Dispatcher::register_metrics`](crate::Dispatcher::register_metrics).
+    fn register_metrics(&self, registry: &mut Registry);
+}
+
 /// The OpenMetrics exposition of `dispatcher`'s metrics, ending with
 /// `# EOF` ([`encode_as`] for the text format 0.0.4).
-pub fn encode(dispatcher: &crate::Dispatcher) -> String {
+pub fn encode(dispatcher: &impl Register) -> String {
     let mut registry = Registry::default();
     dispatcher.register_metrics(&mut registry);
     let mut text = String::new();
@@ -574,7 +582,7 @@ pub fn encode(dispatcher: &crate::Dispatcher) -> String {
 }
 
 /// The exposition of `dispatcher`'s metrics in `format`.
-pub fn encode_as(dispatcher: &crate::Dispatcher, format: super::Format) -> String {
+pub fn encode_as(dispatcher: &impl Register, format: super::Format) -> String {
     match format {
         super::Format::OpenMetrics => encode(dispatcher),
         super::Format::Text => super::format::openmetrics_to_text(&encode(dispatcher)),
@@ -584,31 +592,3 @@ pub fn encode_as(dispatcher: &crate::Dispatcher, format: super::Format) -> Strin
 /// The content type of [`encode`]'s text (OpenMetrics, which Prometheus
 /// scrapes natively).
 pub const CONTENT_TYPE: &str = super::format::OPENMETRICS_CONTENT_TYPE;
-
-/// `GET /metrics` (mounted by [`crate::web::configure`]): the metrics of
-/// the dispatcher in the app data (`web::Data<Dispatcher>` or a plain
-/// `Dispatcher`), in the format the request's `Accept` asks for
-/// ([`super::Format::negotiate`]), with `Vary: Accept`.
-#[cfg(feature = "web")]
-pub async fn serve(req: actix_web::HttpRequest) -> actix_web::HttpResponse {
-    use actix_web::http::header;
-    use actix_web::web::Data;
-    let d = req
-        .app_data::<Data<crate::Dispatcher>>()
-        .map(|d| d.get_ref().clone())
-        .or_else(|| req.app_data::<crate::Dispatcher>().cloned());
-    let accept: Vec<&str> = req
-        .headers()
-        .get_all(header::ACCEPT)
-        .filter_map(|v| v.to_str().ok())
-        .collect();
-    let accept = accept.join(",");
-    let format = super::Format::negotiate(Some(accept.as_str()).filter(|a| !a.is_empty()));
-    match d {
-        Some(d) => actix_web::HttpResponse::Ok()
-            .content_type(format.content_type())
-            .insert_header((header::VARY, "Accept"))
-            .body(encode_as(&d, format)),
-        None => actix_web::HttpResponse::InternalServerError().body("no dispatcher"),
-    }
-}

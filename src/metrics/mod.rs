@@ -313,12 +313,10 @@ impl std::ops::Deref for NodeMetrics {
         &self.prom
     }
 }
-#[cfg(all(feature = "metrics", feature = "web"))]
-pub use enabled::serve;
 #[cfg(all(feature = "metrics", feature = "redis"))]
 pub(crate) use enabled::PromStream;
 #[cfg(feature = "metrics")]
-pub use enabled::{encode, encode_as, CONTENT_TYPE};
+pub use enabled::{encode, encode_as, Register, CONTENT_TYPE};
 #[cfg(feature = "metrics")]
 pub(crate) use enabled::{Families, PromLeases};
 #[cfg(feature = "metrics")]

@@ -8,10 +8,13 @@
 
 use std::time::Duration;
 
-use redis::{Script, Value};
+#[cfg(feature = "internals")]
+use redis::Script;
+use redis::Value;
 
 use super::repairs::{parse_repairs, Repair};
-use super::GCRA_LUA;
+#[cfg(feature = "internals")]
+use super::wire::GCRA_LUA;
 use crate::config::BucketConfig;
 
 /// A bucket's GCRA parameters in µs: (emission interval, tolerance).
@@ -41,6 +44,7 @@ pub struct Got {
     pub due: Duration,
 }
 
+#[cfg(feature = "internals")]
 /// The answer of one `gcra.lua` call with a single ask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Taken {
@@ -109,6 +113,7 @@ pub(super) fn gcra_decode(v: &[Value], asks: &[Ask]) -> (Vec<Got>, u64, Vec<Repa
     (got, now, parse_repairs(v.get(n)))
 }
 
+#[cfg(feature = "internals")]
 /// Runs `gcra.lua` once over `keys` (each with its bucket) for `asks`, at
 /// Redis `TIME` or, in tests, at `now_us`; returns each ask's answer and
 /// the script's clock (µs).
@@ -126,6 +131,7 @@ pub async fn take_many<C: redis::aio::ConnectionLike>(
     Ok((got, now))
 }
 
+#[cfg(feature = "internals")]
 /// Runs `gcra.lua` once: `want` tokens from every bucket of `keys` (each
 /// with its config) together, at Redis `TIME` or, in tests, at `now_us`.
 pub async fn take_tokens<C: redis::aio::ConnectionLike>(

@@ -68,21 +68,46 @@ use crate::actors::share::{
     SharedState, TokenStore,
 };
 use crate::config::{BucketConfig, RedisConfig};
+pub use crate::stats::SharedStats;
 use conn::Conn;
 pub use conn::{check, client, connect, Connection};
 use health::{Change, Health, Kind};
 use repairs::{parse_repairs, ClusterHint, Repair, RepairLog};
 
-/// The GCRA script (see its header for keys and arguments).
-pub const GCRA_LUA: &str = include_str!("gcra.lua");
+#[cfg(not(feature = "internals"))]
+use gcra::Ask;
 use gcra::{gcra_args, gcra_decode};
+#[cfg(not(feature = "internals"))]
+use wire::{members_key, BREAKER_LUA, GCRA_LUA, MAX_SHARED_OPEN};
+// The scripts and their wire helpers, for the tests that drive the scripts
+// directly: unstable, outside semver (feature `internals`).
+#[cfg(feature = "internals")]
+#[doc(hidden)]
 pub use gcra::{gcra_params, take_many, take_tokens, Ask, Got, Taken};
-/// The shared-breaker script.
-pub const BREAKER_LUA: &str = include_str!("breaker.lua");
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub use wire::{members_key, BREAKER_LUA, GCRA_LUA, MAX_SHARED_OPEN};
 
-/// The longest a shared breaker's `open` key is believed (a foreign key
-/// with a longer expiry would keep a node shut for every instance).
-pub const MAX_SHARED_OPEN: Duration = Duration::from_secs(600);
+/// The Lua sources and key names on the wire.
+mod wire {
+    use std::time::Duration;
+
+    /// The GCRA script (see its header for keys and arguments).
+    pub const GCRA_LUA: &str = include_str!("gcra.lua");
+    /// The shared-breaker script.
+    pub const BREAKER_LUA: &str = include_str!("breaker.lua");
+
+    /// The longest a shared breaker's `open` key is believed (a foreign key
+    /// with a longer expiry would keep a node shut for every instance).
+    pub const MAX_SHARED_OPEN: Duration = Duration::from_secs(600);
+
+    /// The membership key, `prefix:{members}`: under the prefix as every key
+    /// is (an ACL user limited to `~prefix:*` reaches it), hash-tagged so the
+    /// script's one key has a slot in a Redis Cluster.
+    pub fn members_key(prefix: &str) -> String {
+        format!("{prefix}:{{members}}")
+    }
+}
 
 /// The most live instances believed from the membership count.
 const MAX_LIVE: u64 = 100_000;
@@ -112,26 +137,6 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
 redis.call('PEXPIRE', KEYS[1], window)
 return { redis.call('ZCOUNT', KEYS[1], now - window, now), repaired, #ahead }
 "#;
-
-/// What `stats()` shows of the shared state.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-#[non_exhaustive]
-pub struct SharedStats {
-    /// Instances that heartbeated within three periods (this one included);
-    /// the last count read while Redis answered.
-    pub live_instances: u64,
-    /// Some kind of call (tokens, breakers or heartbeats, of some service)
-    /// did not answer within `timeout`, or failed, the last time.
-    pub down: bool,
-    /// Which scopes are down, each a kind of call and the service it is
-    /// for (`"token calls of api"`, `"heartbeats"`), sorted: one service's
-    /// failing calls say nothing of the others'.
-    pub down_scopes: Vec<String>,
-    /// Script calls made (round trips), and calls that timed out or failed.
-    pub round_trips: u64,
-    /// Calls that timed out or failed.
-    pub failures: u64,
-}
 
 struct Inner {
     cfg: RedisConfig,
@@ -533,13 +538,6 @@ fn breaker_answer(v: &[redis::Value]) -> (i64, Vec<Repair>) {
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
-}
-
-/// The membership key, `prefix:{members}`: under the prefix as every key
-/// is (an ACL user limited to `~prefix:*` reaches it), hash-tagged so the
-/// script's one key has a slot in a Redis Cluster.
-pub fn members_key(prefix: &str) -> String {
-    format!("{prefix}:{{members}}")
 }
 
 /// Heartbeats until the handle is dropped (one call per period).

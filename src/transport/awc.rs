@@ -79,7 +79,7 @@ fn pools(settings: &ConnectionSettings, connect_timeout: Duration) -> (H1Pool, H
 pub(crate) fn caller_client(
     settings: &ConnectionSettings,
     timeout: Duration,
-    scoped: crate::lease::ScopedHeaders,
+    scoped: super::ScopedHeaders,
 ) -> awc::Client {
     let tcp = actix_tls::connect::Connector::new(Resolver::default()).service();
     let connector = awc::Connector::new()

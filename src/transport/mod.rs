@@ -166,11 +166,13 @@ mod awc;
 mod connect;
 mod h1;
 mod h2;
+mod scoped;
 #[cfg(feature = "tls")]
 mod tls;
 
 pub(crate) use self::awc::caller_client;
 pub use self::awc::AwcTransport;
+pub(crate) use scoped::ScopedHeaders;
 
 /// Largest answer head, in bytes, on either protocol: HTTP/1's head as
 /// the codec reads it (actix-http's bound, with at most 96 header fields),

@@ -13,7 +13,30 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/stats", get_or_head().to(stats))
         .route("/health", get_or_head().to(health));
     #[cfg(feature = "metrics")]
-    cfg.route("/metrics", get_or_head().to(crate::metrics::serve));
+    cfg.route("/metrics", get_or_head().to(metrics));
+}
+
+/// `GET /metrics`: the metrics of the dispatcher in the app data, in the
+/// format the request's `Accept` asks for
+/// ([`crate::metrics::Format::negotiate`]), with `Vary: Accept`.
+#[cfg(feature = "metrics")]
+async fn metrics(req: HttpRequest) -> HttpResponse {
+    use crate::metrics::{encode_as, Format};
+    use actix_web::http::header;
+    let accept: Vec<&str> = req
+        .headers()
+        .get_all(header::ACCEPT)
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    let accept = accept.join(",");
+    let format = Format::negotiate(Some(accept.as_str()).filter(|a| !a.is_empty()));
+    match dispatcher_of(&req) {
+        Some(d) => HttpResponse::Ok()
+            .content_type(format.content_type())
+            .insert_header((header::VARY, "Accept"))
+            .body(encode_as(&d, format)),
+        None => HttpResponse::InternalServerError().body("no dispatcher"),
+    }
 }
 
 /// A route for `GET` and `HEAD` (a monitor's probe is often a `HEAD`).

@@ -192,6 +192,7 @@ impl std::fmt::Debug for TenantFrom {
 /// Which forwarded requests are streamed ([`ForwardConfig::stream`]): the
 /// route's choice, which a client's `Accept` can only use, not make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum StreamWhen {
     /// Requests whose `Accept` names `text/event-stream` (a route of
     /// server-sent events, as an OpenAI-compatible chat completion).

@@ -261,7 +261,9 @@ fn on_limit_reject(rate_limit: &str, mode: &str) {
     for r in &rs {
         match r.rejection() {
             None => assert!(r.is_success(), "{:?}", r.outcome),
-            Some(actix_dispatch::Rejection::RateLimited { retry_after: t }) => retry_after.push(*t),
+            Some(actix_dispatch::Rejection::RateLimited { retry_after: t, .. }) => {
+                retry_after.push(*t)
+            }
             Some(other) => panic!("{other:?}"),
         }
     }

@@ -81,14 +81,11 @@ fn an_entry_over_the_byte_bound_is_dead_lettered_and_reads_are_bounded() {
     let mut st = None;
     let counts = read_counts(&server, || {
         st = actix::System::new().block_on(async move {
-            let sc = StreamConfig {
-                consumer: "bounds".into(),
-                claim_after: Some(Duration::from_secs(60)),
-                claim_every: Some(Duration::from_millis(100)),
-                max_entry_bytes: 4096,
-                max_read_bytes: 16384,
-                ..Default::default()
-            };
+            let mut sc = StreamConfig::named("bounds");
+            sc.claim_after = Some(Duration::from_secs(60));
+            sc.claim_every = Some(Duration::from_millis(100));
+            sc.max_entry_bytes = 4096;
+            sc.max_read_bytes = 16384;
             let d = start_consuming(cfg, sc).await;
             let last = stream_until(&d, Duration::from_secs(5), |s| {
                 s.dead_lettered == 1 && s.recorded == 20 && s.in_flight == 0
@@ -139,13 +136,10 @@ fn results_and_dead_letters_are_trimmed() {
             .expect("xadd");
     }
     let st = actix::System::new().block_on(async move {
-        let sc = StreamConfig {
-            consumer: "trim".into(),
-            claim_after: Some(Duration::from_secs(60)),
-            results_max_len: 10,
-            dead_max_len: 5,
-            ..Default::default()
-        };
+        let mut sc = StreamConfig::named("trim");
+        sc.claim_after = Some(Duration::from_secs(60));
+        sc.results_max_len = 10;
+        sc.dead_max_len = 5;
         let d = start_consuming(cfg, sc).await;
         let last = stream_until(&d, Duration::from_secs(10), |s| {
             s.dead_lettered == 40 && s.recorded == 200 && s.in_flight == 0
@@ -203,11 +197,8 @@ fn lines_over_the_services_bounds_are_dead_lettered() {
             .expect("xadd");
     }
     let st = actix::System::new().block_on(async move {
-        let sc = StreamConfig {
-            consumer: "lines".into(),
-            claim_after: Some(Duration::from_secs(60)),
-            ..Default::default()
-        };
+        let mut sc = StreamConfig::named("lines");
+        sc.claim_after = Some(Duration::from_secs(60));
         let d = start_consuming(cfg, sc).await;
         let last = stream_until(&d, Duration::from_secs(5), |s| {
             s.dead_lettered == 4 && s.recorded == 1 && s.in_flight == 0
@@ -263,11 +254,8 @@ fn an_entry_cannot_forge_a_log_line() {
         .query(&mut c)
         .expect("xadd");
     let st = actix::System::new().block_on(async move {
-        let sc = StreamConfig {
-            consumer: "forge".into(),
-            claim_after: Some(Duration::from_secs(60)),
-            ..Default::default()
-        };
+        let mut sc = StreamConfig::named("forge");
+        sc.claim_after = Some(Duration::from_secs(60));
         let d = start_consuming(cfg, sc).await;
         let last = stream_until(&d, Duration::from_secs(5), |s| s.dead_lettered == 1).await;
         d.shutdown(Duration::from_secs(1)).await;

@@ -32,11 +32,8 @@ fn enqueue_durable_consume_and_stats_in_process() {
             let line = actix_dispatch::codec::TaskLine::parse(&line).expect("line");
             d.enqueue_durable(&line).await.expect("enqueue");
         }
-        let sc = StreamConfig {
-            consumer: "in-process".into(),
-            claim_every: Some(Duration::from_millis(100)),
-            ..Default::default()
-        };
+        let mut sc = StreamConfig::named("in-process");
+        sc.claim_every = Some(Duration::from_millis(100));
         d.consume(sc).await.expect("consume");
         let done = |st: &StreamStats| st.recorded == 20 && st.pending == 0 && st.lag == 0;
         let last = stream_until(&d, Duration::from_secs(10), done)
@@ -195,12 +192,9 @@ fn the_consumer_resumes_after_redis_drops_its_connections() {
     let cfg = load_config(&dir, &server.url(), backend.port, 100);
     let url = server.url();
     let recorded = actix::System::new().block_on(async move {
-        let sc = StreamConfig {
-            consumer: "dropped".into(),
-            claim_every: Some(Duration::from_millis(100)),
-            block: Duration::from_millis(100),
-            ..Default::default()
-        };
+        let mut sc = StreamConfig::named("dropped");
+        sc.claim_every = Some(Duration::from_millis(100));
+        sc.block = Duration::from_millis(100);
         let d = start_consuming(cfg, sc).await;
         let recorded = |d: Dispatcher| async move {
             let s = d.stats().await;

@@ -62,13 +62,10 @@ fn entries_that_can_never_run_are_dead_lettered_on_first_sight() {
         }
     }
     let st = actix::System::new().block_on(async move {
-        let sc = StreamConfig {
-            consumer: "hostile".into(),
-            claim_after: Some(Duration::from_secs(60)),
-            claim_every: Some(Duration::from_millis(100)),
-            max_deliveries: 5,
-            ..Default::default()
-        };
+        let mut sc = StreamConfig::named("hostile");
+        sc.claim_after = Some(Duration::from_secs(60));
+        sc.claim_every = Some(Duration::from_millis(100));
+        sc.max_deliveries = 5;
         let d = start_consuming(cfg, sc).await;
         let last = stream_until(&d, Duration::from_secs(5), |s| {
             s.dead_lettered == 5 && s.recorded == 3 && s.in_flight == 0

@@ -45,10 +45,7 @@ fn run_then_shut_down(
     add_tasks(&mut con(url), "/slow", n);
     let calls = backend.calls.clone();
     actix::System::new().block_on(async move {
-        let sc = StreamConfig {
-            consumer: "leaving".into(),
-            ..Default::default()
-        };
+        let sc = StreamConfig::named("leaving");
         let d = start_consuming(cfg, sc).await;
         let start = tokio::time::Instant::now();
         while calls.lock().unwrap().len() < seen && start.elapsed() < Duration::from_secs(10) {
@@ -135,12 +132,9 @@ fn tasks_in_flight_at_shutdown_are_recorded_once_or_left_pending() {
     let cfg = load_config(&dir, &server.url(), backend.port, 1000);
     let url = server.url();
     actix::System::new().block_on(async move {
-        let sc = StreamConfig {
-            consumer: "taking-over".into(),
-            claim_after: Some(Duration::from_millis(100)),
-            claim_every: Some(Duration::from_millis(100)),
-            ..Default::default()
-        };
+        let mut sc = StreamConfig::named("taking-over");
+        sc.claim_after = Some(Duration::from_millis(100));
+        sc.claim_every = Some(Duration::from_millis(100));
         let d = start_consuming(cfg, sc).await;
         let mut c = con(&url);
         let start = tokio::time::Instant::now();

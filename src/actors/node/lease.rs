@@ -27,28 +27,14 @@ use tokio::time::Instant;
 use super::{NodeActor, NodeCore};
 use crate::actors::protocol::{AttemptEnded, AttemptReport, Dispatch, NodeReport};
 use crate::algo::breaker::Permit;
-use crate::lease::{Endpoint, Lease, LeaseHand};
+use crate::lease::{Endpoint, Lease, LeaseHand, LeaseNews, Sample};
 use crate::outcome::AttemptOutcome;
 use crate::transport::{ConnectionSettings, HttpReply};
 
-/// One outcome a lease reported.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Sample {
-    /// `None`: `Ignore` (nothing to account).
-    pub outcome: Option<AttemptOutcome>,
-    /// The breaker's permit the lease was admitted with.
-    pub permit: Option<Permit>,
-    pub latency: Duration,
-}
-
-/// A lease to the node that lent it.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub(crate) enum LeaseNews {
-    /// An outcome; the lease is still held.
-    Report(Sample),
-    /// The lease was returned (with its last outcome, or none): its slot is free.
-    End(Option<Sample>),
+/// A lease's news is a message to the node that lent it (the type is the
+/// lease's, so that `lease` does not name the node).
+impl Message for LeaseNews {
+    type Result = ();
 }
 
 impl NodeActor {
@@ -68,7 +54,7 @@ impl NodeActor {
             None => {
                 let core = self.core.borrow();
                 let e = Arc::new(Endpoint {
-                    node: ctx.address(),
+                    node: ctx.address().recipient(),
                     address: core.address.clone(),
                     authority: Endpoint::authority_of(&core.address),
                     settings: ConnectionSettings::for_endpoint(&core.cfg, &core.address),

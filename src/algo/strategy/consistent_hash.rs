@@ -1,36 +1,21 @@
-//! Consistent hashing on a ketama-style hash ring, for affinity.
+//! Consistent hashing on a ketama-style hash ring, for affinity (Karger et
+//! al., 1997; libketama; nginx's `hash ... consistent`).
 //!
-//! Tasks that carry an affinity key (a user, a session, a cache shard) should
-//! keep going to the same node, so that node's caches stay warm, and when the
-//! pool changes only the keys of the nodes that changed should move. This is
-//! consistent hashing (Karger et al., 1997) in the shape of libketama and
-//! nginx's `hash ... consistent`: every member is hashed onto a 64-bit ring at
-//! many virtual points, and a key belongs to the first point at or after its
-//! hash, walking clockwise.
+//! Every member is hashed onto a 64-bit ring at many virtual points; a key
+//! belongs to the first point at or after its hash, clockwise.
 //!
-//! * Virtual points: a member of weight `w` gets `w ×` [`POINTS_PER_WEIGHT`]
-//!   (160, as ketama) points, whatever the other members weigh, so key share
-//!   follows weight and a change to one member moves only keys to or from
-//!   that member: adding a member of weight `w` to a pool of total weight
-//!   `W` moves about `w / (W + w)` of all keys, every one of them to the new
-//!   member; raising one member's weight only takes keys from the others,
-//!   lowering it only gives its keys away. (Scaling points to the largest
-//!   weight, as this ring once did, moves about a third of all keys when a
-//!   new largest weight arrives.) Weights above [`MAX_RING_WEIGHT`] count as
-//!   that (the config clamps weights to 1..=100 anyway). Only a pool whose
-//!   points would pass [`MAX_POINTS`] (a total weight over 6 250) gets fewer
-//!   points per unit of weight, the same for every member, to bound memory
-//!   (16 bytes a point); there, a change of total weight moves more keys.
-//! * Point `i` of a member sits at `hash_key("{key}#{i}")`, so a member keeps
-//!   its points across rebuilds and reorderings.
-//! * An ineligible owner is skipped: the walk continues clockwise to the
-//!   first eligible member, so an unavailable node's keys spread over its
-//!   ring neighbours and come back when it recovers; no other key moves.
-//! * A pick without affinity, or on an empty ring, falls back to an inner
-//!   [`P2c`].
+//! * A member of weight `w` gets `w ×` [`POINTS_PER_WEIGHT`] (160, as
+//!   ketama) points whatever the others weigh, so a change to one member
+//!   moves only keys to or from it (adding weight `w` to a pool of `W`
+//!   moves about `w / (W + w)` of the keys). Weights count up to
+//!   [`MAX_RING_WEIGHT`]; past [`MAX_POINTS`] every member gets fewer.
+//! * Point `i` of a member sits at `hash_key("{key}#{i}")`: stable across
+//!   rebuilds and reorderings.
+//! * An ineligible owner is skipped: its keys go to its ring neighbours and
+//!   come back when it recovers; no other key moves.
+//! * Without affinity, or on an empty ring, an inner [`P2c`] picks.
 //!
-//! A pick is a binary search plus a short walk: O(log points) while the
-//! owners are eligible.
+//! A pick is a binary search and a short walk.
 //!
 //! ```
 //! # #[cfg(feature = "internals")] {
@@ -99,12 +84,14 @@ impl ConsistentHash {
     }
 
     /// The number of points on the ring.
+    #[cfg(any(test, feature = "internals"))]
     pub fn points(&self) -> usize {
         self.ring.len()
     }
 }
 
 impl Strategy for ConsistentHash {
+    #[cfg(any(test, feature = "internals"))]
     fn name(&self) -> &'static str {
         "consistent_hash"
     }

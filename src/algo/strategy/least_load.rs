@@ -35,6 +35,7 @@ use super::{Candidate, Member, Strategy};
 /// The default is `in_flight: 0.5, latency: 0.3, errors: 0.2`: load first,
 /// then latency, then errors.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct LeastLoadWeights {
     /// Weight of the occupancy `in_flight / max_concurrent` (default 0.5).
     pub in_flight: f64,
@@ -82,6 +83,7 @@ impl LeastLoad {
 }
 
 impl Strategy for LeastLoad {
+    #[cfg(any(test, feature = "internals"))]
     fn name(&self) -> &'static str {
         "least_load"
     }

@@ -102,6 +102,7 @@ pub struct Member {
 /// A load-balancing strategy.
 pub trait Strategy: Send + std::fmt::Debug {
     /// Short name for logs and metrics, e.g. `"round_robin"`.
+    #[cfg(any(test, feature = "internals"))]
     fn name(&self) -> &'static str;
 
     /// Pool membership changed (or first build): `members` are in the same

@@ -129,6 +129,7 @@ fn cheaper(b: &Candidate, a: &Candidate) -> bool {
 }
 
 impl Strategy for P2c {
+    #[cfg(any(test, feature = "internals"))]
     fn name(&self) -> &'static str {
         "p2c"
     }

@@ -33,6 +33,7 @@ impl RoundRobin {
 }
 
 impl Strategy for RoundRobin {
+    #[cfg(any(test, feature = "internals"))]
     fn name(&self) -> &'static str {
         "round_robin"
     }

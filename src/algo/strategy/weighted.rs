@@ -45,12 +45,14 @@ impl SmoothWeighted {
     }
 
     /// The current weight of every node, by index (for tests and metrics).
+    #[cfg(any(test, feature = "internals"))]
     pub fn current_weights(&self) -> &[i64] {
         &self.current
     }
 }
 
 impl Strategy for SmoothWeighted {
+    #[cfg(any(test, feature = "internals"))]
     fn name(&self) -> &'static str {
         "weighted"
     }

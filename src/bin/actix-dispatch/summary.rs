@@ -343,9 +343,7 @@ mod tests {
     #[test]
     fn overloaded_rejections_are_counted_apart_and_shutdown_as_unfinished() {
         let mut t = Tally::default();
-        let overloaded = Rejection::Overloaded {
-            retry_after: Duration::from_millis(100),
-        };
+        let overloaded = Rejection::overloaded(Duration::from_millis(100));
         for outcome in [
             Outcome::Rejected(overloaded.clone()),
             Outcome::Rejected(overloaded),

@@ -17,6 +17,7 @@ use crate::config::ServiceConfig;
 /// read into [`RedisConfig::stream`](crate::config::RedisConfig::stream) and
 /// used by `Dispatcher::consume_configured`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StreamConfig {
     /// This instance's consumer name in the group (default
     /// `<pid>-<random>`). Give a stable name to resume the same pending
@@ -92,6 +93,16 @@ impl Default for StreamConfig {
 }
 
 impl StreamConfig {
+    /// The defaults, with this instance's `consumer` name (a stable name
+    /// resumes the same pending entries after a restart); set the other
+    /// fields on the value.
+    pub fn named(consumer: impl Into<String>) -> StreamConfig {
+        StreamConfig {
+            consumer: consumer.into(),
+            ..StreamConfig::default()
+        }
+    }
+
     /// The default `claim_after` of `svc`: twice the longest a delivery's
     /// attempts and backoffs take, plus a second for the queue:
     /// `2 × (timeout × (max_retries + 1) + backoff_max × max_retries) + 1 s`,

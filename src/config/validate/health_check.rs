@@ -33,7 +33,7 @@ pub(super) fn validate(
     if h.healthy_threshold == 0 {
         return Err(cx.err("health_check.healthy_threshold", "must be at least 1"));
     }
-    crate::task::check_path(&h.path).map_err(|m| cx.err("health_check.path", m))?;
+    crate::syntax::check_path(&h.path).map_err(|m| cx.err("health_check.path", m))?;
     Ok(Some(HealthCheckConfig {
         path: h.path.trim_start_matches('/').to_owned(),
         interval: h.interval,

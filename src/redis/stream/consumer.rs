@@ -20,10 +20,19 @@ use crate::codec::{ResultLine, TaskLine, WireId};
 use crate::config::{RedisConfig, ServiceConfig};
 use crate::metrics::{PromStream, StreamEvent};
 use crate::outcome::{Outcome, Rejection, TaskResult};
-use crate::{Dispatcher, Task};
+use crate::task::{Submission, Task};
+
+/// What the consumer feeds: the engine (a [`crate::Dispatcher`]), named by
+/// what it does so that the stream does not depend on the dispatcher.
+pub(crate) trait Intake {
+    /// Whether the engine has closed its intake (shutting down).
+    fn is_closed(&self) -> bool;
+    /// Submits a task, waiting for room when its queue is full.
+    fn submit_waiting(&self, task: Task) -> Submission;
+}
 
 struct Consumer {
-    d: Dispatcher,
+    d: Box<dyn Intake>,
     service: String,
     group: String,
     name: String,
@@ -57,7 +66,7 @@ struct Consumer {
 
 /// Starts consuming `svc`'s stream on the current arbiter.
 pub(crate) async fn start(
-    d: Dispatcher,
+    d: Box<dyn Intake>,
     streams: &Streams,
     redis: &RedisConfig,
     svc: &ServiceConfig,
@@ -591,7 +600,7 @@ pub(super) fn parse_entry(
             line.service
         ));
     }
-    crate::task::check_path(&line.path)?;
+    crate::syntax::check_path(&line.path)?;
     let task = line.to_task_within(limits)?;
     Ok((task, line))
 }

@@ -84,12 +84,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::conn::Conn;
-use serde::Serialize;
 
 use crate::codec::TaskLine;
 use crate::config::RedisConfig;
 
-pub(crate) use consumer::start;
+pub(crate) use consumer::{start, Intake};
 
 /// The script that records a result or a dead letter (see its header).
 pub const RECORD_LUA: &str = include_str!("../record.lua");
@@ -100,6 +99,7 @@ pub const TASK_FIELD: &str = "task";
 /// Options of [`Dispatcher::consume`](crate::Dispatcher::consume); defined
 /// with the config (`redis.stream`), which reads no part of this module.
 pub use crate::config::StreamConfig;
+pub use crate::stats::StreamStats;
 
 /// Why a durable task stream could not be used (a streamed response
 /// body's error is [`crate::StreamError`]).
@@ -115,31 +115,6 @@ pub enum DurableStreamError {
     /// Redis refused or did not answer.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
-}
-
-/// One service's stream, as `stats()` shows it.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct StreamStats {
-    /// Entries of the stream not yet delivered to the group (`XINFO GROUPS`
-    /// lag), as last read.
-    pub lag: u64,
-    /// Entries delivered and not acknowledged, all consumers (`XINFO
-    /// GROUPS` pending), as last read.
-    pub pending: u64,
-    /// Entries this instance has read and not finished.
-    pub in_flight: u64,
-    /// Entries read (new or own pending).
-    pub read: u64,
-    /// Entries claimed from idle consumers.
-    pub claimed: u64,
-    /// Results recorded by this instance.
-    pub recorded: u64,
-    /// Finished a second time; the result was already recorded.
-    pub duplicates: u64,
-    /// Deliveries that failed and were left pending for a later claim.
-    pub failed_deliveries: u64,
-    /// Entries this instance sent to the dead-letter stream.
-    pub dead_lettered: u64,
 }
 
 /// The counters behind [`StreamStats`].

@@ -148,7 +148,7 @@ impl QueueCore {
         let (class, patient, enqueued) = (p.job().priority, p.patient, self.epoch.at(p.sent_at));
         // The strictest bound first: within it no task is shed, and most
         // are, so the shelter is worked out only for the others.
-        let Some(strict) = self.delay.as_ref().and_then(|d| d.bound(now)) else {
+        let Some(strict) = self.delay.as_ref().and_then(|d| d.bound(now, false)) else {
             return false;
         };
         if patient || now.saturating_duration_since(enqueued) <= strict {

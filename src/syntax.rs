@@ -1,5 +1,8 @@
-//! What a task may carry: a path that stays under its endpoint's prefix, and
-//! headers that do not change where or how the request travels.
+//! The HTTP syntax a request of the engine must keep: a path that stays
+//! under its endpoint's prefix, and headers that do not change where or how
+//! the request travels. Tasks, leases, the config's fixed headers and health
+//! checks, and the durable stream's entries are all checked here (public as
+//! [`crate::task::check_path`] and [`crate::task::check_header_name`]).
 //!
 //! A task's path is appended to an endpoint address such as `http://h/v1/`.
 //! Servers and proxies normalise dot-segments (RFC 3986 §5.2.4) and many
