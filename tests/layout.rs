@@ -21,15 +21,7 @@ use std::path::{Path, PathBuf};
 /// set of files of one circle. A circle found passes if its files are all
 /// in one entry, so an entry may shrink as a circle is broken; a new circle
 /// fails the test. Remove an entry once its circle is gone.
-const ALLOWED_FILE_CIRCLES: &[&[&str]] = &[
-    // The queue's task table names the dispatch's `Race`.
-    &[
-        "actors/queue/dispatch.rs",
-        "actors/queue/table/mod.rs",
-        "actors/queue/table/slab.rs",
-        "actors/queue/table/state.rs",
-    ],
-];
+const ALLOWED_FILE_CIRCLES: &[&[&str]] = &[];
 
 /// Circles between top-level modules allowed for now (same rule).
 const ALLOWED_MODULE_CIRCLES: &[&[&str]] = &[];

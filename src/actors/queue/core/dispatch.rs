@@ -395,16 +395,6 @@ const DISPLACED_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// The most room a pump reserves for its routes up front (more grows).
 const MAX_BATCH: usize = 4096;
 
-/// When an attempt of `p` sent at `p.sent_at` should have reported, at the
-/// latest. Generous: an attempt's own timeout starts at its node, after any
-/// mailbox wait; the watchdog is only for attempts lost with their node.
-/// (Computed at each once-a-second sweep rather than kept per task.)
-pub(super) fn watchdog_at(p: &Pending, cfg: &ServiceConfig, epoch: &Epoch) -> Instant {
-    let timeout = p.job().task.attempt_timeout().unwrap_or(cfg.timeout);
-    let grace = time::sum(timeout, timeout.max(Duration::from_secs(5)));
-    time::add(epoch.at(p.sent_at), grace)
-}
-
 /// When to hedge `job`, if the service hedges and the task is idempotent.
 pub(super) fn hedge_delay(
     cfg: &ServiceConfig,

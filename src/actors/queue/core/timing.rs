@@ -6,12 +6,15 @@
 //! [`TimerStore`]: crate::actors::timers::TimerStore
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::table::TaskTable;
+use super::table::{Epoch, Pending, TaskTable};
 use super::{QueueCore, State, TaskNo};
 use crate::actors::protocol::{AttemptReport, Gate, NodeId, Seq};
+use crate::algo::time;
+use crate::config::ServiceConfig;
 use crate::outcome::{AttemptOutcome, ErrorKind};
 
 impl QueueCore {
@@ -80,8 +83,7 @@ impl QueueCore {
             .tasks
             .iter()
             .filter(|(_, p)| {
-                p.state() == State::InFlight
-                    && super::dispatch::watchdog_at(p, &self.cfg, &self.epoch) <= now
+                p.state() == State::InFlight && watchdog_at(p, &self.cfg, &self.epoch) <= now
             })
             .map(|(no, p)| {
                 let seq = Seq {
@@ -148,4 +150,14 @@ fn timer_live(tasks: &TaskTable, no: &TaskNo, kind: &Timer) -> bool {
         Timer::Hedge(g) => p.state() == State::InFlight && p.round == *g,
         Timer::Sweep => p.state() == State::Ready,
     }
+}
+
+/// When an attempt of `p` sent at `p.sent_at` should have reported, at the
+/// latest. Generous: an attempt's own timeout starts at its node, after any
+/// mailbox wait; the watchdog is only for attempts lost with their node.
+/// (Computed at each once-a-second sweep rather than kept per task.)
+fn watchdog_at(p: &Pending, cfg: &ServiceConfig, epoch: &Epoch) -> Instant {
+    let timeout = p.job().task.attempt_timeout().unwrap_or(cfg.timeout);
+    let grace = time::sum(timeout, timeout.max(Duration::from_secs(5)));
+    time::add(epoch.at(p.sent_at), grace)
 }
