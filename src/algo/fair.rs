@@ -468,6 +468,26 @@ impl<T> FairClasses<T> {
             .map(|t| (f, t))
     }
 
+    /// The oldest live item of the flow most over its share in `class`
+    /// ([`most_over`](Self::most_over)), left in place, and its flow: what
+    /// a queue too deep to meet its deadlines sheds first, so that the
+    /// flood of one tenant does not push the others' items out. With one
+    /// flow, its oldest, as [`oldest`](Self::oldest) gives.
+    pub fn oldest_of_most_over(
+        &mut self,
+        class: Priority,
+        live: impl FnMut(&T) -> bool,
+    ) -> Option<(Flow, &T)> {
+        let c = class.index();
+        let Some(f) = self.most_over(class) else {
+            if self.classes[c].is_empty() {
+                self.shares.idle(c);
+            }
+            return None;
+        };
+        self.classes[c].oldest_of(f, live).map(|t| (f, t))
+    }
+
     /// The oldest live item of flow `f` in `class`, left in place.
     pub fn oldest_of(
         &mut self,
