@@ -33,6 +33,10 @@
 //!   (`prefix:{members}`); the count of live ones is in `stats()` and
 //!   divides the rate of the local fallback. A score in the future is set
 //!   to now, so no foreign member counts for ever.
+//! * **Tenant buckets** (`tenants.rs`): one rate per tenant across the
+//!   instances, [`SharedLimits::take_tenant`], at
+//!   `prefix:{svc}:tn:<tenant>:rl` (the tenant key checked and bounded
+//!   first; the key expires when the bucket is full again).
 //!
 //! Every key starts with `prefix:` (an ACL user limited to `~prefix:*`
 //! runs every call). Foreign content in a key is repaired and named in a
@@ -54,6 +58,7 @@ mod gcra;
 mod health;
 mod repairs;
 pub mod stream;
+mod tenants;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -77,6 +82,7 @@ use repairs::{parse_repairs, ClusterHint, Repair, RepairLog};
 pub const GCRA_LUA: &str = include_str!("gcra.lua");
 use gcra::{gcra_args, gcra_decode};
 pub use gcra::{gcra_params, take_many, take_tokens, Ask, Got, Taken};
+pub use tenants::{tenant_key, TenantGrant};
 /// The shared-breaker script.
 pub const BREAKER_LUA: &str = include_str!("breaker.lua");
 
@@ -131,6 +137,8 @@ pub struct SharedStats {
     pub round_trips: u64,
     /// Calls that timed out or failed.
     pub failures: u64,
+    /// Calls for a tenant's shared bucket ([`SharedLimits::take_tenant`]).
+    pub tenant_calls: u64,
 }
 
 struct Inner {
@@ -143,6 +151,7 @@ struct Inner {
     health: Mutex<Health>,
     round_trips: AtomicU64,
     failures: AtomicU64,
+    tenant_calls: AtomicU64,
     /// Keys whose repair was logged, and when (once a minute per key).
     repairs: Mutex<RepairLog>,
     /// Told when a standalone connection met a Cluster (`MOVED`).
@@ -176,6 +185,7 @@ impl SharedLimits {
                 health: Mutex::new(Health::default()),
                 round_trips: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
+                tenant_calls: AtomicU64::new(0),
                 repairs: Mutex::new(RepairLog::default()),
                 cluster_hint: ClusterHint::default(),
             }),
@@ -205,6 +215,7 @@ impl SharedLimits {
             down_scopes: health.scopes(),
             round_trips: i.round_trips.load(Ordering::Relaxed),
             failures: i.failures.load(Ordering::Relaxed),
+            tenant_calls: i.tenant_calls.load(Ordering::Relaxed),
         }
     }
 
