@@ -143,6 +143,7 @@ impl<T> Default for Drr<T> {
 }
 
 impl<T> Drr<T> {
+    #[inline]
     fn flow_mut(&mut self, f: Flow) -> &mut FlowQueue<T> {
         let i = usize::from(f);
         if self.flows.len() <= i {
@@ -188,6 +189,7 @@ impl<T> Drr<T> {
         self.ring.iter().copied()
     }
 
+    #[inline]
     fn list(&mut self, f: Flow) {
         let q = self.flow_mut(f);
         if !q.listed {
@@ -199,6 +201,7 @@ impl<T> Drr<T> {
 
     /// Appends `item` to flow `f`'s queue (the flow joins the ring's back
     /// if it was not in it).
+    #[inline]
     pub fn push(&mut self, f: Flow, item: T) {
         self.flow_mut(f).items.push_back(item);
         self.len += 1;
@@ -207,6 +210,7 @@ impl<T> Drr<T> {
 
     /// Puts `item` at the front of flow `f`'s queue (an item that came
     /// back unserved).
+    #[inline]
     pub fn push_front(&mut self, f: Flow, item: T) {
         self.flow_mut(f).items.push_front(item);
         self.len += 1;
@@ -232,7 +236,8 @@ impl<T> Drr<T> {
             if q.items.is_empty() {
                 q.unlist();
                 self.ring.pop_front();
-            } else if q.deficit == 0 {
+            } else if q.deficit == 0 && self.ring.len() > 1 {
+                // (Alone in the ring, the flow is its own next turn.)
                 self.ring.pop_front();
                 self.ring.push_back(f);
             }
@@ -367,6 +372,9 @@ impl<T> FairClasses<T> {
     /// Sets flow `f`'s weight in every class. Only for a flow with no live
     /// item (its share of the busy weights is then not counted).
     pub fn set_weight(&mut self, f: Flow, weight: u32) {
+        if self.weight(f) == weight.clamp(1, MAX_WEIGHT) {
+            return;
+        }
         for d in &mut self.classes {
             d.set_weight(f, weight);
         }
@@ -389,6 +397,7 @@ impl<T> FairClasses<T> {
 
     /// Lists `item` of flow `f` at the back of `class` (or at its flow's
     /// front, when `front`), and counts it live.
+    #[inline]
     pub fn push(&mut self, class: Priority, f: Flow, item: T, front: bool) {
         let c = class.index();
         match front {
@@ -408,6 +417,7 @@ impl<T> FairClasses<T> {
 
     /// An item of flow `f` in `class` is no longer live (sent, answered):
     /// its entry, if still listed, is dropped when reached.
+    #[inline]
     pub fn unlive(&mut self, class: Priority, f: Flow) {
         let c = class.index();
         let Some(n) = self.live[c].get_mut(usize::from(f)).filter(|n| **n > 0) else {
