@@ -61,7 +61,7 @@ async fn a_noisy_tenant_cannot_take_the_others_capacity() {
     // The target: 95 %. The queue kept to the depth its deadlines allow
     // sheds from the tenant most over its share, so the quiet tenants'
     // few waiting tasks stay (this seed: 97.6-99.8 %; over seeds 1 to 8
-    // the worst is 93.9 %, when a burst of a quiet tenant briefly holds
+    // the worst is 93.5 %, when a burst of a quiet tenant briefly holds
     // as many tasks as the noisy one at a depth of about 20).
     for (i, t) in f[..9].iter().enumerate() {
         assert!(
