@@ -351,6 +351,8 @@ pub struct FairClasses<T> {
     busy_weight: [u64; CLASSES],
     /// Per class: the live items (over flows).
     live_total: [usize; CLASSES],
+    /// Per class: the flow of the last item pushed at the back.
+    last_push: [Option<Flow>; CLASSES],
 }
 
 impl<T> FairClasses<T> {
@@ -366,6 +368,7 @@ impl<T> FairClasses<T> {
             live: Default::default(),
             busy_weight: [0; CLASSES],
             live_total: [0; CLASSES],
+            last_push: [None; CLASSES],
         }
     }
 
@@ -402,7 +405,10 @@ impl<T> FairClasses<T> {
         let c = class.index();
         match front {
             true => self.classes[c].push_front(f, item),
-            false => self.classes[c].push(f, item),
+            false => {
+                self.classes[c].push(f, item);
+                self.last_push[c] = Some(f);
+            }
         }
         let i = usize::from(f);
         if self.live[c].len() <= i {
@@ -481,7 +487,8 @@ impl<T> FairClasses<T> {
     /// The oldest live item of the flow most over its share in `class`
     /// ([`most_over`](Self::most_over)), left in place, and its flow: what
     /// a queue too deep to meet its deadlines sheds first, so that the
-    /// flood of one tenant does not push the others' items out. With one
+    /// flood of one tenant does not push the others' items out. Among
+    /// equally over flows, the one that pushed an item last. With one
     /// flow, its oldest, as [`oldest`](Self::oldest) gives.
     pub fn oldest_of_most_over(
         &mut self,
@@ -489,12 +496,22 @@ impl<T> FairClasses<T> {
         live: impl FnMut(&T) -> bool,
     ) -> Option<(Flow, &T)> {
         let c = class.index();
-        let Some(f) = self.most_over(class) else {
+        let Some(mut f) = self.most_over(class) else {
             if self.classes[c].is_empty() {
                 self.shares.idle(c);
             }
             return None;
         };
+        // Among equals, the flow that pushed last: at a shallow depth the
+        // backlogs are a few items each, and the flood pushes far more
+        // often than a quiet flow whose burst ties with it.
+        if let Some(l) = self.last_push[c].filter(|&l| l != f) {
+            let (bl, wl) = (self.backlog(class, l) as u64, u64::from(self.weight(l)));
+            let (bf, wf) = (self.backlog(class, f) as u64, u64::from(self.weight(f)));
+            if bl > 0 && bl * wf == bf * wl {
+                f = l;
+            }
+        }
         self.classes[c].oldest_of(f, live).map(|t| (f, t))
     }
 
