@@ -389,6 +389,9 @@ pub struct SharedStats {
     pub round_trips: u64,
     /// Calls that timed out or failed.
     pub failures: u64,
+    /// Calls for a tenant's shared bucket
+    /// ([`SharedLimits::take_tenant`](crate::redis::SharedLimits::take_tenant)).
+    pub tenant_calls: u64,
 }
 
 #[cfg(feature = "redis")]

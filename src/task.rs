@@ -255,8 +255,10 @@ impl Task {
     ///
     /// The key is 1 to 128 printable ASCII characters without spaces; any
     /// other is refused at submit (`InvalidTask`, naming the tenant).
-    pub fn tenant(mut self, key: impl Into<String>) -> Task {
-        self.extra_mut().tenant = Some(std::sync::Arc::from(key.into()));
+    /// An `Arc<str>` the caller keeps per tenant is shared as it is: no
+    /// allocation per task.
+    pub fn tenant(mut self, key: impl Into<std::sync::Arc<str>>) -> Task {
+        self.extra_mut().tenant = Some(key.into());
         self
     }
 

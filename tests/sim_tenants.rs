@@ -58,13 +58,14 @@ async fn a_noisy_tenant_cannot_take_the_others_capacity() {
     let p = per_tenant(&plain.records, 10, s.deadline);
     let names: Vec<String> = s.tenants.iter().map(|t| t.name.clone()).collect();
     println!("{}", table(&names, &f, &p));
-    // The target is 95 %; with the deadline rules of the overload
-    // work as they are now (newest first once the queue stands), the
-    // well-behaved tenants get 86-90 % (without tenants, about half): the
-    // floor keeps that from getting worse.
+    // The target: 95 %. The queue kept to the depth its deadlines allow
+    // sheds from the tenant most over its share, so the quiet tenants'
+    // few waiting tasks stay (this seed: 97.8-99.8 %; over seeds 1 to 8
+    // the worst is 94.0 %, when a burst of a quiet tenant briefly holds
+    // more tasks than the noisy one at a depth of about 20).
     for (i, t) in f[..9].iter().enumerate() {
         assert!(
-            t.share_in_time() >= 0.85,
+            t.share_in_time() >= 0.95,
             "t{}: {t:?}\n{}",
             i + 1,
             table(&names, &f, &p)
@@ -100,7 +101,7 @@ async fn a_noisy_tenant_cannot_take_the_others_capacity() {
     assert_eq!(noisy.offered, f[9].offered as u64);
     for r in rows.iter().filter(|r| r.tenant.as_deref() != Some("noisy")) {
         assert!(r.shed * 20 < noisy.shed, "{rows:?}");
-        assert!(r.served * 100 >= r.offered * 85, "{r:?}");
+        assert!(r.served * 100 >= r.offered * 95, "{r:?}");
     }
     assert!(fair.stats.is_balanced() && plain.stats.is_balanced());
     assert!(plain.stats.queue.tenants.is_empty());

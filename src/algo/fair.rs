@@ -143,6 +143,7 @@ impl<T> Default for Drr<T> {
 }
 
 impl<T> Drr<T> {
+    #[inline]
     fn flow_mut(&mut self, f: Flow) -> &mut FlowQueue<T> {
         let i = usize::from(f);
         if self.flows.len() <= i {
@@ -188,6 +189,7 @@ impl<T> Drr<T> {
         self.ring.iter().copied()
     }
 
+    #[inline]
     fn list(&mut self, f: Flow) {
         let q = self.flow_mut(f);
         if !q.listed {
@@ -199,6 +201,7 @@ impl<T> Drr<T> {
 
     /// Appends `item` to flow `f`'s queue (the flow joins the ring's back
     /// if it was not in it).
+    #[inline]
     pub fn push(&mut self, f: Flow, item: T) {
         self.flow_mut(f).items.push_back(item);
         self.len += 1;
@@ -207,6 +210,7 @@ impl<T> Drr<T> {
 
     /// Puts `item` at the front of flow `f`'s queue (an item that came
     /// back unserved).
+    #[inline]
     pub fn push_front(&mut self, f: Flow, item: T) {
         self.flow_mut(f).items.push_front(item);
         self.len += 1;
@@ -232,7 +236,8 @@ impl<T> Drr<T> {
             if q.items.is_empty() {
                 q.unlist();
                 self.ring.pop_front();
-            } else if q.deficit == 0 {
+            } else if q.deficit == 0 && self.ring.len() > 1 {
+                // (Alone in the ring, the flow is its own next turn.)
                 self.ring.pop_front();
                 self.ring.push_back(f);
             }
@@ -346,6 +351,8 @@ pub struct FairClasses<T> {
     busy_weight: [u64; CLASSES],
     /// Per class: the live items (over flows).
     live_total: [usize; CLASSES],
+    /// Per class: the flow of the last item pushed at the back.
+    last_push: [Option<Flow>; CLASSES],
 }
 
 impl<T> FairClasses<T> {
@@ -361,12 +368,16 @@ impl<T> FairClasses<T> {
             live: Default::default(),
             busy_weight: [0; CLASSES],
             live_total: [0; CLASSES],
+            last_push: [None; CLASSES],
         }
     }
 
     /// Sets flow `f`'s weight in every class. Only for a flow with no live
     /// item (its share of the busy weights is then not counted).
     pub fn set_weight(&mut self, f: Flow, weight: u32) {
+        if self.weight(f) == weight.clamp(1, MAX_WEIGHT) {
+            return;
+        }
         for d in &mut self.classes {
             d.set_weight(f, weight);
         }
@@ -389,11 +400,15 @@ impl<T> FairClasses<T> {
 
     /// Lists `item` of flow `f` at the back of `class` (or at its flow's
     /// front, when `front`), and counts it live.
+    #[inline]
     pub fn push(&mut self, class: Priority, f: Flow, item: T, front: bool) {
         let c = class.index();
         match front {
             true => self.classes[c].push_front(f, item),
-            false => self.classes[c].push(f, item),
+            false => {
+                self.classes[c].push(f, item);
+                self.last_push[c] = Some(f);
+            }
         }
         let i = usize::from(f);
         if self.live[c].len() <= i {
@@ -408,6 +423,7 @@ impl<T> FairClasses<T> {
 
     /// An item of flow `f` in `class` is no longer live (sent, answered):
     /// its entry, if still listed, is dropped when reached.
+    #[inline]
     pub fn unlive(&mut self, class: Priority, f: Flow) {
         let c = class.index();
         let Some(n) = self.live[c].get_mut(usize::from(f)).filter(|n| **n > 0) else {
@@ -466,6 +482,37 @@ impl<T> FairClasses<T> {
             .items
             .front()
             .map(|t| (f, t))
+    }
+
+    /// The oldest live item of the flow most over its share in `class`
+    /// ([`most_over`](Self::most_over)), left in place, and its flow: what
+    /// a queue too deep to meet its deadlines sheds first, so that the
+    /// flood of one tenant does not push the others' items out. Among
+    /// equally over flows, the one that pushed an item last. With one
+    /// flow, its oldest, as [`oldest`](Self::oldest) gives.
+    pub fn oldest_of_most_over(
+        &mut self,
+        class: Priority,
+        live: impl FnMut(&T) -> bool,
+    ) -> Option<(Flow, &T)> {
+        let c = class.index();
+        let Some(mut f) = self.most_over(class) else {
+            if self.classes[c].is_empty() {
+                self.shares.idle(c);
+            }
+            return None;
+        };
+        // Among equals, the flow that pushed last: at a shallow depth the
+        // backlogs are a few items each, and the flood pushes far more
+        // often than a quiet flow whose burst ties with it.
+        if let Some(l) = self.last_push[c].filter(|&l| l != f) {
+            let (bl, wl) = (self.backlog(class, l) as u64, u64::from(self.weight(l)));
+            let (bf, wf) = (self.backlog(class, f) as u64, u64::from(self.weight(f)));
+            if bl > 0 && bl * wf == bf * wl {
+                f = l;
+            }
+        }
+        self.classes[c].oldest_of(f, live).map(|t| (f, t))
     }
 
     /// The oldest live item of flow `f` in `class`, left in place.

@@ -17,9 +17,13 @@
 //!   now keep their flows, and a flood of one-off keys only ever lands in
 //!   the overflow queue.
 //! * The book holds at most `max_tracked + 2` entries, each a key of at
-//!   most [`MAX_KEY_BYTES`] and a few counters, and the lookup map is
-//!   std's SipHash map (keyed per process, so chosen keys cannot collide
-//!   on purpose).
+//!   most [`MAX_KEY_BYTES`] and a few counters. A key is hashed once per
+//!   lookup with std's SipHash (keyed per process, so chosen keys cannot
+//!   collide on purpose), and the book keeps each tracked key's hash: a
+//!   flow handed from an idle tenant to a new key removes the old key and
+//!   inserts the new one without hashing either again. (Two keys of one
+//!   64-bit hash, a chance no caller can aim for, would put the second in
+//!   the overflow flow.)
 //!
 //! Tenant keys are never metric labels: the counts are read with
 //! `stats()` only.
@@ -42,7 +46,9 @@
 //! # }
 //! ```
 
+use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use crate::algo::fair::{Flow, MAX_WEIGHT};
@@ -153,8 +159,36 @@ pub struct TenantCounts {
     pub shed: u64,
 }
 
+/// A tracked tenant's key with its SipHash.
+struct Keyed {
+    hash: u64,
+    key: Arc<str>,
+}
+
+/// The map's hasher: the key's SipHash as it is.
+#[derive(Default)]
+struct Passed(u64);
+
+impl Hasher for Passed {
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is used (the keys are `u64`); anything else is
+        // still mixed in.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 struct Slot {
-    key: Option<Arc<str>>,
+    key: Option<Keyed>,
     weight: u32,
     /// Tasks of this tenant the queue holds.
     held: u32,
@@ -166,7 +200,10 @@ struct Slot {
 /// The tracked tenants. See the [module documentation](self).
 pub struct TenantBook {
     slots: Vec<Slot>,
-    by_key: HashMap<Arc<str>, Flow>,
+    /// Tracked keys by their SipHash (the slot holds the key itself).
+    by_key: HashMap<u64, Flow, BuildHasherDefault<Passed>>,
+    /// The keyed SipHash of the keys.
+    sip: RandomState,
     /// Tracked tenants that held no task when listed, the longest idle
     /// first (checked again when taken).
     idle: VecDeque<Flow>,
@@ -198,7 +235,8 @@ impl TenantBook {
         };
         TenantBook {
             slots: (0..FIRST).map(fixed).collect(),
-            by_key: HashMap::new(),
+            by_key: HashMap::default(),
+            sip: RandomState::new(),
             idle: VecDeque::new(),
             weights: config.weights.clone(),
             default_weight: config.default_weight,
@@ -237,8 +275,16 @@ impl TenantBook {
     }
 
     fn resolve(&mut self, key: &str, shared: impl FnOnce() -> Arc<str>) -> (Flow, Option<u32>) {
-        if let Some(&f) = self.by_key.get(key) {
-            return (f, None);
+        let hash = self.sip.hash_one(key);
+        if let Some(&f) = self.by_key.get(&hash) {
+            let slot = &self.slots[usize::from(f)];
+            return match slot.key.as_ref().is_some_and(|k| *k.key == *key) {
+                true => (f, None),
+                // Two keys with one 64-bit keyed hash (a chance of about
+                // n² / 2⁶⁵, not one a caller can aim for): the new one
+                // shares the overflow flow.
+                false => (OVERFLOW, None),
+            };
         }
         let weight = self
             .weights
@@ -247,7 +293,6 @@ impl TenantBook {
             .unwrap_or(self.default_weight);
         // A flow may change hands below: the remembered lookup may be stale.
         self.last = None;
-        let key = shared();
         let f = if self.by_key.len() < self.max_tracked {
             let f = self.slots.len() as Flow;
             self.slots.push(Slot {
@@ -265,12 +310,16 @@ impl TenantBook {
             }
         };
         let slot = &mut self.slots[usize::from(f)];
-        if let Some(old) = slot.key.replace(key.clone()) {
-            self.by_key.remove(&old);
+        let key = Keyed {
+            hash,
+            key: shared(),
+        };
+        if let Some(old) = slot.key.replace(key) {
+            self.by_key.remove(&old.hash);
         }
         slot.weight = weight;
         slot.counts = TenantCounts::default();
-        self.by_key.insert(key, f);
+        self.by_key.insert(hash, f);
         // Idle until it holds a task: a key that only ever sends refused
         // tasks gives its flow back first.
         self.list_idle(f);
@@ -302,8 +351,12 @@ impl TenantBook {
         self.slots.get(usize::from(f)).map_or(1, |s| s.weight)
     }
 
-    /// A task of flow `f` entered the queue.
+    /// A task of flow `f` entered the queue. (Only a tracked tenant's
+    /// tasks are counted: the fixed flows are never handed over.)
     pub fn hold(&mut self, f: Flow) {
+        if f < FIRST {
+            return;
+        }
         if let Some(s) = self.slots.get_mut(usize::from(f)) {
             s.held += 1;
         }
@@ -311,6 +364,9 @@ impl TenantBook {
 
     /// A task of flow `f` left the queue; a tenant left with none is idle.
     pub fn release(&mut self, f: Flow) {
+        if f < FIRST {
+            return;
+        }
         let Some(s) = self.slots.get_mut(usize::from(f)) else {
             return;
         };
@@ -330,8 +386,12 @@ impl TenantBook {
         }
     }
 
-    /// Flow `f`'s counts, to bump.
+    /// Flow `f`'s counts, to bump; none for the tasks naming no tenant
+    /// (they are not counted per tenant).
     pub fn counts_mut(&mut self, f: Flow) -> Option<&mut TenantCounts> {
+        if f == UNNAMED {
+            return None;
+        }
         self.slots.get_mut(usize::from(f)).map(|s| &mut s.counts)
     }
 
@@ -341,7 +401,7 @@ impl TenantBook {
         let overflow = &self.slots[usize::from(OVERFLOW)];
         let tracked = self.slots[usize::from(FIRST)..]
             .iter()
-            .filter_map(|s| s.key.as_deref().map(|k| (Some(k), s.counts)));
+            .filter_map(|s| s.key.as_ref().map(|k| (Some(&*k.key), s.counts)));
         tracked
             .chain((overflow.counts != TenantCounts::default()).then_some((None, overflow.counts)))
     }
@@ -450,9 +510,20 @@ mod tests {
         // An equal key in another Arc finds the same flow by hash.
         assert_eq!(book.flow_of_shared(&Arc::from("b")), (fa, None));
         assert!(
-            Arc::ptr_eq(book.by_key.keys().next().unwrap(), &b),
+            Arc::ptr_eq(&book.slots[usize::from(fa)].key.as_ref().unwrap().key, &b),
             "shared, not copied"
         );
+    }
+
+    #[test]
+    fn a_key_whose_hash_is_taken_shares_the_overflow_flow() {
+        let mut book = TenantBook::new(&config(4));
+        let (a, _) = book.flow_of(Some("a"));
+        // As if "b" hashed as "a" does.
+        let hash = book.sip.hash_one("b");
+        book.by_key.insert(hash, a);
+        assert_eq!(book.flow_of(Some("b")), (OVERFLOW, None));
+        assert_eq!(book.flow_of(Some("a")), (a, None));
     }
 
     #[test]

@@ -33,6 +33,10 @@
 //!   (`prefix:{members}`); the count of live ones is in `stats()` and
 //!   divides the rate of the local fallback. A score in the future is set
 //!   to now, so no foreign member counts for ever.
+//! * **Tenant buckets** (`tenants.rs`): one rate per tenant across the
+//!   instances, [`SharedLimits::take_tenant`], at
+//!   `prefix:{svc}:tn:<tenant>:rl` (the tenant key checked and bounded
+//!   first; the key expires when the bucket is full again).
 //!
 //! Every key starts with `prefix:` (an ACL user limited to `~prefix:*`
 //! runs every call). Foreign content in a key is repaired and named in a
@@ -54,6 +58,7 @@ mod gcra;
 mod health;
 mod repairs;
 pub mod stream;
+mod tenants;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -87,6 +92,7 @@ pub use gcra::{gcra_params, take_many, take_tokens, Ask, Got, Taken};
 #[cfg(feature = "internals")]
 #[doc(hidden)]
 pub use wire::{members_key, BREAKER_LUA, GCRA_LUA, MAX_SHARED_OPEN};
+pub use tenants::{tenant_key, TenantGrant};
 
 /// The Lua sources and key names on the wire.
 mod wire {
@@ -148,6 +154,7 @@ struct Inner {
     health: Mutex<Health>,
     round_trips: AtomicU64,
     failures: AtomicU64,
+    tenant_calls: AtomicU64,
     /// Keys whose repair was logged, and when (once a minute per key).
     repairs: Mutex<RepairLog>,
     /// Told when a standalone connection met a Cluster (`MOVED`).
@@ -181,6 +188,7 @@ impl SharedLimits {
                 health: Mutex::new(Health::default()),
                 round_trips: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
+                tenant_calls: AtomicU64::new(0),
                 repairs: Mutex::new(RepairLog::default()),
                 cluster_hint: ClusterHint::default(),
             }),
@@ -210,6 +218,7 @@ impl SharedLimits {
             down_scopes: health.scopes(),
             round_trips: i.round_trips.load(Ordering::Relaxed),
             failures: i.failures.load(Ordering::Relaxed),
+            tenant_calls: i.tenant_calls.load(Ordering::Relaxed),
         }
     }
 

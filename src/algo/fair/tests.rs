@@ -209,6 +209,49 @@ fn most_over_weighs_the_backlogs() {
     assert_eq!(q.most_over(Normal), None);
 }
 
+#[test]
+fn the_flow_most_over_gives_its_oldest_for_shedding() {
+    let mut q = FairClasses::new(&PriorityConfig::default());
+    // Flow 2 came first with the oldest item; flow 3 floods.
+    q.push(Normal, 2, 1u32, false);
+    for i in 10..15u32 {
+        q.push(Normal, 3, i, false);
+    }
+    assert_eq!(q.oldest(Normal, |_| true, |t| *t), Some((2, &1)));
+    // The flood's oldest goes, not the quiet flow's older one.
+    assert_eq!(q.oldest_of_most_over(Normal, |_| true), Some((3, &10)));
+    // Gone items of that flow are dropped on the way.
+    assert_eq!(q.oldest_of_most_over(Normal, |t| *t > 11), Some((3, &12)));
+    assert_eq!(q.pop_oldest_of(Normal, 3), Some(12));
+    assert_eq!(q.oldest_of_most_over(Critical, |_| true), None);
+    // One flow: its oldest, as `oldest` gives.
+    let mut one = FairClasses::new(&PriorityConfig::default());
+    one.push(Normal, 0, 7u32, false);
+    one.push(Normal, 0, 3, false);
+    assert_eq!(one.oldest_of_most_over(Normal, |_| true), Some((0, &7)));
+    assert_eq!(one.oldest(Normal, |_| true, |t| *t), Some((0, &7)));
+}
+
+#[test]
+fn among_equals_the_flow_that_pushed_last_sheds() {
+    let mut q = FairClasses::new(&PriorityConfig::default());
+    // Two items each; flow 4 first in the ring, flow 5 pushed last.
+    q.push(Normal, 4, 1u32, false);
+    q.push(Normal, 5, 2, false);
+    q.push(Normal, 4, 3, false);
+    q.push(Normal, 5, 4, false);
+    assert_eq!(q.most_over(Normal), Some(4));
+    assert_eq!(q.oldest_of_most_over(Normal, |_| true), Some((5, &2)));
+    // A flow more over its share still goes first.
+    q.push(Normal, 4, 5, false);
+    q.push(Normal, 6, 6, false);
+    assert_eq!(q.oldest_of_most_over(Normal, |_| true), Some((4, &1)));
+    // An item put back at a flow's front is no push of news: flow 5 now
+    // ties with flow 4, which is first in the ring.
+    q.push(Normal, 5, 7, true);
+    assert_eq!(q.oldest_of_most_over(Normal, |_| true), Some((4, &1)));
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Push(usize),

@@ -108,7 +108,9 @@ impl QueueCore {
 
     /// Ends a turn of the deadline rules: the send rate learns the turn,
     /// the oldest tasks of each class that can no longer be served in time
-    /// are shed (newest first leaves them there), and the end of an
+    /// are shed (newest first leaves them there), the queue is kept to the
+    /// depth its deadlines allow (shedding the oldest task of the tenant most
+    /// over its share), and the end of an
     /// overload is logged.
     pub(super) fn deadline_turn(&mut self, sent: u64, now: Instant) {
         for class in Priority::ALL.into_iter().rev() {
@@ -124,13 +126,15 @@ impl QueueCore {
             // Newest first: the deep end of the queue would be served late.
             'shed: for class in Priority::ALL.into_iter().rev() {
                 while self.tasks.counts().ready > depth {
-                    let Some(no) = self.tasks.oldest_ready_in(class) else {
+                    // Of the tenant most over its share: one tenant's
+                    // flood does not push the others' tasks out.
+                    let Some((flow, no)) = self.tasks.sheddable_in(class) else {
                         continue 'shed;
                     };
                     if self.tasks.get(&no).is_some_and(|p| p.patient) {
                         continue 'shed;
                     }
-                    self.tasks.take_oldest_ready_in(class);
+                    self.tasks.take_sheddable(class, flow);
                     self.drop_late(no, now);
                 }
             }

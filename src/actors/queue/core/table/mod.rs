@@ -308,6 +308,24 @@ impl TaskTable {
         Some(no)
     }
 
+    /// The ready task of `class` a queue too deep for its deadlines sheds
+    /// first: the oldest of its tenant most over its share (with one
+    /// tenant, the oldest), left on its list, and that tenant's flow.
+    pub fn sheddable_in(&mut self, class: Priority) -> Option<(Flow, TaskNo)> {
+        let tasks = &self.tasks;
+        let live = |no: &TaskNo| tasks.get(no).is_some_and(|p| p.state == State::Ready);
+        self.ready
+            .oldest_of_most_over(class, live)
+            .map(|(f, no)| (f, *no))
+    }
+
+    /// Takes task `no` of tenant `flow`, found by
+    /// [`sheddable_in`](Self::sheddable_in), off its list (still ready:
+    /// the caller answers it).
+    pub fn take_sheddable(&mut self, class: Priority, flow: Flow) {
+        self.ready.pop_oldest_of(class, flow);
+    }
+
     /// The ready task that a new task of `class` and tenant `flow` may
     /// displace from a full queue, not one whose caller asked to wait: of
     /// the least important class below `class` that has one, the oldest of
