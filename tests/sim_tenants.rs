@@ -35,9 +35,8 @@ fn load(names_rates: &[(&str, f64)]) -> Vec<TenantLoad> {
 /// well-behaved tenant gets at least 95 % of what it offered in time and
 /// the noisy one the rest of the capacity; without (the same arrivals,
 /// no tenant named) everyone loses about half.
-#[actix_rt::test]
+#[actix_rt::test(system = "sim::PausedSystem")]
 async fn a_noisy_tenant_cannot_take_the_others_capacity() {
-    tokio::time::pause();
     let mut mix: Vec<(String, f64)> = (1..=9)
         .map(|i| (format!("t{i}"), 0.9 * CAPACITY / 10.0))
         .collect();
@@ -77,7 +76,9 @@ async fn a_noisy_tenant_cannot_take_the_others_capacity() {
     let total_in_time: usize = f.iter().map(|t| t.in_time).sum();
     let well: usize = f[..9].iter().map(|t| t.in_time).sum();
     let capacity = CAPACITY * s.length.as_secs_f64();
-    let at_most = CAPACITY * (s.length + DEADLINE).as_secs_f64();
+    // Exponential service times drawn for about 6000 tasks: their sum
+    // strays a few percent (3 standard deviations is 4 %) from the mean's.
+    let at_most = 1.04 * CAPACITY * (s.length + DEADLINE).as_secs_f64();
     assert!(
         total_in_time as f64 >= 0.85 * capacity,
         "{total_in_time} of {capacity}"
@@ -110,9 +111,8 @@ async fn a_noisy_tenant_cannot_take_the_others_capacity() {
 /// Three backlogged tenants weighted 1:2:4 get the dispatches in those
 /// shares (within 5 %), also while the full queue displaces the tasks of
 /// the tenant most over its share.
-#[actix_rt::test]
+#[actix_rt::test(system = "sim::PausedSystem")]
 async fn weights_1_2_4_share_the_dispatches() {
-    tokio::time::pause();
     let s = TenantScenario {
         backends: backends(),
         tenants: load(&[("a", CAPACITY), ("b", CAPACITY), ("c", CAPACITY)]),
@@ -163,9 +163,8 @@ async fn weights_1_2_4_share_the_dispatches() {
 /// A hostile caller names 100 000 distinct tenants: the queue tracks at
 /// most `max_tracked` of them (the rest share the overflow queue), and
 /// every task is still served and answered once.
-#[actix_rt::test]
+#[actix_rt::test(system = "sim::PausedSystem")]
 async fn a_hundred_thousand_tenant_keys_keep_the_book_bounded() {
-    tokio::time::pause();
     use actix_dispatch::{Dispatcher, Instant, Outcome, Task};
     let s = TenantScenario {
         backends: vec![BackendSpec::new(50, ServiceTime::Fixed(1.0)); 4],
@@ -218,9 +217,8 @@ async fn a_hundred_thousand_tenant_keys_keep_the_book_bounded() {
 
 /// Tasks that all name one tenant are served exactly as tasks naming none:
 /// the same fate at the same instant for every task of an overloaded run.
-#[actix_rt::test]
+#[actix_rt::test(system = "sim::PausedSystem")]
 async fn one_tenant_runs_exactly_as_no_tenant() {
-    tokio::time::pause();
     let mut s = TenantScenario {
         backends: backends(),
         tenants: load(&[("only", 2.0 * CAPACITY)]),
