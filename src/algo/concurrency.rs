@@ -1,58 +1,43 @@
-//! Learned concurrency limit of one node (`max_concurrent: "auto"`).
-//!
-//! A fixed `max_concurrent` is right for one backend at one moment: too low
-//! and the backend idles, too high and the excess waits in the backend's own
-//! queue, where no deadline, shedding or priority of ours reaches it.
-//! [`LearnedLimit`] finds the concurrency past which the backend delivers
-//! no more throughput (the knee, [`crate::algo::knee`]) and keeps the limit
-//! there, so the queue stays on our side.
+//! Learned concurrency limit of one node (`max_concurrent: "auto"`): the
+//! concurrency past which the backend delivers no more throughput (the knee,
+//! [`crate::algo::knee`]), so requests queue on our side, where deadlines,
+//! shedding and priority reach them, not inside the backend.
 //!
 //! # The law
 //!
-//! Every window of answers (requests sent at one limit, the limit reached by
-//! at least two thirds of them) adds its latencies to that level's record.
-//! The knee is fitted to the levels' means with a confidence interval, and:
+//! A window of answers at one limit (bound at two thirds of its answer
+//! instants or more) adds its latencies to that level's record; a window
+//! where the limit did not bind teaches nothing. The knee `R(n) = S·max(1,
+//! n/k)` is fitted to the levels' means with a confidence interval:
 //!
-//! - **no knee seen** (the means are flat up to the highest level): the
-//!   limit doubles (slow start);
-//! - **every level past the knee** (the means grow in proportion), or not
-//!   ruled out for a steady service time (its levels then lie on one line,
-//!   which fits any knee up to the lowest level): the limit falls to 60 %
-//!   of the lowest level, to find a flat one;
-//! - **knee found**: the limit is halfway from the best fit to the top of
-//!   its interval, rounded up, so that noise errs towards a request more,
-//!   never towards an idle worker.
+//! - **no knee seen** (flat up to the highest level): the limit doubles;
+//! - **every level past the knee**, or not ruled out for a steady service
+//!   time (its levels lie on one line, which fits any `k` up to the lowest
+//!   level): it falls to 60 % of the lowest level, to find a flat one;
+//! - **knee found**: halfway from the fit to the top of its interval,
+//!   rounded up (noise errs towards a request more, never an idle worker).
 //!
-//! Every `probe_interval` one short window runs a step above, as large as
-//! the record's spread needs for a window to tell (one request for a
-//! steady service time, more for a noisy one), so that a backend that
-//! gained workers is seen. A level whose
-//! latencies now differ from its record (or from the fit's prediction) by
-//! more than 4 standard errors and 20 % (30 %) means the backend changed
-//! (workers lost or added): the record is dropped, and the limit moves by
-//! Little's law (`limit * old mean / new mean`) or grows. The spread of
-//! those standard errors is the record's pooled one, not a window's: a few
-//! samples of a skewed service time most often show too little.
-//! Pushback (429, 503) and a window mostly of timeouts multiply it by
-//! `backoff`. A window where the limit did not bind teaches nothing.
+//! Once a `probe_interval` a short window runs a step above (as large as
+//! the record's spread needs), so a backend that gained workers is seen. A
+//! level whose latencies differ from its record or the fit by 4 standard
+//! errors (of the record's pooled spread) and 20 % (30 %) means the backend
+//! changed: the record is dropped and the limit moves by Little's law.
+//! Pushback (429, 503), a window mostly of timeouts, and attempts cut by
+//! their task's deadline after a mean's time (counted as timeouts) multiply
+//! it by `backoff`.
 //!
 //! # Anchors, and what it avoids
 //!
-//! - Little's law and the knee of throughput against in-flight, as BBR
-//!   (delivery rate against the minimum window latency) and Breakwater use.
-//! - Means per level, compared against their own standard error, instead of
-//!   a distance above a minimum sample: a minimum of noisy samples is far
-//!   below the mean, and reads service-time variance as queueing (the
-//!   collapse of Vegas and Gradient limits under exponential service times).
-//! - No periodic pin to a low concurrency (Envoy's minRTT window, whose
-//!   throughput dip and 503s are envoyproxy/envoy#11579): probes only go
-//!   above the limit, and cost latency for one window, never throughput.
-//! - No baseline that drifts with the load it measures (Gradient2's long
-//!   window, concurrency-limits #134) and no growth term that creeps under
-//!   steady overload (#137): the limit moves only on the fitted knee.
+//! - Little's law and the knee of throughput against in-flight (BBR,
+//!   Breakwater).
+//! - Means per level against their standard error, not a distance above a
+//!   minimum sample, which reads service-time variance as queueing (Vegas,
+//!   Gradient under exponential service).
+//! - No pin to a low concurrency (Envoy's minRTT window: envoyproxy/envoy
+//!   #11579), no baseline that drifts with its load (concurrency-limits
+//!   #134), no growth that creeps under overload (#137).
 //!
-//! Pure: it reads no clock (every method takes `now`); its only randomness
-//! is the probe jitter, seeded.
+//! Pure: every method takes `now`; the probe jitter is seeded.
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -306,11 +291,6 @@ impl LearnedLimit {
         this
     }
 
-    /// The configuration this limit was made with.
-    pub fn config(&self) -> &LearnedLimitConfig {
-        &self.config
-    }
-
     /// How many attempts may be in flight to the node now.
     pub fn limit(&self) -> u32 {
         self.probe.unwrap_or(self.limit)
@@ -325,11 +305,6 @@ impl LearnedLimit {
         self.limit()
     }
 
-    /// The current phase, for stats.
-    pub fn phase(&self) -> Phase {
-        self.phase
-    }
-
     /// The service time (latency with nothing queued) of the fitted knee.
     pub fn base_rtt(&self) -> Option<Duration> {
         self.knee
@@ -337,18 +312,13 @@ impl LearnedLimit {
     }
 
     /// The mean latency of the successes of the last closed window.
+    #[cfg(any(test, feature = "internals"))]
     pub fn last_rtt(&self) -> Option<Duration> {
         self.last_rtt
     }
 
-    /// The estimated number of requests queued inside the backend at the
-    /// limit: the limit less the fitted knee (0 when none is fitted).
-    pub fn queue_estimate(&self) -> f64 {
-        self.knee
-            .map_or(0.0, |k| (f64::from(self.limit()) - k.k).max(0.0))
-    }
-
     /// The fitted knee, if the record allows one.
+    #[cfg(any(test, feature = "internals"))]
     pub fn knee(&self) -> Option<Knee> {
         self.knee
     }
@@ -421,12 +391,6 @@ impl LearnedLimit {
         self.cut(now);
         let after = self.limit();
         (after != before).then_some(after)
-    }
-
-    /// When the next refresh probe is due (it starts with the first window
-    /// closing after it).
-    pub fn next_probe(&self) -> Instant {
-        self.next_probe
     }
 
     /// Multiplies the limit by `backoff` (at least one less), unless the

@@ -158,6 +158,7 @@ impl DeadlineControl {
     }
 
     /// Tasks sent per second while tasks waited, if measured yet.
+    #[cfg(any(test, feature = "internals"))]
     pub fn rate(&self) -> Option<f64> {
         self.rate
     }
@@ -202,6 +203,7 @@ impl DeadlineControl {
     }
 
     /// When the current overload ends if nothing more is shed.
+    #[cfg(any(test, feature = "internals"))]
     pub fn calm_at(&self, hold: Duration) -> Option<Instant> {
         self.shed_at.map(|t| time::add(t, hold.max(MIN_HOLD)))
     }

@@ -1,45 +1,21 @@
-//! Fair shares between tenants: deficit round robin over per-tenant
-//! queues, within each priority class.
+//! Fair shares between tenants: deficit round robin (Shreedhar and Varghese,
+//! SIGCOMM 1995; Kubernetes' API Priority and Fairness) in each class.
 //!
-//! One caller (an API key, a customer, a batch job) that sends ten times its
-//! share must not take the others' capacity. Priority classes do not help:
-//! tenants are of the same class. [`Drr`] serves the items of one class by
-//! **deficit round robin** (Shreedhar and Varghese, "Efficient Fair Queueing
-//! Using Deficit Round Robin", SIGCOMM 1995), as Kubernetes' API Priority
-//! and Fairness does between its flows:
+//! [`Drr`]: each tenant (a **flow**) has a queue, a weight, and a place in
+//! the ring while busy. The head flow gets its weight as *deficit* for its turn,
+//! each item served costs one, and a flow whose queue empties leaves the
+//! ring with no deficit banked. While flows stay backlogged, flow `f` gets
+//! `w_f / Σ w` of the items served to within one turn, whatever the others
+//! send; an idle flow's share goes to the busy ones. Push and pop are O(1),
+//! a look over the busy flows O(flows in the ring). With one flow the
+//! items come in exactly its queue's [`Order`]: a queue whose tasks name no
+//! tenant is a plain FIFO/LIFO list.
 //!
-//! * Each tenant (a **flow**, a small number) has its own queue and a
-//!   weight. Flows with items wait in a ring, in the order they became
-//!   busy.
-//! * The flow at the head of the ring is given its weight as *deficit* at
-//!   the start of its turn; each item served costs one; when its deficit is
-//!   spent it goes to the back of the ring, and when its queue empties it
-//!   leaves the ring and forgets its deficit (no banking while idle).
-//! * So while flows stay backlogged, over any run of turns flow `f` gets
-//!   `w_f / Σ w` of the items served, to within one turn's items, whatever
-//!   the others send: a flood from one tenant only lengthens that tenant's
-//!   queue. The scheme is work-conserving: an idle flow's share goes to the
-//!   busy ones. A push and a pop are O(1) (the ring rotates; no sorting).
-//!   What looks over the busy flows, the oldest item over them
-//!   ([`Drr::oldest`], for the sweeps) and the flow most over its share
-//!   ([`FairClasses::most_over`], when a full queue must shed), is
-//!   O(flows in the ring), at most the tenants tracked; with one flow,
-//!   O(1).
-//!
-//! With one flow the ring always serves it, so its items come in exactly
-//! the order its queue gives them (oldest first, or newest first, as the
-//! caller's [`Order`] says): a queue whose tasks name no tenant behaves as
-//! a plain FIFO/LIFO list.
-//!
-//! [`FairClasses`] puts one [`Drr`] in each [`Priority`] class, chooses the
-//! class by the classes' reserved shares as [`ClassQueues`] does, and keeps
-//! each flow's count of live items per class (the lists are cleaned
-//! lazily, as the task table's are): with them it estimates how many items
-//! a new one of a flow waits behind ([`FairClasses::ahead`]) and which flow
-//! is the most over its share ([`FairClasses::most_over`]: the largest
-//! backlog relative to its weight), the one to shed from first.
-//!
-//! The module is pure: no clock, no actix.
+//! [`FairClasses`] keeps one [`Drr`] per [`Priority`] class, chooses the
+//! class by reserved shares (as [`ClassQueues`] does), and counts each
+//! flow's live items, for how many items a new one waits behind
+//! ([`FairClasses::ahead`]) and which flow is most over its share (the
+//! largest backlog relative to its weight: the one to shed from). Pure.
 //!
 //! [`ClassQueues`]: crate::algo::priority::ClassQueues
 //!
@@ -180,6 +156,7 @@ impl<T> Drr<T> {
     }
 
     /// Items held by flow `f`.
+    #[cfg(any(test, feature = "internals"))]
     pub fn len_of(&self, f: Flow) -> usize {
         self.flows.get(usize::from(f)).map_or(0, |q| q.items.len())
     }
@@ -265,6 +242,7 @@ impl<T> Drr<T> {
     }
 
     /// As [`pop`](Self::pop), skipping the items `live` says are gone.
+    #[cfg(any(test, feature = "internals"))]
     pub fn pop_live(&mut self, order: Order, live: impl FnMut(&T) -> bool) -> Option<(Flow, T)> {
         self.skip_gone(order, live);
         self.pop(order)
@@ -394,6 +372,7 @@ impl<T> FairClasses<T> {
     }
 
     /// Whether nothing is listed.
+    #[cfg(any(test, feature = "internals"))]
     pub fn is_empty(&self) -> bool {
         self.classes.iter().all(Drr::is_empty)
     }

@@ -90,14 +90,6 @@ impl Acc {
         v.max((0.05 * self.mean).powi(2))
     }
 
-    /// Variance of `ln(mean)`.
-    pub fn var_ln(&self) -> f64 {
-        if self.n == 0.0 || self.mean <= 0.0 {
-            return f64::INFINITY;
-        }
-        self.var() / (self.n * self.mean * self.mean)
-    }
-
     /// The squared coefficient of variation (variance over the squared
     /// mean, with the floor of [`var`](Self::var)).
     pub fn cv2(&self) -> f64 {

@@ -13,19 +13,11 @@ pub mod backoff;
 pub mod breaker;
 pub mod budget;
 pub mod codel;
-// Not yet pruned: inspection methods without a caller in the engine.
-#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub mod concurrency;
-// Not yet pruned: inspection methods without a caller in the engine.
-#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub mod deadline;
 pub mod ewma;
-// Not yet pruned: inspection methods without a caller in the engine.
-#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub mod fair;
 pub mod headroom;
-// Not yet pruned: inspection methods without a caller in the engine.
-#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub mod knee;
 pub mod limiter;
 pub mod policy;
