@@ -291,7 +291,7 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
         row.push(format!("{growth:.2}"));
         rep.target(
             format!("{m}: µs per task at 1000 nodes / at 3 nodes"),
-            "<= 1.1 (issue 14, target 4: does not grow with pool size)",
+            "<= 1.1 (does not grow with pool size)",
             format!("{growth:.2}"),
             Some(growth <= 1.1),
         );
@@ -312,7 +312,7 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
             "engine's own share per queued task ({} queued)",
             count(queued_n as f64)
         ),
-        "<= 400 bytes (issue 14, target 6)",
+        "<= 400 bytes",
         format!("{engine_per_task:.0} bytes ({} MB)", mb(engine_delta)),
         Some(engine_per_task <= 400.0),
     );

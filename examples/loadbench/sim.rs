@@ -17,7 +17,7 @@
 //! within the deadline, engine and oracle, and their ratio; p99 of the
 //! successes; refusals; the critical share served; time to settle after a
 //! capacity change), a summary per scenario and limit (the worst of its
-//! seeds), the targets of issue 32 checked on that summary, and the CPU
+//! seeds), the overload targets checked on that summary, and the CPU
 //! time one simulated second costs. `--smoke`: 2 s, one seed, `"auto"` only.
 
 use std::time::Duration;
@@ -341,7 +341,7 @@ fn class_table(classes: &[Class]) -> String {
     )
 }
 
-/// The targets of issue 32, checked on the worst seed of each class, for
+/// The overload targets, checked on the worst seed of each class, for
 /// `"auto"` (the default limit's figures are shown for comparison only).
 fn targets(rep: &mut Report, classes: &[Class], per_sim_sec: f64, secs: f64, cpu_worst: f64) {
     let auto: Vec<&Class> = classes.iter().filter(|c| c.limit == Limit::Auto).collect();

@@ -652,7 +652,7 @@ pub fn tables(all: &[WorkloadResult]) -> String {
     md
 }
 
-/// The targets of issue 32 on real sockets, for the engine's rows.
+/// The overload targets on real sockets, for the engine's rows.
 pub fn targets(rep: &mut Report, all: &[WorkloadResult], haproxy: bool) {
     let engine: Vec<&WorkloadResult> = all.iter().filter(|r| r.contender == ENGINE_NAME).collect();
     if engine.is_empty() {

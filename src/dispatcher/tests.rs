@@ -39,7 +39,7 @@ impl Transport for Ok200 {
     }
 }
 
-/// Regression (issue 8, item 4): a service added by `reload` started on
+/// Regression: a service added by `reload` started on
 /// the caller's arbiter, so it died with the caller (an actix-web
 /// worker, say) and every later task was refused.
 #[actix_rt::test]

@@ -150,7 +150,7 @@ async fn settle() {
     }
 }
 
-/// Regression (issue 8, item 3): a hedged round whose first attempt failed
+/// Regression: a hedged round whose first attempt failed
 /// and whose hedge then bounced (no node could take it) left the task in
 /// flight with nothing out, never answered. The failure must reach the
 /// policy whichever of the two ends the round: here the bounce does, so the

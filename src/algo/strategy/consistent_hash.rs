@@ -308,7 +308,7 @@ mod tests {
             .collect()
     }
 
-    /// Regression (issue 8, item 7): points scaled to the largest weight
+    /// Regression: points scaled to the largest weight
     /// moved keys between old members whenever a heavier member arrived.
     #[test]
     fn adding_a_member_moves_its_share_of_keys_all_to_it() {
@@ -340,7 +340,7 @@ mod tests {
         }
     }
 
-    /// Regression (issue 8, item 7): raising one weight to a new maximum
+    /// Regression: raising one weight to a new maximum
     /// changed every other member's points.
     #[test]
     fn reweighting_a_member_moves_keys_only_to_or_from_it() {
