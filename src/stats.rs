@@ -200,10 +200,9 @@ pub struct NodeStats {
     /// Requests it may have in flight now: `max_concurrent`, or the limit
     /// learned under it (`max_concurrent: "auto"`).
     pub concurrency_limit: u32,
-    /// Of `concurrency_limit`, what the backend serves without queueing
-    /// (the learned estimate; the whole limit when fixed). Only tasks of
-    /// the most important class that came lately take the rest (see
-    /// README, Overload).
+    /// Of `concurrency_limit`, what tasks below the most important class
+    /// may fill: the whole limit, fixed or learned (a learned limit sits at
+    /// the knee, where a slot held back would be a worker idle).
     pub free_limit: u32,
     /// Attempts finished.
     pub total: u64,

@@ -76,7 +76,7 @@ pub struct Task {
 /// What a task asks of a backend: the part of a [`Task`] a queued [`Job`]
 /// keeps for its attempts. The service name is not in it (the queue holds it
 /// once) nor are the header strings (parsed at submit), so a queued task is
-/// that much smaller (see README, `memory`).
+/// that much smaller (`loadbench memory`).
 #[derive(Debug, Clone)]
 pub(crate) struct Request {
     method: Method,

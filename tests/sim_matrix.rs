@@ -26,7 +26,7 @@ async fn matrix(seed: u64) -> Vec<(Scenario, Row)> {
 
 /// What a row is held to: the overload work's target, and a floor below
 /// it where the engine does not reach the target yet (the gap is stated in
-/// the README's overload section and measured by `loadbench sim`): a
+/// `bench/results/features.md` and measured by `loadbench sim`): a
 /// regression below the floor fails.
 struct Bound {
     target: f64,
@@ -37,7 +37,7 @@ struct Bound {
 fn goodput_bound(name: &str) -> Bound {
     let (target, floor) = if name.ends_with("/bursts") {
         // On/off bursts: the lull after each burst is where the oracle's
-        // plain FIFO queue gains (see the README).
+        // plain FIFO queue gains (see `bench/results/features.md`).
         (0.95, 0.75)
     } else if name.contains("cap x") {
         (0.95, 0.90)

@@ -2,7 +2,7 @@
 //!
 //! A config names services, each a pool of endpoints with a balancing mode,
 //! timeouts, retry, queue, breaker and rate-limit settings. Every field has a
-//! documented default (see the README's config reference). Parsing happens in
+//! documented default (see [`crate::reference::config`]). Parsing happens in
 //! two steps: the file is read as JSON, then each service is deserialized on
 //! its own so that any error names the service and the field path
 //! (`service "api": field `retry.max_retries`: invalid type ...`). The result

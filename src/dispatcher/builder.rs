@@ -36,7 +36,7 @@ impl DispatcherBuilder {
     /// `n` threads of their own, nodes spread over them round robin, while
     /// the queues and balancers stay on the calling arbiter. Default 0: all
     /// on the calling arbiter. One thread moves the HTTP work off the
-    /// caller's core; more rarely helps (see the README's performance notes).
+    /// caller's core; more rarely helps (see `bench/results/performance.md`).
     pub fn node_threads(mut self, n: usize) -> Self {
         self.node_threads = n;
         self

@@ -261,8 +261,8 @@ impl ForwardConfig {
     /// Deadline of each forwarded task, from when the request arrives
     /// (all attempts together; past it the client gets a 504; default
     /// 15 s). A request that cannot be served within it is refused at once
-    /// (503 with `Retry-After`) or shed from the queue (see the README's
-    /// Overload section).
+    /// (503 with `Retry-After`) or shed from the queue (see
+    /// `docs/overload.md`).
     pub fn deadline(mut self, within: Duration) -> Self {
         self.deadline = Some(within);
         self
