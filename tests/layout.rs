@@ -581,3 +581,48 @@ fn strip(text: &str) -> String {
 fn ident(c: Option<&char>) -> bool {
     c.is_some_and(|c| c.is_alphanumeric() || *c == '_')
 }
+
+/// Lines of code in `text`: not blank, not a comment, and before the
+/// file's `#[cfg(test)]` module.
+fn code_lines(text: &str) -> usize {
+    text.lines()
+        .take_while(|l| l.trim() != "#[cfg(test)]")
+        .filter(|l| {
+            let t = l.trim();
+            !t.is_empty() && !t.starts_with("//")
+        })
+        .count()
+}
+
+/// The house's bounds: a README a user reads through (at most 600 lines;
+/// the reference is in rustdoc, figures in `bench/`), and no source file
+/// of the library over 600 lines of code (tests aside): past that a file is
+/// two concerns.
+#[test]
+fn the_house_keeps_its_bounds() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let lines = readme.lines().count();
+    assert!(lines <= 600, "README.md has {lines} lines (at most 600)");
+
+    let mut big = Vec::new();
+    let mut stack = vec![root.join("src")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("a source folder") {
+            let path = entry.expect("an entry").path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if path.is_dir() {
+                if name != "tests" {
+                    stack.push(path);
+                }
+            } else if name.ends_with(".rs") && name != "tests.rs" {
+                let text = std::fs::read_to_string(&path).expect("a source file");
+                let n = code_lines(&text);
+                if n > 600 {
+                    big.push(format!("{} ({n})", path.display()));
+                }
+            }
+        }
+    }
+    assert!(big.is_empty(), "files over 600 lines of code: {big:?}");
+}
