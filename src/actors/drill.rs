@@ -12,11 +12,7 @@
 use actix::prelude::*;
 
 use super::balancer::BalancerActor;
-
-/// Panic inside the handler (a fault drill).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct PanicDrill;
+pub(crate) use super::protocol::PanicDrill;
 
 /// Panics: the balancer dies as it would with a bug.
 impl Handler<PanicDrill> for BalancerActor {

@@ -12,7 +12,8 @@
 
 use super::*;
 use crate::actors::share::{
-    Admit, Granted, NodeTokens, ProbeClaimed, SharedBreakers, SharedState, UseShared,
+    Admit, Granted, NodeTokens, ProbeClaimed, SharedBreakers, SharedState, SharedStore, Store,
+    UseShared,
 };
 use crate::actors::view::SharedMirror;
 use crate::algo::breaker::BreakerState;
@@ -22,13 +23,13 @@ use crate::outcome::{AttemptOutcome, ErrorKind};
 mod nodes;
 
 /// The dispatcher hands over the instance's Redis handle.
-impl Handler<UseShared> for BalancerActor {
+impl<S: SharedStore + 'static> Handler<UseShared<S>> for BalancerActor {
     type Result = ();
 
-    fn handle(&mut self, msg: UseShared, ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: UseShared<S>, ctx: &mut Self::Context) {
         let now = Instant::now();
         if let Some(s) = &mut self.shared {
-            s.handle = Some(msg.0);
+            s.handle = Some(msg.0 as Store);
             if s.node_bucket.is_some() {
                 for i in 0..self.nodes.len() {
                     self.nodes.node_mut(i).shared_tokens = NodeTokens::up(now);

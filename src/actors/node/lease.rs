@@ -31,12 +31,6 @@ use crate::lease::{Endpoint, Lease, LeaseHand, LeaseNews, Sample};
 use crate::outcome::AttemptOutcome;
 use crate::transport::{ConnectionSettings, HttpReply};
 
-/// A lease's news is a message to the node that lent it (the type is the
-/// lease's, so that `lease` does not name the node).
-impl Message for LeaseNews {
-    type Result = ();
-}
-
 impl NodeActor {
     /// Lends the endpoint to the lease task of `msg` (admitted with
     /// `permit` at `now`): the lease goes into the task's hand, and the
