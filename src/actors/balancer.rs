@@ -36,8 +36,9 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::time::Instant;
 
+use super::credit::Credit;
 use super::inbox::{Inbox, InboxReady, InboxSender};
-use super::node::{NodeActor, NodeSpec};
+use super::node::{CoreSpec, NodeActor, NodeSpec};
 use super::nodeset::{NodeSet, Tier, Tuning};
 use super::protocol::*;
 use super::share::ServiceShare;
@@ -63,7 +64,7 @@ pub struct BalancerActor {
     pub(super) next_id: u32,
     pub(super) strategy: Box<dyn Strategy>,
     /// Credit handed to the queue and not yet used.
-    pub(super) granted: usize,
+    pub(super) credit: Credit,
     /// The reserve last told to the queue (see [`Room::reserve`]).
     pub(super) reserve: usize,
     pub(super) service_bucket: Option<TokenBucket>,
@@ -123,7 +124,7 @@ impl BalancerActor {
             nodes: NodeSet::new(tuning),
             next_id: 0,
             strategy,
-            granted: 0,
+            credit: Credit::default(),
             reserve: 0,
             // A shared service bucket lives in Redis (`shared`), not here.
             service_bucket: cfg
@@ -167,15 +168,17 @@ impl BalancerActor {
         let metrics = self.metrics.node(&address);
         let make = move |_: &mut Context<NodeActor>| {
             NodeActor::new(NodeSpec {
-                id,
-                service,
-                address,
-                max_concurrent: max,
-                learned,
-                cfg: spec_cfg,
+                core: CoreSpec {
+                    id,
+                    service,
+                    address,
+                    max_concurrent: max,
+                    learned,
+                    cfg: spec_cfg,
+                    metrics,
+                },
                 to_balancer,
                 factory,
-                metrics,
             })
         };
         let addr = if self.arbiters.is_empty() {
@@ -340,13 +343,7 @@ impl BalancerActor {
     /// Credit to hand the queue now (counted as granted).
     fn take_credit(&mut self, now: Instant) -> usize {
         let (cap, _) = self.capacity_now(now);
-        if cap > self.granted {
-            let more = cap - self.granted;
-            self.granted = cap;
-            more
-        } else {
-            0
-        }
+        self.credit.grant(cap)
     }
 
     /// Opens or closes the queue's gate and arms the timer; the gate, if

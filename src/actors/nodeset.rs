@@ -281,7 +281,9 @@ impl NodeSet {
         now: Instant,
     ) -> bool {
         let n = &mut self.views[i];
-        n.in_flight = n.in_flight.saturating_sub(count);
+        // A report frees what its dispatches took; never more than the
+        // view holds.
+        n.in_flight -= count.min(n.in_flight);
         let (free, service) = (n.free_limit(), n.service_time().unwrap_or_default());
         n.sent.ended(count, free, service, now);
         n.sent.keep(n.in_flight);
@@ -292,6 +294,18 @@ impl NodeSet {
             self.refresh(i, now);
         }
         changed
+    }
+
+    /// A route waits on node `i` for a shared token: it keeps a slot there,
+    /// so later picks see it taken.
+    pub fn hold(&mut self, i: usize, now: Instant) {
+        self.update(i, now, |n| n.in_flight += 1);
+    }
+
+    /// A route held on node `i` left it (placed again, or bounced): its
+    /// slot is free.
+    pub fn unhold(&mut self, i: usize, now: Instant) {
+        self.update(i, now, |n| n.in_flight -= 1.min(n.in_flight));
     }
 
     /// Node `i` takes a task at `now`: a slot, a probe and a token.

@@ -34,7 +34,7 @@ impl BalancerActor {
     /// the time to settle at, unless the route is held.
     pub(super) fn route(&mut self, msg: Route, ctx: &mut Context<Self>) -> Option<Instant> {
         if !msg.hedge {
-            self.granted = self.granted.saturating_sub(1);
+            self.credit.spend();
         }
         let msg = self.shared_route(msg, ctx)?;
         // Decide at the time the queue sent it (µs ago): one clock read less.

@@ -58,7 +58,7 @@ impl BalancerActor {
             Admit::Hold => {
                 // Still counted as granted credit until the answer.
                 if !msg.hedge {
-                    self.granted += 1;
+                    self.credit.refund();
                 }
                 s.held.push(msg);
                 self.shared_turn(ctx, now);
@@ -245,7 +245,7 @@ impl Handler<Granted> for BalancerActor {
                 });
             } else {
                 if !route.hedge {
-                    self.granted = self.granted.saturating_sub(1);
+                    self.credit.spend();
                 }
                 self.bounce(&route, ctx);
             }

@@ -24,8 +24,9 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::time::Instant;
 
-use super::{NodeActor, NodeCore};
-use crate::actors::protocol::{AttemptEnded, AttemptReport, Dispatch, NodeReport};
+use super::in_flight::InFlightGuard;
+use super::NodeActor;
+use crate::actors::protocol::{AttemptEnded, AttemptReport, Dispatch};
 use crate::algo::breaker::Permit;
 use crate::lease::{Endpoint, Lease, LeaseHand, LeaseNews, Sample};
 use crate::outcome::AttemptOutcome;
@@ -40,20 +41,22 @@ impl NodeActor {
         msg: &Dispatch,
         hand: &LeaseHand,
         permit: Option<Permit>,
+        slot: InFlightGuard,
         now: Instant,
         ctx: &mut Context<Self>,
     ) {
+        self.core.borrow_mut().lend_slot(slot);
         let endpoint = match &self.lending {
             Some(e) => e.clone(),
             None => {
                 let core = self.core.borrow();
                 let e = Arc::new(Endpoint {
                     node: ctx.address().recipient(),
-                    address: core.address.clone(),
-                    authority: Endpoint::authority_of(&core.address),
-                    settings: ConnectionSettings::for_endpoint(&core.cfg, &core.address),
-                    headers: core.headers.clone(),
-                    timeout: core.cfg.timeout,
+                    address: core.address().clone(),
+                    authority: Endpoint::authority_of(core.address()),
+                    settings: ConnectionSettings::for_endpoint(core.cfg(), core.address()),
+                    headers: core.headers().clone(),
+                    timeout: core.cfg().timeout,
                 });
                 drop(core);
                 self.lending = Some(e.clone());
@@ -64,8 +67,8 @@ impl NodeActor {
         let core = self.core.borrow();
         log::debug!(
             "service {}: node {}: task {} leased",
-            core.service,
-            core.address,
+            core.service(),
+            core.address(),
             msg.job.id
         );
         // A success to the queue (the task is done once the lease is out);
@@ -88,24 +91,7 @@ impl NodeActor {
                 stream: None,
             },
         };
-        core.send_report_leased(done, now);
-    }
-}
-
-// === impl NodeCore ===
-
-impl NodeCore {
-    /// Reports a lease handed out: its task answered, its slot kept.
-    fn send_report_leased(&self, done: AttemptEnded, now: Instant) {
-        self.to_balancer.send(NodeReport {
-            node: self.id,
-            done: vec![done],
-            refused: Vec::new(),
-            leased: 1,
-            streams_ended: 0,
-            load: self.report(),
-            at: now,
-        });
+        self.to_balancer.send(core.report_leased(done, now));
     }
 }
 
@@ -134,13 +120,13 @@ impl NodeActor {
         }) = sample
         {
             // The lease still holds its slot: it counts in flight.
-            let in_flight = core.in_flight;
+            let in_flight = core.in_flight();
             core.account(&outcome, permit, latency, in_flight, None, now);
         }
         if end {
-            core.in_flight = core.in_flight.saturating_sub(1);
-            core.metrics.in_flight(core.in_flight);
+            core.lease_ended();
         }
-        core.send_report(Vec::new(), Vec::new(), u32::from(end), now);
+        self.to_balancer
+            .send(core.report_turn(Vec::new(), Vec::new(), u32::from(end), now));
     }
 }
