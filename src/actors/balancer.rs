@@ -41,11 +41,12 @@ use super::inbox::{Inbox, InboxReady, InboxSender};
 use super::node::{CoreSpec, NodeActor, NodeSpec};
 use super::nodeset::{NodeSet, Tier, Tuning};
 use super::protocol::*;
-use super::share::ServiceShare;
+use super::share::{ServiceShare, SharedStore, Store};
 use super::view::{Health, Mirror, NodeView};
 use crate::algo::limiter::TokenBucket;
 use crate::algo::strategy::{Member, Strategy};
 use crate::config::{EndpointConfig, Mode, OnAllOpen, OnLimit, ServiceConfig};
+use crate::pool::{PoolError, ReloadSummary};
 use crate::stats::NodeStats;
 use crate::transport::TransportFactory;
 use crate::Rejection;
@@ -538,6 +539,109 @@ impl Handler<Stop> for BalancerActor {
     fn handle(&mut self, _msg: Stop, ctx: &mut Self::Context) {
         self.flush();
         ctx.stop();
+    }
+}
+
+/// Takes every node report of the inbox, in order.
+impl Handler<InboxReady> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: InboxReady, ctx: &mut Self::Context) {
+        self.on_inbox(msg, ctx);
+    }
+}
+
+/// One turn of the queue: lost attempts, cancels, then the routes in
+/// order, with one settle (credit and gate) pass at the end.
+impl Handler<QueueTurn> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: QueueTurn, ctx: &mut Self::Context) {
+        self.on_queue_turn(msg, ctx);
+    }
+}
+
+/// Adds, removes, reweights, switches, reloads or crashes endpoints.
+impl Handler<PoolChange> for BalancerActor {
+    type Result = Result<ReloadSummary, PoolError>;
+
+    fn handle(&mut self, msg: PoolChange, ctx: &mut Self::Context) -> Self::Result {
+        self.on_pool_change(msg, ctx)
+    }
+}
+
+/// The answer to a probe claim.
+impl Handler<ProbeClaimed> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ProbeClaimed, ctx: &mut Self::Context) {
+        self.on_probe_claimed(msg, ctx);
+    }
+}
+
+/// The shared breakers of the nodes, read at a refresh.
+impl Handler<SharedBreakers> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: SharedBreakers, ctx: &mut Self::Context) {
+        self.on_shared_breakers(msg, ctx);
+    }
+}
+
+/// Tokens from the shared bucket (or Redis down): place the held routes.
+impl Handler<Granted> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Granted, ctx: &mut Self::Context) {
+        self.on_granted(msg, ctx);
+    }
+}
+
+/// The dispatcher hands over the instance's Redis handle.
+impl<S: SharedStore + 'static> Handler<UseShared<S>> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: UseShared<S>, ctx: &mut Self::Context) {
+        self.on_use_shared(msg.0 as Store, ctx);
+    }
+}
+
+/// Tokens for the nodes (or Redis down): the held routes go to their
+/// nodes, under `on_down`, or back to the queue.
+impl Handler<NodesGranted> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: NodesGranted, ctx: &mut Self::Context) {
+        self.on_nodes_granted(msg, ctx);
+    }
+}
+
+/// Sends the outboxes once the balancer's mailbox is drained: spawned on
+/// its context by the turn's first dispatch, polled after the messages.
+struct Flush;
+
+impl ActorFuture<BalancerActor> for Flush {
+    type Output = ();
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        act: &mut BalancerActor,
+        _ctx: &mut Context<BalancerActor>,
+        _task: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if act.flushing {
+            act.flush();
+        }
+        std::task::Poll::Ready(())
+    }
+}
+
+/// Panics: the balancer dies as it would with a bug (a fault drill).
+impl Handler<PanicDrill> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: PanicDrill, _ctx: &mut Self::Context) {
+        panic!("fault drill");
     }
 }
 

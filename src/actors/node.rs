@@ -514,6 +514,16 @@ impl Handler<GetLoad> for NodeActor {
     }
 }
 
+/// Accounts what a lease says, as an attempt's end is; frees its slot when
+/// it is returned.
+impl Handler<crate::lease::LeaseNews> for NodeActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: crate::lease::LeaseNews, ctx: &mut Self::Context) {
+        self.guarded(ctx, || (), |act, _| act.lease_news(msg));
+    }
+}
+
 /// Cancels, restarts, limits and the shared breaker's word.
 impl Handler<NodeControl> for NodeActor {
     type Result = ();

@@ -681,6 +681,44 @@ mod tests {
         soonest: true,
     };
 
+    /// The placement core without a runtime: a least-load pick goes to the
+    /// idle node, and the credit ledger grants the set's room once.
+    #[test]
+    fn the_least_loaded_node_is_picked_and_credit_is_granted_once() {
+        use crate::actors::credit::Credit;
+        use crate::algo::strategy::LeastLoad;
+        let t0 = Instant::now();
+        let mut set = NodeSet::new(tuning());
+        set.push(view(0, 1, 4, t0), t0);
+        set.push(view(1, 1, 4, t0), t0);
+        set.refresh_all(t0);
+        let mut ll = LeastLoad::new(Default::default());
+        ll.rebuild(&set.members());
+        let mut credit = Credit::default();
+        assert_eq!(credit.grant(set.capacity()), 8);
+        assert_eq!(credit.grant(set.capacity()), 0, "granted once");
+        set.dispatch(0, t0);
+        set.dispatch(0, t0);
+        credit.spend();
+        credit.spend();
+        for _ in 0..3 {
+            assert_eq!(set.pick(&mut ll, None, &[], &[]), Some(1), "node 1 is idle");
+        }
+        // Node 1 takes two: both hold two, and node 0's two end.
+        set.dispatch(1, t0);
+        set.dispatch(1, t0);
+        credit.spend();
+        credit.spend();
+        set.attempts_ended(0, 2, None, t0);
+        assert_eq!(set.node(0).in_flight, 0);
+        assert_eq!(set.pick(&mut ll, None, &[], &[]), Some(0));
+        // Two slots freed: two credits, once.
+        assert_eq!(set.capacity(), 6);
+        assert_eq!(credit.grant(set.capacity()), 2);
+        assert_eq!(credit.grant(set.capacity()), 0);
+        check(&set);
+    }
+
     #[test]
     fn below_the_top_class_a_node_is_filled_to_its_free_limit_only() {
         let t0 = Instant::now();

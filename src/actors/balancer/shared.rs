@@ -12,8 +12,7 @@
 
 use super::*;
 use crate::actors::share::{
-    Admit, Granted, NodeTokens, ProbeClaimed, SharedBreakers, SharedState, SharedStore, Store,
-    UseShared,
+    Admit, Granted, NodeTokens, ProbeClaimed, SharedBreakers, SharedState, Store,
 };
 use crate::actors::view::SharedMirror;
 use crate::algo::breaker::BreakerState;
@@ -22,14 +21,12 @@ use crate::outcome::{AttemptOutcome, ErrorKind};
 
 mod nodes;
 
-/// The dispatcher hands over the instance's Redis handle.
-impl<S: SharedStore + 'static> Handler<UseShared<S>> for BalancerActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: UseShared<S>, ctx: &mut Self::Context) {
+impl BalancerActor {
+    /// The dispatcher hands over the instance's Redis handle.
+    pub(super) fn on_use_shared(&mut self, store: Store, ctx: &mut Context<Self>) {
         let now = Instant::now();
         if let Some(s) = &mut self.shared {
-            s.handle = Some(msg.0 as Store);
+            s.handle = Some(store);
             if s.node_bucket.is_some() {
                 for i in 0..self.nodes.len() {
                     self.nodes.node_mut(i).shared_tokens = NodeTokens::up(now);
@@ -223,11 +220,9 @@ impl BalancerActor {
     }
 }
 
-/// Tokens from the shared bucket (or Redis down): place the held routes.
-impl Handler<Granted> for BalancerActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: Granted, ctx: &mut Self::Context) {
+impl BalancerActor {
+    /// Tokens from the shared bucket (or Redis down): place the held routes.
+    pub(super) fn on_granted(&mut self, msg: Granted, ctx: &mut Context<Self>) {
         let now = Instant::now();
         let Some(s) = self.shared.as_mut() else {
             return;
@@ -255,11 +250,9 @@ impl Handler<Granted> for BalancerActor {
     }
 }
 
-/// The shared breakers of the nodes, read at a refresh.
-impl Handler<SharedBreakers> for BalancerActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: SharedBreakers, ctx: &mut Self::Context) {
+impl BalancerActor {
+    /// The shared breakers of the nodes, read at a refresh.
+    pub(super) fn on_shared_breakers(&mut self, msg: SharedBreakers, ctx: &mut Context<Self>) {
         let now = Instant::now();
         let Some(s) = self.shared.as_mut() else {
             return;
@@ -314,11 +307,9 @@ impl Handler<SharedBreakers> for BalancerActor {
     }
 }
 
-/// The answer to a probe claim.
-impl Handler<ProbeClaimed> for BalancerActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: ProbeClaimed, ctx: &mut Self::Context) {
+impl BalancerActor {
+    /// The answer to a probe claim.
+    pub(super) fn on_probe_claimed(&mut self, msg: ProbeClaimed, ctx: &mut Context<Self>) {
         let Some(s) = self.shared.as_mut() else {
             return;
         };

@@ -595,3 +595,85 @@ fn state_name(s: &crate::algo::breaker::BreakerState) -> &'static str {
         HalfOpen => "half-open",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::breaker::BreakerState;
+    use crate::config::Config;
+
+    fn core(max: u32, now: Instant) -> NodeCore {
+        let cfg = Config::from_json(
+            r#"{"services":[{"name":"svc",
+                "endpoints":[{"address":"http://127.0.0.1:9/","max_concurrent":2}],
+                "breaker":{"consecutive_failures":3,"open_for":"5s"}}]}"#,
+        )
+        .unwrap()
+        .services
+        .remove(0);
+        NodeCore::new(
+            CoreSpec {
+                id: NodeId(0),
+                service: "svc".into(),
+                address: "http://127.0.0.1:9/".into(),
+                max_concurrent: max,
+                learned: false,
+                cfg: Arc::new(cfg),
+                metrics: Default::default(),
+            },
+            now,
+        )
+    }
+
+    fn failed() -> Result<HttpReply, TransportError> {
+        Err(TransportError::new(ErrorKind::Connect, "refused"))
+    }
+
+    #[test]
+    fn a_node_admits_up_to_its_limit_and_each_end_frees_one_slot() {
+        let t0 = Instant::now();
+        let mut c = core(2, t0);
+        let a = c.admit(false, t0).expect("first");
+        let b = c.admit(false, t0).expect("second");
+        assert_eq!(c.in_flight(), 2);
+        assert!(c.admit(false, t0).is_err(), "max_concurrent is 2");
+        let ms = Duration::from_millis(10);
+        let r = c.finish_one(Seq { task: 1, round: 0 }, false, a, ms, failed(), t0);
+        assert_eq!(r.done.len(), 1);
+        assert_eq!(c.in_flight(), 1);
+        // A lease's slot stays taken until the lease ends.
+        let (_, slot) = c.admit(false, t0).expect("the freed slot");
+        c.lend_slot(slot);
+        assert_eq!(c.in_flight(), 2);
+        c.lease_ended();
+        assert_eq!(c.in_flight(), 1);
+        // A second end of the lease frees nothing more.
+        c.lease_ended();
+        assert_eq!(c.in_flight(), 1);
+        drop(b);
+        assert_eq!(c.in_flight(), 0);
+        assert_eq!(c.report().total, 1);
+        assert_eq!(c.report().errors, 1);
+    }
+
+    #[test]
+    fn three_failures_in_a_row_trip_the_breaker_and_it_refuses() {
+        let t0 = Instant::now();
+        let mut c = core(10, t0);
+        let ms = Duration::from_millis(10);
+        for k in 0..3u64 {
+            let held = c.admit(false, t0).expect("closed");
+            let r = c.finish_one(Seq { task: k, round: 0 }, false, held, ms, failed(), t0);
+            let open = matches!(r.load.breaker, BreakerState::Open { .. });
+            assert_eq!(open, k == 2, "open after the third failure only");
+        }
+        assert_eq!(c.report().trips, 1);
+        assert_eq!(c.in_flight(), 0);
+        assert!(c.admit(false, t0).is_err(), "an open breaker refuses");
+        // A dispatch that bypasses the breaker (max_ejected_percent) is
+        // admitted, with no permit.
+        let (permit, _slot) = c.admit(true, t0).expect("bypass");
+        assert!(permit.is_none());
+        assert_eq!(c.in_flight(), 1);
+    }
+}

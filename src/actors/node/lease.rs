@@ -95,18 +95,8 @@ impl NodeActor {
     }
 }
 
-/// Accounts what a lease says, as an attempt's end is; frees its slot when
-/// it is returned.
-impl Handler<LeaseNews> for NodeActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: LeaseNews, ctx: &mut Self::Context) {
-        self.guarded(ctx, || (), |act, _| act.lease_news(msg));
-    }
-}
-
 impl NodeActor {
-    fn lease_news(&mut self, msg: LeaseNews) {
+    pub(super) fn lease_news(&mut self, msg: LeaseNews) {
         let mut core = self.core.borrow_mut();
         let (sample, end) = match msg {
             LeaseNews::Report(s) => (Some(s), false),

@@ -166,12 +166,14 @@ impl BalancerActor {
     }
 }
 
-/// Tokens for the nodes (or Redis down): the held routes go to their
-/// nodes, under `on_down`, or back to the queue.
-impl Handler<NodesGranted> for BalancerActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: NodesGranted, ctx: &mut Self::Context) {
+impl BalancerActor {
+    /// Tokens for the nodes (or Redis down): the held routes go to their
+    /// nodes, under `on_down`, or back to the queue.
+    pub(in crate::actors::balancer) fn on_nodes_granted(
+        &mut self,
+        msg: NodesGranted,
+        ctx: &mut Context<Self>,
+    ) {
         let now = Instant::now();
         let Some(s) = self.shared.as_mut() else {
             return;
