@@ -6,6 +6,13 @@
 //! view) comes back as a refusal ([`NodeReport::refused`]), and the task
 //! returns to the queue's front without counting an attempt.
 //!
+//! This file is the actor's shell: every message handler of the node is
+//! here, and each reads the clock, calls the node's core (module `core`:
+//! its state and counts, which take `now` and return the report to send)
+//! and sends that report to the balancer's inbox. A slot in use is a guard
+//! (module `in_flight`) held by its attempt, streamed body or lease and
+//! freed exactly once.
+//!
 //! The attempts in flight are one set owned by the node and polled by one
 //! driver on its context, with one timer for all their deadlines (module
 //! `attempts`): no tokio task and no timer per attempt. Each runs under its

@@ -46,8 +46,10 @@ use actix::prelude::*;
 
 use crate::config::{BucketConfig, OnDown, SharedMode};
 
+#[cfg(any(feature = "redis", test))]
+pub(crate) use crate::actors::protocol::{Grant, UseShared};
 pub(crate) use crate::actors::protocol::{
-    Grant, Granted, NodesGranted, ProbeClaimed, SharedBreakers, SharedState, UseShared,
+    Granted, NodesGranted, ProbeClaimed, SharedBreakers, SharedState,
 };
 pub(crate) use node_tokens::NodeTokens;
 pub(crate) use service::ServiceShare;
