@@ -392,6 +392,7 @@ impl Drive {
 }
 
 mod attempts;
+mod breaker_log;
 mod core;
 mod in_flight;
 pub(crate) mod lease;

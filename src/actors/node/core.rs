@@ -10,6 +10,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::attempts;
+use super::breaker_log::log_transition;
 use super::in_flight::{InFlight, InFlightGuard};
 use super::retry_after::retry_after;
 use crate::actors::protocol::*;
@@ -558,41 +559,6 @@ impl NodeCore {
         }
         self.record_health(&outcome, permit, latency, now);
         self.report_turn(Vec::new(), Vec::new(), 1, now)
-    }
-}
-
-pub(super) fn log_transition(service: &str, node: &str, t: &crate::algo::breaker::Transition) {
-    use crate::algo::breaker::BreakerState::*;
-    match t.to {
-        Open { until } => log::warn!(
-            "service {service}: node {node}: breaker {} -> open for {:?} ({})",
-            state_name(&t.from),
-            round_ms(until.saturating_duration_since(Instant::now())),
-            t.reason
-        ),
-        HalfOpen => log::info!(
-            "service {service}: node {node}: breaker open -> half-open ({})",
-            t.reason
-        ),
-        Closed => log::info!(
-            "service {service}: node {node}: breaker {} -> closed ({})",
-            state_name(&t.from),
-            t.reason
-        ),
-    }
-}
-
-/// A duration rounded to whole milliseconds, for log lines.
-fn round_ms(d: Duration) -> Duration {
-    Duration::from_millis(((d.as_micros() + 500) / 1000) as u64)
-}
-
-fn state_name(s: &crate::algo::breaker::BreakerState) -> &'static str {
-    use crate::algo::breaker::BreakerState::*;
-    match s {
-        Closed => "closed",
-        Open { .. } => "open",
-        HalfOpen => "half-open",
     }
 }
 
