@@ -15,12 +15,17 @@
 //! `on_limit: reject` (`RateLimited`). It reopens the gate when that ends.
 //!
 //! The nodes, their rooms and the sums over them live in one
-//! [`NodeSet`](super::nodeset::NodeSet): this file keeps the node set, the
-//! credit, the gate and the pick; `routing` places routes and sends each
-//! node its turn's dispatches and the queue its turn's news (one message
-//! each when the turn ends); `completions` takes what comes back through
-//! the balancer's inbox (one wake-up for all the nodes that report in a
-//! turn).
+//! [`NodeSet`](super::nodeset::NodeSet), the credit out in one
+//! [`Credit`](super::credit::Credit) ledger. This file is the actor's
+//! shell: its state, every message handler (each calls the method of the
+//! file that owns the step), the timer and the pick;
+//! `room` computes the credit, the reserve and the gate; `routing` places
+//! routes and sends each node its turn's dispatches and the queue its
+//! turn's news (one message each when the turn ends); `completions` takes
+//! what comes back through the balancer's inbox (one wake-up for all the
+//! nodes that report in a turn); `membership` changes the pool; `health`
+//! runs the active health checks; `shared` is the side of the shared
+//! store.
 //!
 //! An attempt the queue's watchdog gave up on ([`QueueTurn::lost`]) died with its
 //! node's thread, so the node will never report it: the balancer frees its
@@ -36,15 +41,17 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::time::Instant;
 
+use super::credit::Credit;
 use super::inbox::{Inbox, InboxReady, InboxSender};
-use super::node::{NodeActor, NodeSpec};
+use super::node::{CoreSpec, NodeActor, NodeSpec};
 use super::nodeset::{NodeSet, Tier, Tuning};
 use super::protocol::*;
-use super::share::ServiceShare;
+use super::share::{ServiceShare, SharedStore, Store};
 use super::view::{Health, Mirror, NodeView};
 use crate::algo::limiter::TokenBucket;
 use crate::algo::strategy::{Member, Strategy};
 use crate::config::{EndpointConfig, Mode, OnAllOpen, OnLimit, ServiceConfig};
+use crate::pool::{PoolError, ReloadSummary};
 use crate::stats::NodeStats;
 use crate::transport::TransportFactory;
 use crate::Rejection;
@@ -63,7 +70,7 @@ pub struct BalancerActor {
     pub(super) next_id: u32,
     pub(super) strategy: Box<dyn Strategy>,
     /// Credit handed to the queue and not yet used.
-    pub(super) granted: usize,
+    pub(super) credit: Credit,
     /// The reserve last told to the queue (see [`Room::reserve`]).
     pub(super) reserve: usize,
     pub(super) service_bucket: Option<TokenBucket>,
@@ -123,7 +130,7 @@ impl BalancerActor {
             nodes: NodeSet::new(tuning),
             next_id: 0,
             strategy,
-            granted: 0,
+            credit: Credit::default(),
             reserve: 0,
             // A shared service bucket lives in Redis (`shared`), not here.
             service_bucket: cfg
@@ -167,15 +174,17 @@ impl BalancerActor {
         let metrics = self.metrics.node(&address);
         let make = move |_: &mut Context<NodeActor>| {
             NodeActor::new(NodeSpec {
-                id,
-                service,
-                address,
-                max_concurrent: max,
-                learned,
-                cfg: spec_cfg,
+                core: CoreSpec {
+                    id,
+                    service,
+                    address,
+                    max_concurrent: max,
+                    learned,
+                    cfg: spec_cfg,
+                    metrics,
+                },
                 to_balancer,
                 factory,
-                metrics,
             })
         };
         let addr = if self.arbiters.is_empty() {
@@ -295,131 +304,6 @@ impl BalancerActor {
     pub(super) fn settle(&mut self, ctx: &mut Context<Self>, now: Instant) {
         self.shared_turn(ctx, now);
         self.grant(ctx, now);
-    }
-
-    /// Tells the queue what it may send now, as one [`Room`]: the credit
-    /// the nodes' room allows (after the turn's news so far: a bounced task
-    /// is back at the queue's front before the credit is spent), the part
-    /// of it that is headroom, and the gate when it changed; arms the
-    /// timer.
-    pub(super) fn grant(&mut self, ctx: &mut Context<Self>, now: Instant) {
-        let credit = self.take_credit(now);
-        let gate = self.settle_gate(ctx, now);
-        let (cap, _) = self.capacity_now(now);
-        let reserve = (self
-            .nodes
-            .capacity()
-            .saturating_sub(self.nodes.capacity_below()))
-        .min(cap);
-        if credit > 0 || gate.is_some() || reserve != self.reserve {
-            self.reserve = reserve;
-            let room = Room {
-                credit,
-                reserve,
-                gate,
-            };
-            self.answer(ToQueue::Room(room), ctx);
-        }
-    }
-
-    /// What the nodes can take now, capped by the service's tokens.
-    fn capacity_now(&self, now: Instant) -> (usize, bool) {
-        if let Some(s) = self.shared.as_ref().filter(|s| s.bucket.is_some()) {
-            let t = s.room(now);
-            return (self.nodes.capacity().min(t), t == 0);
-        }
-        match &self.service_bucket {
-            Some(b) => {
-                let t = b.available(now) as usize;
-                (self.nodes.capacity().min(t), t == 0)
-            }
-            None => (self.nodes.capacity(), false),
-        }
-    }
-
-    /// Credit to hand the queue now (counted as granted).
-    fn take_credit(&mut self, now: Instant) -> usize {
-        let (cap, _) = self.capacity_now(now);
-        if cap > self.granted {
-            let more = cap - self.granted;
-            self.granted = cap;
-            more
-        } else {
-            0
-        }
-    }
-
-    /// Opens or closes the queue's gate and arms the timer; the gate, if
-    /// it changed.
-    fn settle_gate(&mut self, ctx: &mut Context<Self>, now: Instant) -> Option<Gate> {
-        let (cap, service_out) = self.capacity_now(now);
-        let c = self.nodes.counts();
-        let maybe_all_open = c.open > 0 && c.open == c.in_service;
-        let maybe_limited =
-            self.cfg.rate_limit.on_limit == OnLimit::Reject && (service_out || c.token_blocked > 0);
-        let gate = if cap == 0 && (maybe_all_open || maybe_limited) {
-            self.closed_gate(now, service_out)
-        } else {
-            Gate::Open
-        };
-        let gate = self.shared_gate(gate);
-        if gate != self.gate {
-            match &gate {
-                Gate::Open => log::info!("service {}: accepting tasks again", self.service),
-                Gate::Reject(r) => log::warn!("service {}: rejecting tasks: {r}", self.service),
-            }
-        }
-        let changed = (gate != self.gate).then(|| {
-            self.gate = gate.clone();
-            gate
-        });
-        if let Some(t) = self.pending_wake.take() {
-            self.schedule_wake(t, ctx);
-        }
-        changed
-    }
-
-    /// Why nothing can be placed, if the service must answer for it.
-    fn closed_gate(&self, now: Instant, service_out: bool) -> Gate {
-        let in_service: Vec<&NodeView> = self.nodes.iter().filter(|n| n.in_service()).collect();
-        if self.cfg.breaker.on_all_open == OnAllOpen::FailFast
-            && !in_service.is_empty()
-            && in_service.iter().all(|n| n.is_open(now))
-        {
-            let first = in_service
-                .iter()
-                .filter_map(|n| match n.mirror {
-                    Mirror::Open { until } => Some((until, n)),
-                    _ => None,
-                })
-                .min_by_key(|(until, _)| *until);
-            return Gate::Reject(Rejection::CircuitOpen {
-                retry_after: first
-                    .map_or(Duration::ZERO, |(t, _)| t.saturating_duration_since(now)),
-                last_error: first.and_then(|(_, n)| n.load.last_error.clone()),
-            });
-        }
-        if self.cfg.rate_limit.on_limit == OnLimit::Reject {
-            let next = if service_out {
-                self.service_bucket
-                    .as_ref()
-                    .and_then(|b| b.check(now).err())
-            } else if in_service.iter().any(|n| n.token_blocked(now)) {
-                in_service
-                    .iter()
-                    .filter(|n| n.token_blocked(now))
-                    .filter_map(|n| n.bucket.as_ref().and_then(|b| b.check(now).err()))
-                    .min()
-            } else {
-                None
-            };
-            if let Some(t) = next {
-                return Gate::Reject(Rejection::RateLimited {
-                    retry_after: t.saturating_duration_since(now),
-                });
-            }
-        }
-        Gate::Open
     }
 
     /// Picks a node for `route`, preferring nodes it has not failed on; a
@@ -544,6 +428,109 @@ impl Handler<Stop> for BalancerActor {
     }
 }
 
+/// Takes every node report of the inbox, in order.
+impl Handler<InboxReady> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: InboxReady, ctx: &mut Self::Context) {
+        self.on_inbox(msg, ctx);
+    }
+}
+
+/// One turn of the queue: lost attempts, cancels, then the routes in
+/// order, with one settle (credit and gate) pass at the end.
+impl Handler<QueueTurn> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: QueueTurn, ctx: &mut Self::Context) {
+        self.on_queue_turn(msg, ctx);
+    }
+}
+
+/// Adds, removes, reweights, switches, reloads or crashes endpoints.
+impl Handler<PoolChange> for BalancerActor {
+    type Result = Result<ReloadSummary, PoolError>;
+
+    fn handle(&mut self, msg: PoolChange, ctx: &mut Self::Context) -> Self::Result {
+        self.on_pool_change(msg, ctx)
+    }
+}
+
+/// The answer to a probe claim.
+impl Handler<ProbeClaimed> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ProbeClaimed, ctx: &mut Self::Context) {
+        self.on_probe_claimed(msg, ctx);
+    }
+}
+
+/// The shared breakers of the nodes, read at a refresh.
+impl Handler<SharedBreakers> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: SharedBreakers, ctx: &mut Self::Context) {
+        self.on_shared_breakers(msg, ctx);
+    }
+}
+
+/// Tokens from the shared bucket (or Redis down): place the held routes.
+impl Handler<Granted> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Granted, ctx: &mut Self::Context) {
+        self.on_granted(msg, ctx);
+    }
+}
+
+/// The dispatcher hands over the instance's Redis handle.
+impl<S: SharedStore + 'static> Handler<UseShared<S>> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: UseShared<S>, ctx: &mut Self::Context) {
+        self.on_use_shared(msg.0 as Store, ctx);
+    }
+}
+
+/// Tokens for the nodes (or Redis down): the held routes go to their
+/// nodes, under `on_down`, or back to the queue.
+impl Handler<NodesGranted> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: NodesGranted, ctx: &mut Self::Context) {
+        self.on_nodes_granted(msg, ctx);
+    }
+}
+
+/// Sends the outboxes once the balancer's mailbox is drained: spawned on
+/// its context by the turn's first dispatch, polled after the messages.
+struct Flush;
+
+impl ActorFuture<BalancerActor> for Flush {
+    type Output = ();
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        act: &mut BalancerActor,
+        _ctx: &mut Context<BalancerActor>,
+        _task: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if act.flushing {
+            act.flush();
+        }
+        std::task::Poll::Ready(())
+    }
+}
+
+/// Panics: the balancer dies as it would with a bug (a fault drill).
+impl Handler<PanicDrill> for BalancerActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: PanicDrill, _ctx: &mut Self::Context) {
+        panic!("fault drill");
+    }
+}
+
 impl BalancerActor {
     pub(super) fn health_of(&self, i: usize) -> Health {
         self.nodes.node(i).health
@@ -553,6 +540,7 @@ impl BalancerActor {
 mod completions;
 mod health;
 mod membership;
+mod room;
 mod routing;
 mod shared;
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Fault drills: make a pipeline actor panic on purpose, to show (and test)
 //! that a bug inside the engine never leaves callers waiting. The queue's
-//! handler of [`PanicDrill`] is with its others, in `queue/actor.rs`.
+//! handler of [`PanicDrill`] is with its others, in `queue/actor.rs`, the
+//! balancer's in `balancer.rs`.
 //!
 //! A panic in the queue is caught where it happens: every task the queue
 //! holds is answered `Internal` and the queue goes on. A panic in the
@@ -9,20 +10,4 @@
 //! rebuilds the service's pipeline on the next submit (see
 //! [`crate::Dispatcher::fault_drill`]).
 
-use actix::prelude::*;
-
-use super::balancer::BalancerActor;
-
-/// Panic inside the handler (a fault drill).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct PanicDrill;
-
-/// Panics: the balancer dies as it would with a bug.
-impl Handler<PanicDrill> for BalancerActor {
-    type Result = ();
-
-    fn handle(&mut self, _msg: PanicDrill, _ctx: &mut Self::Context) {
-        panic!("fault drill");
-    }
-}
+pub(crate) use super::protocol::PanicDrill;

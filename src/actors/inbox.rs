@@ -22,6 +22,8 @@ use std::sync::{Arc, Mutex, Weak};
 
 use actix::prelude::*;
 
+pub(crate) use super::protocol::InboxReady;
+
 /// Items waiting for the actor's next [`InboxReady`] turn.
 pub(crate) struct Inbox<T> {
     list: Mutex<Vec<T>>,
@@ -34,11 +36,6 @@ impl<T> Default for Inbox<T> {
         }
     }
 }
-
-/// The actor has items in its inbox.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct InboxReady;
 
 /// A sender's side of an actor's inbox.
 pub(crate) struct InboxSender<T> {

@@ -5,6 +5,7 @@
 //! load counters, breaker; its token bucket is the balancer's, see `share`). See `protocol` for the messages and `pipeline` for the wiring.
 
 pub(crate) mod balancer;
+pub(crate) mod credit;
 pub mod drill;
 pub(crate) mod hedge;
 pub(crate) mod inbox;

@@ -6,6 +6,13 @@
 //! view) comes back as a refusal ([`NodeReport::refused`]), and the task
 //! returns to the queue's front without counting an attempt.
 //!
+//! This file is the actor's shell: every message handler of the node is
+//! here, and each reads the clock, calls the node's core (module `core`:
+//! its state and counts, which take `now` and return the report to send)
+//! and sends that report to the balancer's inbox. A slot in use is a guard
+//! (module `in_flight`) held by its attempt, streamed body or lease and
+//! freed exactly once.
+//!
 //! The attempts in flight are one set owned by the node and polled by one
 //! driver on its context, with one timer for all their deadlines (module
 //! `attempts`): no tokio task and no timer per attempt. Each runs under its
@@ -34,7 +41,6 @@
 //! swallow every dispatch sent to it.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,11 +51,7 @@ use tokio::time::Instant;
 
 use super::inbox::InboxSender;
 use super::protocol::*;
-use crate::algo::breaker::Breaker;
-use crate::algo::concurrency::LearnedLimit;
-use crate::algo::ewma::{Ewma, PeakEwma};
 use crate::algo::time;
-use crate::config::ServiceConfig;
 use crate::outcome::{AttemptOutcome, ErrorKind};
 use crate::transport::{
     ConnectionSettings, HttpRequest, Transport, TransportError, TransportFactory,
@@ -58,6 +60,8 @@ use crate::transport::{
 /// One backend endpoint. Started by the balancer, under a `Supervisor`.
 pub struct NodeActor {
     core: Rc<RefCell<NodeCore>>,
+    /// Where what ended is reported ([`NodeReport`]): the balancer's inbox.
+    to_balancer: InboxSender<NodeReport>,
     factory: TransportFactory,
     transport: Option<Rc<dyn Transport>>,
     /// Attempts in flight (streamed ones aside) and their one timer.
@@ -70,68 +74,18 @@ pub struct NodeActor {
 
 /// What a node is built from.
 pub(crate) struct NodeSpec {
-    pub id: NodeId,
-    pub service: Arc<str>,
-    pub address: Arc<str>,
-    pub max_concurrent: u32,
-    /// Learn the limit under `max_concurrent` (`max_concurrent: "auto"`).
-    pub learned: bool,
-    pub cfg: Arc<ServiceConfig>,
+    pub core: CoreSpec,
     pub to_balancer: InboxSender<NodeReport>,
     pub factory: TransportFactory,
-    pub metrics: crate::metrics::NodeMetrics,
 }
 
 impl NodeActor {
     pub(crate) fn new(spec: NodeSpec) -> Self {
         let now = Instant::now();
-        let cfg = spec.cfg;
-        let headers = cfg.headers_for(&spec.address);
-        let core = NodeCore {
-            id: spec.id,
-            service: spec.service,
-            address: spec.address,
-            to_balancer: spec.to_balancer,
-            max_concurrent: spec.max_concurrent,
-            learned: spec.learned.then(|| {
-                let c = cfg.concurrency.clone();
-                match cfg.balancer.seed {
-                    Some(seed) => LearnedLimit::with_seed(c, seed ^ u64::from(spec.id.0), now),
-                    None => LearnedLimit::new(c, now),
-                }
-            }),
-            in_flight: 0,
-            total: 0,
-            errors: 0,
-            latency: Ewma::new(0.2),
-            error_rate: Ewma::new(0.1),
-            rtt: PeakEwma::new(cfg.balancer.default_rtt, cfg.balancer.decay, now),
-            last_latency: Duration::ZERO,
-            breaker: cfg
-                .breaker
-                .enabled
-                .then(|| Breaker::new(cfg.breaker.breaker.clone())),
-            shared_open: None,
-            restarts: 0,
-            reports: std::cell::Cell::new(0),
-            cancels: HashMap::new(),
-            headers,
-            last_error: None,
-            throttle: cfg.throttle.clone().map(|c| {
-                use rand::SeedableRng;
-                let rng = match cfg.balancer.seed {
-                    Some(seed) => rand::rngs::SmallRng::seed_from_u64(
-                        seed ^ 0x7468_726f ^ u64::from(spec.id.0),
-                    ),
-                    None => rand::rngs::SmallRng::from_os_rng(),
-                };
-                (crate::algo::throttle::Throttle::new(c, now), rng)
-            }),
-            metrics: spec.metrics,
-            cfg,
-        };
+        let core = NodeCore::new(spec.core, now);
         Self {
             core: Rc::new(RefCell::new(core)),
+            to_balancer: spec.to_balancer,
             factory: spec.factory,
             transport: None,
             attempts: Default::default(),
@@ -145,11 +99,11 @@ impl NodeActor {
     }
 
     pub(crate) fn address(&self) -> Arc<str> {
-        self.core.borrow().address.clone()
+        self.core.borrow().address().clone()
     }
 
     pub(crate) fn set_max_concurrent(&mut self, max: u32) {
-        self.core.borrow_mut().max_concurrent = max.max(1);
+        self.core.borrow_mut().set_max_concurrent(max);
     }
 
     /// Runs a handler's body. A panic in it (a bug) is caught: logged at
@@ -183,8 +137,8 @@ impl NodeActor {
         if let Ok(core) = self.core.try_borrow() {
             log::error!(
                 "service {}: node {}: the node actor panicked ({what}); stopped for its supervisor to restart it",
-                core.service,
-                core.address
+                core.service(),
+                core.address()
             );
         } else {
             log::error!("a node actor panicked ({what}); stopped for its supervisor to restart it");
@@ -206,12 +160,12 @@ impl Actor for NodeActor {
             let address = self.address();
             let transport = (self.factory)(&address);
             let core = self.core.borrow();
-            let settings = ConnectionSettings::for_endpoint(&core.cfg, &address);
+            let settings = ConnectionSettings::for_endpoint(core.cfg(), &address);
             if settings.skips_verify() && address.starts_with("https://") {
                 log::warn!(
                     "service {}: node {}: TLS certificate verification is OFF \
                      (tls.insecure_skip_verify): any server can pose as this node",
-                    core.service,
+                    core.service(),
                     address
                 );
             }
@@ -227,12 +181,12 @@ impl Supervised for NodeActor {
         // The restart dropped the context's items, the driver with them.
         self.attempts.driving = false;
         let mut core = self.core.borrow_mut();
-        core.restarts += 1;
+        let restarts = core.restarted();
         log::warn!(
             "service {}: node {}: actor stopped; restarted by its supervisor (restart {}), counters and breaker kept",
-            core.service,
-            core.address,
-            core.restarts
+            core.service(),
+            core.address(),
+            restarts
         );
     }
 }
@@ -265,7 +219,8 @@ impl NodeActor {
             }
         }
         if !refused.is_empty() || !throttled.is_empty() {
-            self.core.borrow().send_report(throttled, refused, 0, at);
+            let r = self.core.borrow().report_turn(throttled, refused, 0, at);
+            self.to_balancer.send(r);
         }
     }
 }
@@ -304,45 +259,45 @@ impl NodeActor {
         // it is sent (below), so a mailbox backlog never shortens it.
         let now = msg.at;
         let mut core = self.core.borrow_mut();
-        let Ok(permit) = core.admit(msg.bypass_breaker, now) else {
+        let Ok((permit, slot)) = core.admit(msg.bypass_breaker, now) else {
             return Some((msg.seq, msg.hedge));
         };
         if let Some(hand) = msg.job.task.lease() {
             drop(core);
-            self.lend(&msg, hand, permit, sent, ctx);
+            self.lend(&msg, hand, permit, slot, sent, ctx);
             return None;
         }
         let job = msg.job;
-        let timeout = job.task.attempt_timeout().unwrap_or(core.cfg.timeout);
+        let timeout = job.task.attempt_timeout().unwrap_or(core.cfg().timeout);
         let task_deadline = job.deadline;
-        let mut url = String::with_capacity(core.address.len() + job.path().len());
-        url.push_str(&core.address);
+        let mut url = String::with_capacity(core.address().len() + job.path().len());
+        url.push_str(core.address());
         url.push_str(job.path());
         let req = HttpRequest {
             method: job.task.method().clone(),
             url,
-            headers: if core.headers.is_empty() {
+            headers: if core.headers().is_empty() {
                 job.headers.clone()
             } else {
-                core.headers.apply(&job.headers)
+                core.headers().apply(&job.headers)
             },
             body: job.task.body_bytes().clone(),
             timeout,
-            max_body: core.cfg.max_body,
+            max_body: core.cfg().max_body,
         };
         log::debug!(
             "service {}: node {}: task {} attempt (timeout {:?})",
-            core.service,
-            core.address,
+            core.service(),
+            core.address(),
             job.id,
             timeout
         );
         let (seq, hedge) = (msg.seq, msg.hedge);
-        let cancel = core.cfg.hedge.is_some().then(|| {
-            let (tx, rx) = oneshot::channel::<()>();
-            core.cancels.insert((seq, hedge), tx);
-            rx
-        });
+        let cancel = core
+            .cfg()
+            .hedge
+            .is_some()
+            .then(|| core.cancel_switch(seq, hedge));
         drop(core);
         let transport = self
             .transport
@@ -352,12 +307,14 @@ impl NodeActor {
         if job.task.is_stream() {
             actix::spawn(stream::attempt(
                 self.core.clone(),
+                self.to_balancer.clone(),
                 transport.clone(),
                 job,
                 req,
                 seq,
                 hedge,
                 permit,
+                slot,
                 cancel,
                 timeout,
                 deadline,
@@ -371,6 +328,7 @@ impl NodeActor {
             seq,
             hedge,
             permit,
+            slot,
             sent,
             deadline,
             cancel,
@@ -417,9 +375,11 @@ impl Drive {
         let mut finished = std::mem::take(&mut act.finished);
         let more = act.attempts.poll(task, &mut finished);
         if !finished.is_empty() {
-            act.core
+            let r = act
+                .core
                 .borrow_mut()
                 .finish_all(&mut finished, Instant::now());
+            act.to_balancer.send(r);
         }
         act.finished = finished;
         if more {
@@ -432,11 +392,14 @@ impl Drive {
 }
 
 mod attempts;
+mod breaker_log;
 mod core;
+mod in_flight;
 pub(crate) mod lease;
 mod retry_after;
 mod stream;
 
+pub(crate) use self::core::CoreSpec;
 use self::core::NodeCore;
 
 /// When an attempt gives up, and whose limit that is.
@@ -559,6 +522,16 @@ impl Handler<GetLoad> for NodeActor {
     }
 }
 
+/// Accounts what a lease says, as an attempt's end is; frees its slot when
+/// it is returned.
+impl Handler<crate::lease::LeaseNews> for NodeActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: crate::lease::LeaseNews, ctx: &mut Self::Context) {
+        self.guarded(ctx, || (), |act, _| act.lease_news(msg));
+    }
+}
+
 /// Cancels, restarts, limits and the shared breaker's word.
 impl Handler<NodeControl> for NodeActor {
     type Result = ();
@@ -571,20 +544,52 @@ impl Handler<NodeControl> for NodeActor {
 impl NodeActor {
     fn control(&mut self, msg: NodeControl, ctx: &mut Context<Self>) {
         match msg {
-            NodeControl::Cancel(seq) => {
-                let mut core = self.core.borrow_mut();
-                for hedge in [false, true] {
-                    if let Some(tx) = core.cancels.remove(&(seq, hedge)) {
-                        let _ = tx.send(());
-                    }
-                }
-            }
+            NodeControl::Cancel(seq) => self.core.borrow_mut().cancel(seq),
             // Its supervisor restarts it with its state.
             NodeControl::Crash => ctx.stop(),
             NodeControl::Panic => panic!("fault drill"),
             NodeControl::SetMaxConcurrent(max) => self.set_max_concurrent(max),
-            NodeControl::SharedOpen(until) => self.core.borrow_mut().shared_open = until,
+            NodeControl::SharedOpen(until) => self.core.borrow_mut().set_shared_open(until),
         }
+    }
+}
+
+/// Runs one health check through the node's transport.
+impl Handler<HealthProbe> for NodeActor {
+    type Result = ResponseFuture<bool>;
+
+    fn handle(&mut self, msg: HealthProbe, ctx: &mut Self::Context) -> Self::Result {
+        // A transport that panics on a probe fails the probe; the node
+        // lives on.
+        let failed = || -> ResponseFuture<bool> { Box::pin(async { false }) };
+        self.guarded(ctx, failed, |act, _| act.probe(msg))
+    }
+}
+
+impl NodeActor {
+    /// Sends one health check; resolves to whether it answered 2xx/3xx.
+    fn probe(&mut self, msg: HealthProbe) -> ResponseFuture<bool> {
+        let Some(t) = self.transport() else {
+            return Box::pin(async { false });
+        };
+        let req = HttpRequest {
+            method: awc::http::Method::GET,
+            url: format!("{}{}", self.address(), msg.path),
+            headers: Vec::new(),
+            body: bytes::Bytes::new(),
+            timeout: msg.timeout,
+            max_body: 64 * 1024,
+        };
+        // A transport that panics fails the probe, as it fails an attempt.
+        let Ok(fut) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.send(req))) else {
+            return Box::pin(async { false });
+        };
+        Box::pin(async move {
+            matches!(
+                tokio::time::timeout(msg.timeout, fut).await,
+                Ok(Ok(r)) if (200..400).contains(&r.status)
+            )
+        })
     }
 }
 

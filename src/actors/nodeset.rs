@@ -281,7 +281,9 @@ impl NodeSet {
         now: Instant,
     ) -> bool {
         let n = &mut self.views[i];
-        n.in_flight = n.in_flight.saturating_sub(count);
+        // A report frees what its dispatches took; never more than the
+        // view holds.
+        n.in_flight -= count.min(n.in_flight);
         let (free, service) = (n.free_limit(), n.service_time().unwrap_or_default());
         n.sent.ended(count, free, service, now);
         n.sent.keep(n.in_flight);
@@ -292,6 +294,18 @@ impl NodeSet {
             self.refresh(i, now);
         }
         changed
+    }
+
+    /// A route waits on node `i` for a shared token: it keeps a slot there,
+    /// so later picks see it taken.
+    pub fn hold(&mut self, i: usize, now: Instant) {
+        self.update(i, now, |n| n.in_flight += 1);
+    }
+
+    /// A route held on node `i` left it (placed again, or bounced): its
+    /// slot is free.
+    pub fn unhold(&mut self, i: usize, now: Instant) {
+        self.update(i, now, |n| n.in_flight -= 1.min(n.in_flight));
     }
 
     /// Node `i` takes a task at `now`: a slot, a probe and a token.
@@ -666,6 +680,44 @@ mod tests {
         headroom: true,
         soonest: true,
     };
+
+    /// The placement core without a runtime: a least-load pick goes to the
+    /// idle node, and the credit ledger grants the set's room once.
+    #[test]
+    fn the_least_loaded_node_is_picked_and_credit_is_granted_once() {
+        use crate::actors::credit::Credit;
+        use crate::algo::strategy::LeastLoad;
+        let t0 = Instant::now();
+        let mut set = NodeSet::new(tuning());
+        set.push(view(0, 1, 4, t0), t0);
+        set.push(view(1, 1, 4, t0), t0);
+        set.refresh_all(t0);
+        let mut ll = LeastLoad::new(Default::default());
+        ll.rebuild(&set.members());
+        let mut credit = Credit::default();
+        assert_eq!(credit.grant(set.capacity()), 8);
+        assert_eq!(credit.grant(set.capacity()), 0, "granted once");
+        set.dispatch(0, t0);
+        set.dispatch(0, t0);
+        credit.spend();
+        credit.spend();
+        for _ in 0..3 {
+            assert_eq!(set.pick(&mut ll, None, &[], &[]), Some(1), "node 1 is idle");
+        }
+        // Node 1 takes two: both hold two, and node 0's two end.
+        set.dispatch(1, t0);
+        set.dispatch(1, t0);
+        credit.spend();
+        credit.spend();
+        set.attempts_ended(0, 2, None, t0);
+        assert_eq!(set.node(0).in_flight, 0);
+        assert_eq!(set.pick(&mut ll, None, &[], &[]), Some(0));
+        // Two slots freed: two credits, once.
+        assert_eq!(set.capacity(), 6);
+        assert_eq!(credit.grant(set.capacity()), 2);
+        assert_eq!(credit.grant(set.capacity()), 0);
+        check(&set);
+    }
 
     #[test]
     fn below_the_top_class_a_node_is_filled_to_its_free_limit_only() {

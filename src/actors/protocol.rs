@@ -25,8 +25,20 @@
 //! `Task` sent straight to the queue's address is handled at once, as any
 //! message.
 //!
-//! Between pipeline actors everything is one-way (`do_send`): replies travel
-//! as messages, so no actor ever awaits another and no cycle can deadlock.
+//! Between pipeline actors the work flows one way (`do_send`): replies
+//! travel as messages, so no actor ever awaits another and no cycle can
+//! deadlock. Two asks of the balancer to its nodes are request-reply:
+//! [`GetLoad`] (each refresh) and [`HealthProbe`] (each health check); the
+//! balancer never waits for them inside a handler: each answer comes back as
+//! a future spawned on its context, handled in a later turn. The
+//! dispatcher's asks ([`GetQueueStats`], [`GetNodeStats`], [`Abort`],
+//! [`PoolChange`]) are request-reply too; it awaits them, no actor does.
+//!
+//! The other messages: a lease's news to its node (`LeaseNews`), an
+//! inbox's wake-up ([`InboxReady`]), the fault drill ([`PanicDrill`]), and
+//! the shared store's answers to the balancer ([`Granted`],
+//! [`NodesGranted`], [`SharedBreakers`], [`ProbeClaimed`]; the store itself
+//! arrives in [`UseShared`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -383,17 +395,17 @@ pub(crate) struct Placed {
     pub hedge: Arc<str>,
 }
 
-/// Ask a node for its load report.
+/// Request-reply, balancer to node: its load report.
 #[derive(Message)]
 #[rtype(result = "LoadReport")]
 pub(crate) struct GetLoad;
 
-/// Ask the queue for its counters.
+/// Request-reply, dispatcher to queue: its counters.
 #[derive(Message)]
 #[rtype(result = "QueueStats")]
 pub(crate) struct GetQueueStats;
 
-/// Ask the balancer for its view of every node.
+/// Request-reply, dispatcher to balancer: its view of every node.
 #[derive(Message)]
 #[rtype(result = "Vec<NodeStats>")]
 pub(crate) struct GetNodeStats;
@@ -410,7 +422,8 @@ pub(crate) struct Drain {
 #[rtype(result = "()")]
 pub(crate) struct CloseIntake;
 
-/// Answer every remaining task `ShuttingDown` and return them.
+/// Request-reply, dispatcher to queue: answer every remaining task
+/// `ShuttingDown` and return them.
 #[derive(Message)]
 #[rtype(result = "Vec<crate::task::Unfinished>")]
 pub(crate) struct Abort;
@@ -426,8 +439,8 @@ pub(crate) struct Stop;
 #[rtype(result = "()")]
 pub(crate) struct PipelineDown(pub &'static str);
 
-/// Dispatcher to balancer: a change to the pool of endpoints. Answers what
-/// a reload changed (empty for the other changes).
+/// Request-reply, dispatcher to balancer: a change to the pool of
+/// endpoints. Answers what a reload changed (empty for the other changes).
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "Result<crate::pool::ReloadSummary, crate::pool::PoolError>")]
 pub(crate) enum PoolChange {
@@ -446,6 +459,97 @@ pub(crate) enum PoolChange {
     /// Makes one node's actor panic as a fault drill (it is restarted).
     PanicNode(String),
 }
+
+/// Request-reply, balancer to node: GET `path` under `timeout`; answers
+/// whether it gave 2xx/3xx.
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub(crate) struct HealthProbe {
+    pub path: String,
+    pub timeout: Duration,
+}
+
+/// A lease to the node that lent it: an outcome, or the lease returned.
+/// The type is the lease's (`crate::lease`), so that the lease names no
+/// actor; its message form is here.
+impl Message for crate::lease::LeaseNews {
+    type Result = ();
+}
+
+/// The actor has items in its [`inbox`](super::inbox).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct InboxReady;
+
+/// Dispatcher to queue or balancer: panic inside the handler (a fault
+/// drill, see [`super::drill`]).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct PanicDrill;
+
+/// Tokens taken from shared buckets for one ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant {
+    /// Tokens granted (`0..=want`).
+    pub granted: u32,
+    /// How long until the asked-for tokens are there again (zero: now);
+    /// asking before then gets less.
+    pub due: Duration,
+}
+
+/// The shared state of one node's breaker, as read at a refresh.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// Only a store builds it, and the one store is behind the feature.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) enum SharedState {
+    Closed,
+    /// Open for this much longer.
+    Open(Duration),
+    /// Open time over, no probe has succeeded yet.
+    HalfOpen,
+}
+
+/// Store to balancer: tokens taken for its service (or the store down).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct Granted {
+    /// `None`: the store did not answer within its timeout.
+    pub taken: Option<Grant>,
+    /// When the call was sent.
+    pub asked: Instant,
+}
+
+/// Store to balancer: tokens taken for its nodes (each with the service's,
+/// when that is shared too), or the store down.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct NodesGranted {
+    /// The nodes asked for, with the tokens wanted, in the call's order.
+    pub asks: Vec<(Arc<str>, u32)>,
+    /// `None`: the store did not answer within its timeout.
+    pub got: Option<Vec<Grant>>,
+    /// When the call was sent.
+    pub asked: Instant,
+}
+
+/// Store to balancer: the shared breakers of its nodes.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct SharedBreakers(pub Vec<(Arc<str>, SharedState)>);
+
+/// Store to balancer: whether it holds the probe claim of `node`.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct ProbeClaimed {
+    pub node: Arc<str>,
+    pub won: bool,
+}
+
+/// Dispatcher to balancer: the instance's shared store (any type that is
+/// one: the store's traits live with the store, in `share`).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct UseShared<S>(pub Arc<S>);
 
 #[cfg(test)]
 mod tests {

@@ -4,11 +4,9 @@
 
 use super::*;
 
-/// Takes every node report of the inbox, in order.
-impl Handler<InboxReady> for BalancerActor {
-    type Result = ();
-
-    fn handle(&mut self, _msg: InboxReady, ctx: &mut Self::Context) {
+impl BalancerActor {
+    /// Takes every node report of the inbox, in order.
+    pub(super) fn on_inbox(&mut self, _msg: InboxReady, ctx: &mut Context<Self>) {
         let mut batch = std::mem::take(&mut self.reports_spare);
         self.reports.take_into(&mut batch);
         for r in batch.drain(..) {

@@ -3,23 +3,12 @@
 //! failures in a row take a node out, `healthy_threshold` successes bring
 //! it back.
 
-use std::time::Duration;
-
 use actix::prelude::*;
 use tokio::time::Instant;
 
-use super::super::node::NodeActor;
+use super::super::protocol::HealthProbe;
 use super::super::view::Health;
 use super::BalancerActor;
-use crate::transport::HttpRequest;
-
-/// Node: GET `path` under `timeout`; answers whether it gave 2xx/3xx.
-#[derive(Message)]
-#[rtype(result = "bool")]
-pub(crate) struct HealthProbe {
-    pub path: String,
-    pub timeout: Duration,
-}
 
 impl BalancerActor {
     /// One round of health checks.
@@ -103,44 +92,5 @@ impl BalancerActor {
             }
             _ => {}
         }
-    }
-}
-
-/// Runs one health check through the node's transport.
-impl Handler<HealthProbe> for NodeActor {
-    type Result = ResponseFuture<bool>;
-
-    fn handle(&mut self, msg: HealthProbe, ctx: &mut Self::Context) -> Self::Result {
-        // A transport that panics on a probe fails the probe; the node
-        // lives on.
-        let failed = || -> ResponseFuture<bool> { Box::pin(async { false }) };
-        self.guarded(ctx, failed, |act, _| act.probe(msg))
-    }
-}
-
-impl NodeActor {
-    /// Sends one health check; resolves to whether it answered 2xx/3xx.
-    fn probe(&mut self, msg: HealthProbe) -> ResponseFuture<bool> {
-        let Some(t) = self.transport() else {
-            return Box::pin(async { false });
-        };
-        let req = HttpRequest {
-            method: awc::http::Method::GET,
-            url: format!("{}{}", self.address(), msg.path),
-            headers: Vec::new(),
-            body: bytes::Bytes::new(),
-            timeout: msg.timeout,
-            max_body: 64 * 1024,
-        };
-        // A transport that panics fails the probe, as it fails an attempt.
-        let Ok(fut) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.send(req))) else {
-            return Box::pin(async { false });
-        };
-        Box::pin(async move {
-            matches!(
-                tokio::time::timeout(msg.timeout, fut).await,
-                Ok(Ok(r)) if (200..400).contains(&r.status)
-            )
-        })
     }
 }

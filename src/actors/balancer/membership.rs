@@ -116,11 +116,13 @@ impl BalancerActor {
     }
 }
 
-/// Adds, removes, reweights, switches, reloads or crashes endpoints.
-impl Handler<PoolChange> for BalancerActor {
-    type Result = Result<ReloadSummary, PoolError>;
-
-    fn handle(&mut self, msg: PoolChange, ctx: &mut Self::Context) -> Self::Result {
+impl BalancerActor {
+    /// Adds, removes, reweights, switches, reloads or crashes endpoints.
+    pub(super) fn on_pool_change(
+        &mut self,
+        msg: PoolChange,
+        ctx: &mut Context<Self>,
+    ) -> Result<ReloadSummary, PoolError> {
         let none = |r: Result<(), PoolError>| r.map(|()| ReloadSummary::default());
         match msg {
             PoolChange::Add(ep) => none(self.on_add(ep, ctx)),

@@ -4,12 +4,10 @@
 
 use super::*;
 
-/// One turn of the queue: lost attempts, cancels, then the routes in
-/// order, with one settle (credit and gate) pass at the end.
-impl Handler<QueueTurn> for BalancerActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: QueueTurn, ctx: &mut Self::Context) {
+impl BalancerActor {
+    /// One turn of the queue: lost attempts, cancels, then the routes in
+    /// order, with one settle (credit and gate) pass at the end.
+    pub(super) fn on_queue_turn(&mut self, msg: QueueTurn, ctx: &mut Context<Self>) {
         let mut settle_at = None;
         for seq in msg.lost {
             self.on_lost(seq);
@@ -34,7 +32,7 @@ impl BalancerActor {
     /// the time to settle at, unless the route is held.
     pub(super) fn route(&mut self, msg: Route, ctx: &mut Context<Self>) -> Option<Instant> {
         if !msg.hedge {
-            self.granted = self.granted.saturating_sub(1);
+            self.credit.spend();
         }
         let msg = self.shared_route(msg, ctx)?;
         // Decide at the time the queue sent it (µs ago): one clock read less.
@@ -215,25 +213,5 @@ impl BalancerActor {
         if n.draining && n.in_flight == 0 {
             self.finish_removal(i);
         }
-    }
-}
-
-/// Sends the outboxes once the balancer's mailbox is drained: spawned on
-/// its context by the turn's first dispatch, polled after the messages.
-struct Flush;
-
-impl ActorFuture<BalancerActor> for Flush {
-    type Output = ();
-
-    fn poll(
-        self: std::pin::Pin<&mut Self>,
-        act: &mut BalancerActor,
-        _ctx: &mut Context<BalancerActor>,
-        _task: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<()> {
-        if act.flushing {
-            act.flush();
-        }
-        std::task::Poll::Ready(())
     }
 }

@@ -12,7 +12,7 @@
 
 use super::*;
 use crate::actors::share::{
-    Admit, Granted, NodeTokens, ProbeClaimed, SharedBreakers, SharedState, UseShared,
+    Admit, Granted, NodeTokens, ProbeClaimed, SharedBreakers, SharedState, Store,
 };
 use crate::actors::view::SharedMirror;
 use crate::algo::breaker::BreakerState;
@@ -21,14 +21,12 @@ use crate::outcome::{AttemptOutcome, ErrorKind};
 
 mod nodes;
 
-/// The dispatcher hands over the instance's Redis handle.
-impl Handler<UseShared> for BalancerActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: UseShared, ctx: &mut Self::Context) {
+impl BalancerActor {
+    /// The dispatcher hands over the instance's Redis handle.
+    pub(super) fn on_use_shared(&mut self, store: Store, ctx: &mut Context<Self>) {
         let now = Instant::now();
         if let Some(s) = &mut self.shared {
-            s.handle = Some(msg.0);
+            s.handle = Some(store);
             if s.node_bucket.is_some() {
                 for i in 0..self.nodes.len() {
                     self.nodes.node_mut(i).shared_tokens = NodeTokens::up(now);
@@ -57,7 +55,7 @@ impl BalancerActor {
             Admit::Hold => {
                 // Still counted as granted credit until the answer.
                 if !msg.hedge {
-                    self.granted += 1;
+                    self.credit.refund();
                 }
                 s.held.push(msg);
                 self.shared_turn(ctx, now);
@@ -222,11 +220,9 @@ impl BalancerActor {
     }
 }
 
-/// Tokens from the shared bucket (or Redis down): place the held routes.
-impl Handler<Granted> for BalancerActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: Granted, ctx: &mut Self::Context) {
+impl BalancerActor {
+    /// Tokens from the shared bucket (or Redis down): place the held routes.
+    pub(super) fn on_granted(&mut self, msg: Granted, ctx: &mut Context<Self>) {
         let now = Instant::now();
         let Some(s) = self.shared.as_mut() else {
             return;
@@ -244,7 +240,7 @@ impl Handler<Granted> for BalancerActor {
                 });
             } else {
                 if !route.hedge {
-                    self.granted = self.granted.saturating_sub(1);
+                    self.credit.spend();
                 }
                 self.bounce(&route, ctx);
             }
@@ -254,11 +250,9 @@ impl Handler<Granted> for BalancerActor {
     }
 }
 
-/// The shared breakers of the nodes, read at a refresh.
-impl Handler<SharedBreakers> for BalancerActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: SharedBreakers, ctx: &mut Self::Context) {
+impl BalancerActor {
+    /// The shared breakers of the nodes, read at a refresh.
+    pub(super) fn on_shared_breakers(&mut self, msg: SharedBreakers, ctx: &mut Context<Self>) {
         let now = Instant::now();
         let Some(s) = self.shared.as_mut() else {
             return;
@@ -313,11 +307,9 @@ impl Handler<SharedBreakers> for BalancerActor {
     }
 }
 
-/// The answer to a probe claim.
-impl Handler<ProbeClaimed> for BalancerActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: ProbeClaimed, ctx: &mut Self::Context) {
+impl BalancerActor {
+    /// The answer to a probe claim.
+    pub(super) fn on_probe_claimed(&mut self, msg: ProbeClaimed, ctx: &mut Context<Self>) {
         let Some(s) = self.shared.as_mut() else {
             return;
         };

@@ -40,6 +40,7 @@ use futures::task::AtomicWaker;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, Sleep};
 
+use super::in_flight::InFlightGuard;
 use super::{caller_left, panicked, twin_answered, AttemptDeadline};
 use crate::actors::protocol::Seq;
 use crate::algo::breaker::Permit;
@@ -55,6 +56,8 @@ pub(super) struct Attempt {
     seq: Seq,
     hedge: bool,
     permit: Option<Permit>,
+    /// Its slot, freed when the node accounts it (or if it is dropped).
+    slot: Option<InFlightGuard>,
     sent: Instant,
     deadline: AttemptDeadline,
     /// `None` once the transport panicked building it (`early` says so).
@@ -74,6 +77,7 @@ pub(super) struct Finished {
     pub seq: Seq,
     pub hedge: bool,
     pub permit: Option<Permit>,
+    pub slot: InFlightGuard,
     pub sent: Instant,
     pub result: Result<HttpReply, TransportError>,
 }
@@ -89,6 +93,7 @@ impl Attempt {
         seq: Seq,
         hedge: bool,
         permit: Option<Permit>,
+        slot: InFlightGuard,
         sent: Instant,
         deadline: AttemptDeadline,
         cancel: Option<oneshot::Receiver<()>>,
@@ -106,6 +111,7 @@ impl Attempt {
             seq,
             hedge,
             permit,
+            slot: Some(slot),
             sent,
             deadline,
             send,
@@ -121,6 +127,7 @@ impl Attempt {
             seq: self.seq,
             hedge: self.hedge,
             permit: self.permit.take(),
+            slot: self.slot.take().expect("an attempt finishes once"),
             sent: self.sent,
             result,
         })
@@ -372,6 +379,7 @@ impl Attempts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::actors::node::in_flight::InFlight;
     use crate::outcome::ErrorKind;
     use std::time::Duration;
 
@@ -446,6 +454,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn one_timer_times_out_each_attempt_at_its_own_deadline() {
         let t0 = Instant::now();
+        let slots = InFlight::new(Default::default());
         let ms = |n| t0 + Duration::from_millis(n);
         let mut set = Attempts::default();
         let mut add = |task, path: &str, answer_ms, deadline_ms, cancel| {
@@ -461,6 +470,7 @@ mod tests {
                 seq(task),
                 false,
                 None,
+                slots.try_take(u32::MAX).unwrap(),
                 t0,
                 deadline,
                 cancel,
@@ -497,6 +507,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_answer_ready_at_the_deadline_wins_and_a_dropped_switch_lets_it_run() {
         let t0 = Instant::now();
+        let slots = InFlight::new(Default::default());
         let mut set = Attempts::default();
         let (tx, rx) = oneshot::channel::<()>();
         drop(tx);
@@ -507,6 +518,7 @@ mod tests {
             seq(1),
             true,
             None,
+            slots.try_take(u32::MAX).unwrap(),
             t0,
             AttemptDeadline {
                 at: t0 + Duration::from_millis(100),
@@ -524,6 +536,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_caller_that_leaves_cancels_its_attempt_at_once() {
         let t0 = Instant::now();
+        let slots = InFlight::new(Default::default());
         let mut set = Attempts::default();
         let deadline = AttemptDeadline {
             at: t0 + Duration::from_secs(10),
@@ -541,6 +554,7 @@ mod tests {
                 seq(no),
                 false,
                 None,
+                slots.try_take(u32::MAX).unwrap(),
                 t0,
                 deadline,
                 None,

@@ -10,62 +10,173 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::attempts;
+use super::breaker_log::log_transition;
+use super::in_flight::{InFlight, InFlightGuard};
 use super::retry_after::retry_after;
-use crate::actors::inbox::InboxSender;
 use crate::actors::protocol::*;
 use crate::algo::breaker::{Breaker, CallOutcome, Permit};
 use crate::algo::concurrency::{LearnedLimit, SampleKind};
 use crate::algo::ewma::{Ewma, PeakEwma};
 use crate::algo::throttle::Throttle;
 use crate::config::{HeaderSet, ServiceConfig};
+use crate::outcome::BodyStream;
 use crate::outcome::{AttemptOutcome, ErrorKind};
 use crate::transport::{HttpReply, TransportError};
 use rand::rngs::SmallRng;
 
 /// The node's state, shared by the actor and its attempts in flight.
 pub(super) struct NodeCore {
-    pub(super) id: NodeId,
-    pub(super) service: Arc<str>,
-    pub(super) address: Arc<str>,
-    pub(super) cfg: Arc<ServiceConfig>,
-    /// Where what ended is reported ([`NodeReport`]): the balancer's inbox.
-    pub(super) to_balancer: InboxSender<NodeReport>,
-    pub(super) max_concurrent: u32,
+    id: NodeId,
+    service: Arc<str>,
+    address: Arc<str>,
+    cfg: Arc<ServiceConfig>,
+    max_concurrent: u32,
     /// The limit learned under `max_concurrent` (`max_concurrent: "auto"`).
-    pub(super) learned: Option<LearnedLimit>,
-    pub(super) in_flight: u32,
-    pub(super) total: u64,
-    pub(super) errors: u64,
-    pub(super) latency: Ewma,
-    pub(super) error_rate: Ewma,
-    pub(super) rtt: PeakEwma,
-    pub(super) last_latency: Duration,
-    pub(super) breaker: Option<Breaker>,
+    learned: Option<LearnedLimit>,
+    /// Slots in use, each held by a guard (see `in_flight`).
+    in_flight: InFlight,
+    /// The slots of leases out (a lease's end frees one).
+    leases: Vec<InFlightGuard>,
+    total: u64,
+    errors: u64,
+    latency: Ewma,
+    error_rate: Ewma,
+    rtt: PeakEwma,
+    last_latency: Duration,
+    breaker: Option<Breaker>,
     /// Open for the cluster until then (a shared breaker, feature `redis`):
     /// the more severe of this and the local breaker admits.
-    pub(super) shared_open: Option<Instant>,
-    pub(super) restarts: u32,
+    shared_open: Option<Instant>,
+    restarts: u32,
     /// The last report's version (see [`LoadReport::version`]).
-    pub(super) reports: std::cell::Cell<u64>,
+    reports: std::cell::Cell<u64>,
     /// Cancel switches of attempts in flight (only when the service hedges).
-    pub(super) cancels: HashMap<(Seq, bool), oneshot::Sender<()>>,
+    cancels: HashMap<(Seq, bool), oneshot::Sender<()>>,
     /// The configured headers of every attempt (the endpoint's over the
     /// service's), resolved once; usually empty.
-    pub(super) headers: HeaderSet,
+    headers: HeaderSet,
     /// Prometheus series (no-op without `metrics`).
-    pub(super) metrics: crate::metrics::NodeMetrics,
+    metrics: crate::metrics::NodeMetrics,
     /// The last attempt that counted against the node, in words.
-    pub(super) last_error: Option<Arc<str>>,
+    last_error: Option<Arc<str>>,
     /// Client-side throttling (`throttle`), and its draws.
-    pub(super) throttle: Option<(Throttle, SmallRng)>,
+    throttle: Option<(Throttle, SmallRng)>,
+}
+
+/// What a node's core is built from.
+pub(crate) struct CoreSpec {
+    pub id: NodeId,
+    pub service: Arc<str>,
+    pub address: Arc<str>,
+    pub max_concurrent: u32,
+    /// Learn the limit under `max_concurrent` (`max_concurrent: "auto"`).
+    pub learned: bool,
+    pub cfg: Arc<ServiceConfig>,
+    pub metrics: crate::metrics::NodeMetrics,
 }
 
 impl NodeCore {
+    pub(super) fn new(spec: CoreSpec, now: Instant) -> Self {
+        let cfg = spec.cfg;
+        let headers = cfg.headers_for(&spec.address);
+        NodeCore {
+            id: spec.id,
+            service: spec.service,
+            address: spec.address,
+            max_concurrent: spec.max_concurrent,
+            learned: spec.learned.then(|| {
+                let c = cfg.concurrency.clone();
+                match cfg.balancer.seed {
+                    Some(seed) => LearnedLimit::with_seed(c, seed ^ u64::from(spec.id.0), now),
+                    None => LearnedLimit::new(c, now),
+                }
+            }),
+            in_flight: InFlight::new(spec.metrics.clone()),
+            leases: Vec::new(),
+            total: 0,
+            errors: 0,
+            latency: Ewma::new(0.2),
+            error_rate: Ewma::new(0.1),
+            rtt: PeakEwma::new(cfg.balancer.default_rtt, cfg.balancer.decay, now),
+            last_latency: Duration::ZERO,
+            breaker: cfg
+                .breaker
+                .enabled
+                .then(|| Breaker::new(cfg.breaker.breaker.clone())),
+            shared_open: None,
+            restarts: 0,
+            reports: std::cell::Cell::new(0),
+            cancels: HashMap::new(),
+            headers,
+            last_error: None,
+            throttle: cfg.throttle.clone().map(|c| {
+                use rand::SeedableRng;
+                let rng = match cfg.balancer.seed {
+                    Some(seed) => {
+                        SmallRng::seed_from_u64(seed ^ 0x7468_726f ^ u64::from(spec.id.0))
+                    }
+                    None => SmallRng::from_os_rng(),
+                };
+                (Throttle::new(c, now), rng)
+            }),
+            metrics: spec.metrics,
+            cfg,
+        }
+    }
+
+    pub(super) fn service(&self) -> &Arc<str> {
+        &self.service
+    }
+
+    pub(super) fn address(&self) -> &Arc<str> {
+        &self.address
+    }
+
+    pub(super) fn cfg(&self) -> &Arc<ServiceConfig> {
+        &self.cfg
+    }
+
+    /// The configured headers of every attempt.
+    pub(super) fn headers(&self) -> &HeaderSet {
+        &self.headers
+    }
+
+    pub(super) fn set_max_concurrent(&mut self, max: u32) {
+        self.max_concurrent = max.max(1);
+    }
+
+    /// The shared breaker's word: open for the cluster until then, or not.
+    pub(super) fn set_shared_open(&mut self, until: Option<Instant>) {
+        self.shared_open = until;
+    }
+
+    /// The actor was restarted by its supervisor; the restarts so far.
+    pub(super) fn restarted(&mut self) -> u32 {
+        self.restarts += 1;
+        self.restarts
+    }
+
+    /// A cancel switch for the attempt `(seq, hedge)` (services that hedge).
+    pub(super) fn cancel_switch(&mut self, seq: Seq, hedge: bool) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel::<()>();
+        self.cancels.insert((seq, hedge), tx);
+        rx
+    }
+
+    /// Cancels the attempts of task `seq` still out (a twin answered).
+    pub(super) fn cancel(&mut self, seq: Seq) {
+        for hedge in [false, true] {
+            if let Some(tx) = self.cancels.remove(&(seq, hedge)) {
+                let _ = tx.send(());
+            }
+        }
+    }
+
     pub(super) fn report(&self) -> LoadReport {
         self.reports.set(self.reports.get() + 1);
         LoadReport {
             version: self.reports.get(),
-            in_flight: self.in_flight,
+            in_flight: self.in_flight.get(),
             total: self.total,
             errors: self.errors,
             latency_ewma: self.latency.get_or(0.0),
@@ -94,6 +205,23 @@ impl NodeCore {
         }
     }
 
+    /// Slots in use now.
+    pub(super) fn in_flight(&self) -> u32 {
+        self.in_flight.get()
+    }
+
+    /// A lease took the slot `slot`: it stays in use until the lease ends.
+    pub(super) fn lend_slot(&mut self, slot: InFlightGuard) {
+        self.leases.push(slot);
+    }
+
+    /// A lease ended: its slot is free.
+    pub(super) fn lease_ended(&mut self) {
+        if let Some(slot) = self.leases.pop() {
+            slot.release();
+        }
+    }
+
     pub(super) fn poll_breaker(&mut self, now: Instant) {
         if let Some(b) = &mut self.breaker {
             if let Some(t) = b.poll(now) {
@@ -103,15 +231,16 @@ impl NodeCore {
         }
     }
 
-    /// Reports one turn of the node to the balancer, with a fresh load.
-    pub(super) fn send_report(
+    /// The report of one turn of the node to the balancer, with a fresh
+    /// load.
+    pub(super) fn report_turn(
         &self,
         done: Vec<AttemptEnded>,
         refused: Vec<(Seq, bool)>,
         streams_ended: u32,
         now: Instant,
-    ) {
-        self.to_balancer.send(NodeReport {
+    ) -> NodeReport {
+        NodeReport {
             node: self.id,
             done,
             refused,
@@ -119,7 +248,15 @@ impl NodeCore {
             streams_ended,
             load: self.report(),
             at: now,
-        });
+        }
+    }
+
+    /// The report of a lease handed out: its task answered, its slot kept.
+    pub(super) fn report_leased(&self, done: AttemptEnded, now: Instant) -> NodeReport {
+        NodeReport {
+            leased: 1,
+            ..self.report_turn(vec![done], Vec::new(), 0, now)
+        }
     }
 
     /// Attempts it may have in flight now.
@@ -189,9 +326,10 @@ impl NodeCore {
         &mut self,
         bypass_breaker: bool,
         now: Instant,
-    ) -> Result<Option<Permit>, ()> {
+    ) -> Result<(Option<Permit>, InFlightGuard), ()> {
         self.poll_breaker(now);
-        if self.in_flight >= self.limit() {
+        let limit = self.limit();
+        if self.in_flight.get() >= limit {
             return Err(());
         }
         if !bypass_breaker && self.shared_open.is_some_and(|t| t > now) {
@@ -201,9 +339,8 @@ impl NodeCore {
             Some(b) if !bypass_breaker => Some(b.admit(now).map_err(|_| ())?),
             _ => None,
         };
-        self.in_flight += 1;
-        self.metrics.in_flight(self.in_flight);
-        Ok(permit)
+        let slot = self.in_flight.try_take(limit).ok_or(())?;
+        Ok((permit, slot))
     }
 
     /// Counts one attempt that says something about the node's health:
@@ -287,31 +424,35 @@ impl NodeCore {
         }
     }
 
-    /// Accounts the attempts that finished in one turn (at `now`) and
-    /// reports them in one message.
-    pub(super) fn finish_all(&mut self, finished: &mut Vec<attempts::Finished>, now: Instant) {
+    /// Accounts the attempts that finished in one turn (at `now`); their
+    /// report, in one message.
+    pub(super) fn finish_all(
+        &mut self,
+        finished: &mut Vec<attempts::Finished>,
+        now: Instant,
+    ) -> NodeReport {
         let done = finished
             .drain(..)
             .map(|f| {
                 let latency = now.saturating_duration_since(f.sent);
-                self.finish(f.seq, f.hedge, f.permit, latency, f.result, now)
+                self.finish(f.seq, f.hedge, (f.permit, f.slot), latency, f.result, now)
             })
             .collect();
-        self.send_report(done, Vec::new(), 0, now);
+        self.report_turn(done, Vec::new(), 0, now)
     }
 
-    /// Accounts one finished attempt (ended at `now`) and reports it alone.
+    /// Accounts one finished attempt (ended at `now`); its report, alone.
     pub(super) fn finish_one(
         &mut self,
         seq: Seq,
         hedge: bool,
-        permit: Option<Permit>,
+        (permit, slot): (Option<Permit>, InFlightGuard),
         latency: Duration,
         result: Result<HttpReply, TransportError>,
         now: Instant,
-    ) {
-        let done = self.finish(seq, hedge, permit, latency, result, now);
-        self.send_report(vec![done], Vec::new(), 0, now);
+    ) -> NodeReport {
+        let done = self.finish(seq, hedge, (permit, slot), latency, result, now);
+        self.report_turn(vec![done], Vec::new(), 0, now)
     }
 
     /// Accounts one finished attempt (ended at `now`): counters, breaker,
@@ -320,14 +461,12 @@ impl NodeCore {
         &mut self,
         seq: Seq,
         hedge: bool,
-        permit: Option<Permit>,
+        (permit, slot): (Option<Permit>, InFlightGuard),
         latency: Duration,
         result: Result<HttpReply, TransportError>,
         now: Instant,
     ) -> AttemptEnded {
-        let in_flight = self.in_flight;
-        self.in_flight = self.in_flight.saturating_sub(1);
-        self.metrics.in_flight(self.in_flight);
+        let in_flight = slot.release();
         if !self.cancels.is_empty() {
             self.cancels.remove(&(seq, hedge));
         }
@@ -366,37 +505,141 @@ impl NodeCore {
     }
 }
 
-pub(super) fn log_transition(service: &str, node: &str, t: &crate::algo::breaker::Transition) {
-    use crate::algo::breaker::BreakerState::*;
-    match t.to {
-        Open { until } => log::warn!(
-            "service {service}: node {node}: breaker {} -> open for {:?} ({})",
-            state_name(&t.from),
-            round_ms(until.saturating_duration_since(Instant::now())),
-            t.reason
-        ),
-        HalfOpen => log::info!(
-            "service {service}: node {node}: breaker open -> half-open ({})",
-            t.reason
-        ),
-        Closed => log::info!(
-            "service {service}: node {node}: breaker {} -> closed ({})",
-            state_name(&t.from),
-            t.reason
-        ),
+// Streamed attempts (see `stream`).
+impl NodeCore {
+    /// A streamed attempt's head arrived: the queue gets it (and the body's
+    /// stream) now; the slot stays taken until [`NodeCore::stream_ended`].
+    pub(super) fn stream_head(
+        &mut self,
+        seq: Seq,
+        hedge: bool,
+        latency: Duration,
+        head: HttpReply,
+        body: BodyStream,
+        now: Instant,
+    ) -> NodeReport {
+        // The race is over: a cancel for this round no longer applies.
+        if !self.cancels.is_empty() {
+            self.cancels.remove(&(seq, hedge));
+        }
+        let done = AttemptEnded {
+            seq,
+            hedge,
+            report: AttemptReport {
+                outcome: AttemptOutcome::Status(head.status),
+                latency,
+                reply: Some(head),
+                retry_after: None,
+                detail: None,
+                stream: Some(body),
+            },
+        };
+        self.report_turn(vec![done], Vec::new(), 0, now)
+    }
+
+    /// A streamed attempt's body ended: free the slot, account the attempt
+    /// (latency to the head; the body's end decides failure), tell the
+    /// balancer.
+    pub(super) fn stream_ended(
+        &mut self,
+        permit: Option<Permit>,
+        slot: InFlightGuard,
+        latency: Duration,
+        outcome: AttemptOutcome,
+        now: Instant,
+    ) -> NodeReport {
+        slot.release();
+        self.metrics.attempt(&outcome, latency);
+        if outcome.is_node_failure() {
+            log::debug!(
+                "service {}: node {}: streamed body ended by {outcome}",
+                self.service,
+                self.address
+            );
+        }
+        self.record_health(&outcome, permit, latency, now);
+        self.report_turn(Vec::new(), Vec::new(), 1, now)
     }
 }
 
-/// A duration rounded to whole milliseconds, for log lines.
-fn round_ms(d: Duration) -> Duration {
-    Duration::from_millis(((d.as_micros() + 500) / 1000) as u64)
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::breaker::BreakerState;
+    use crate::config::Config;
 
-fn state_name(s: &crate::algo::breaker::BreakerState) -> &'static str {
-    use crate::algo::breaker::BreakerState::*;
-    match s {
-        Closed => "closed",
-        Open { .. } => "open",
-        HalfOpen => "half-open",
+    fn core(max: u32, now: Instant) -> NodeCore {
+        let cfg = Config::from_json(
+            r#"{"services":[{"name":"svc",
+                "endpoints":[{"address":"http://127.0.0.1:9/","max_concurrent":2}],
+                "breaker":{"consecutive_failures":3,"open_for":"5s"}}]}"#,
+        )
+        .unwrap()
+        .services
+        .remove(0);
+        NodeCore::new(
+            CoreSpec {
+                id: NodeId(0),
+                service: "svc".into(),
+                address: "http://127.0.0.1:9/".into(),
+                max_concurrent: max,
+                learned: false,
+                cfg: Arc::new(cfg),
+                metrics: Default::default(),
+            },
+            now,
+        )
+    }
+
+    fn failed() -> Result<HttpReply, TransportError> {
+        Err(TransportError::new(ErrorKind::Connect, "refused"))
+    }
+
+    #[test]
+    fn a_node_admits_up_to_its_limit_and_each_end_frees_one_slot() {
+        let t0 = Instant::now();
+        let mut c = core(2, t0);
+        let a = c.admit(false, t0).expect("first");
+        let b = c.admit(false, t0).expect("second");
+        assert_eq!(c.in_flight(), 2);
+        assert!(c.admit(false, t0).is_err(), "max_concurrent is 2");
+        let ms = Duration::from_millis(10);
+        let r = c.finish_one(Seq { task: 1, round: 0 }, false, a, ms, failed(), t0);
+        assert_eq!(r.done.len(), 1);
+        assert_eq!(c.in_flight(), 1);
+        // A lease's slot stays taken until the lease ends.
+        let (_, slot) = c.admit(false, t0).expect("the freed slot");
+        c.lend_slot(slot);
+        assert_eq!(c.in_flight(), 2);
+        c.lease_ended();
+        assert_eq!(c.in_flight(), 1);
+        // A second end of the lease frees nothing more.
+        c.lease_ended();
+        assert_eq!(c.in_flight(), 1);
+        drop(b);
+        assert_eq!(c.in_flight(), 0);
+        assert_eq!(c.report().total, 1);
+        assert_eq!(c.report().errors, 1);
+    }
+
+    #[test]
+    fn three_failures_in_a_row_trip_the_breaker_and_it_refuses() {
+        let t0 = Instant::now();
+        let mut c = core(10, t0);
+        let ms = Duration::from_millis(10);
+        for k in 0..3u64 {
+            let held = c.admit(false, t0).expect("closed");
+            let r = c.finish_one(Seq { task: k, round: 0 }, false, held, ms, failed(), t0);
+            let open = matches!(r.load.breaker, BreakerState::Open { .. });
+            assert_eq!(open, k == 2, "open after the third failure only");
+        }
+        assert_eq!(c.report().trips, 1);
+        assert_eq!(c.in_flight(), 0);
+        assert!(c.admit(false, t0).is_err(), "an open breaker refuses");
+        // A dispatch that bypasses the breaker (max_ejected_percent) is
+        // admitted, with no permit.
+        let (permit, _slot) = c.admit(true, t0).expect("bypass");
+        assert!(permit.is_none());
+        assert_eq!(c.in_flight(), 1);
     }
 }

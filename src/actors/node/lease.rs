@@ -24,18 +24,13 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::time::Instant;
 
-use super::{NodeActor, NodeCore};
-use crate::actors::protocol::{AttemptEnded, AttemptReport, Dispatch, NodeReport};
+use super::in_flight::InFlightGuard;
+use super::NodeActor;
+use crate::actors::protocol::{AttemptEnded, AttemptReport, Dispatch};
 use crate::algo::breaker::Permit;
 use crate::lease::{Endpoint, Lease, LeaseHand, LeaseNews, Sample};
 use crate::outcome::AttemptOutcome;
 use crate::transport::{ConnectionSettings, HttpReply};
-
-/// A lease's news is a message to the node that lent it (the type is the
-/// lease's, so that `lease` does not name the node).
-impl Message for LeaseNews {
-    type Result = ();
-}
 
 impl NodeActor {
     /// Lends the endpoint to the lease task of `msg` (admitted with
@@ -46,20 +41,22 @@ impl NodeActor {
         msg: &Dispatch,
         hand: &LeaseHand,
         permit: Option<Permit>,
+        slot: InFlightGuard,
         now: Instant,
         ctx: &mut Context<Self>,
     ) {
+        self.core.borrow_mut().lend_slot(slot);
         let endpoint = match &self.lending {
             Some(e) => e.clone(),
             None => {
                 let core = self.core.borrow();
                 let e = Arc::new(Endpoint {
                     node: ctx.address().recipient(),
-                    address: core.address.clone(),
-                    authority: Endpoint::authority_of(&core.address),
-                    settings: ConnectionSettings::for_endpoint(&core.cfg, &core.address),
-                    headers: core.headers.clone(),
-                    timeout: core.cfg.timeout,
+                    address: core.address().clone(),
+                    authority: Endpoint::authority_of(core.address()),
+                    settings: ConnectionSettings::for_endpoint(core.cfg(), core.address()),
+                    headers: core.headers().clone(),
+                    timeout: core.cfg().timeout,
                 });
                 drop(core);
                 self.lending = Some(e.clone());
@@ -70,8 +67,8 @@ impl NodeActor {
         let core = self.core.borrow();
         log::debug!(
             "service {}: node {}: task {} leased",
-            core.service,
-            core.address,
+            core.service(),
+            core.address(),
             msg.job.id
         );
         // A success to the queue (the task is done once the lease is out);
@@ -94,39 +91,12 @@ impl NodeActor {
                 stream: None,
             },
         };
-        core.send_report_leased(done, now);
-    }
-}
-
-// === impl NodeCore ===
-
-impl NodeCore {
-    /// Reports a lease handed out: its task answered, its slot kept.
-    fn send_report_leased(&self, done: AttemptEnded, now: Instant) {
-        self.to_balancer.send(NodeReport {
-            node: self.id,
-            done: vec![done],
-            refused: Vec::new(),
-            leased: 1,
-            streams_ended: 0,
-            load: self.report(),
-            at: now,
-        });
-    }
-}
-
-/// Accounts what a lease says, as an attempt's end is; frees its slot when
-/// it is returned.
-impl Handler<LeaseNews> for NodeActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: LeaseNews, ctx: &mut Self::Context) {
-        self.guarded(ctx, || (), |act, _| act.lease_news(msg));
+        self.to_balancer.send(core.report_leased(done, now));
     }
 }
 
 impl NodeActor {
-    fn lease_news(&mut self, msg: LeaseNews) {
+    pub(super) fn lease_news(&mut self, msg: LeaseNews) {
         let mut core = self.core.borrow_mut();
         let (sample, end) = match msg {
             LeaseNews::Report(s) => (Some(s), false),
@@ -140,13 +110,13 @@ impl NodeActor {
         }) = sample
         {
             // The lease still holds its slot: it counts in flight.
-            let in_flight = core.in_flight;
+            let in_flight = core.in_flight();
             core.account(&outcome, permit, latency, in_flight, None, now);
         }
         if end {
-            core.in_flight = core.in_flight.saturating_sub(1);
-            core.metrics.in_flight(core.in_flight);
+            core.lease_ended();
         }
-        core.send_report(Vec::new(), Vec::new(), u32::from(end), now);
+        self.to_balancer
+            .send(core.report_turn(Vec::new(), Vec::new(), u32::from(end), now));
     }
 }

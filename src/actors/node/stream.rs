@@ -40,8 +40,10 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::in_flight::InFlightGuard;
 use super::{panicked, NodeCore};
-use crate::actors::protocol::{AttemptEnded, AttemptReport, Seq};
+use crate::actors::inbox::InboxSender;
+use crate::actors::protocol::{NodeReport, Seq};
 use crate::algo::breaker::Permit;
 use crate::algo::time;
 use crate::outcome::{AttemptOutcome, BodyStream, ErrorKind, Frame, StreamError};
@@ -104,12 +106,14 @@ impl Limits {
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn attempt(
     core: Rc<std::cell::RefCell<NodeCore>>,
+    to_balancer: InboxSender<NodeReport>,
     transport: Rc<dyn Transport>,
     job: std::sync::Arc<crate::task::Job>,
     req: HttpRequest,
     seq: Seq,
     hedge: bool,
     permit: Option<Permit>,
+    slot: InFlightGuard,
     cancel: Option<oneshot::Receiver<()>>,
     timeout: Duration,
     deadline: super::AttemptDeadline,
@@ -124,22 +128,25 @@ pub(super) async fn attempt(
     let at_head = Instant::now();
     let latency = at_head.saturating_duration_since(started);
     let reply = match head {
-        Ok(Head::Streaming(reply)) => reply,
-        Ok(Head::Whole(reply)) => {
-            return core
+        Ok(Head::Streaming(reply)) => Ok(reply),
+        Ok(Head::Whole(reply)) => Err(Ok(reply)),
+        Err(e) => Err(Err(e)),
+    };
+    // Not streamed: an ordinary attempt's end.
+    let reply = match reply {
+        Ok(reply) => reply,
+        Err(result) => {
+            let held = (permit, slot);
+            let r = core
                 .borrow_mut()
-                .finish_one(seq, hedge, permit, latency, Ok(reply), at_head)
-        }
-        Err(e) => {
-            return core
-                .borrow_mut()
-                .finish_one(seq, hedge, permit, latency, Err(e), at_head)
+                .finish_one(seq, hedge, held, latency, result, at_head);
+            return to_balancer.send(r);
         }
     };
     // One slot more than the chunks: the stream's last word's.
     let (tx, rx) = mpsc::channel(CHUNKS + 1);
     let status = reply.head.status;
-    core.borrow_mut().stream_head(
+    let r = core.borrow_mut().stream_head(
         seq,
         hedge,
         latency,
@@ -147,6 +154,7 @@ pub(super) async fn attempt(
         BodyStream::new(rx),
         at_head,
     );
+    to_balancer.send(r);
     let limits = Limits {
         max_body,
         idle: timeout,
@@ -169,8 +177,8 @@ pub(super) async fn attempt(
         let core = core.borrow();
         log::debug!(
             "service {}: node {}: streamed body cut: {}",
-            core.service,
-            core.address,
+            core.service(),
+            core.address(),
             if end == End::Stalled {
                 "the reader took no chunk within the send timeout"
             } else {
@@ -178,8 +186,10 @@ pub(super) async fn attempt(
             }
         );
     }
-    core.borrow_mut()
-        .stream_ended(permit, latency, outcome, Instant::now());
+    let r = core
+        .borrow_mut()
+        .stream_ended(permit, slot, latency, outcome, Instant::now());
+    to_balancer.send(r);
 }
 
 /// What a streamed attempt counts as for its node: the head's status,
@@ -336,62 +346,6 @@ fn expired() -> String {
 }
 
 // === impl NodeCore ===
-
-impl NodeCore {
-    /// A streamed attempt's head arrived: the queue gets it (and the body's
-    /// stream) now; the slot stays taken until [`NodeCore::stream_ended`].
-    fn stream_head(
-        &mut self,
-        seq: Seq,
-        hedge: bool,
-        latency: Duration,
-        head: HttpReply,
-        body: BodyStream,
-        now: Instant,
-    ) {
-        // The race is over: a cancel for this round no longer applies.
-        if !self.cancels.is_empty() {
-            self.cancels.remove(&(seq, hedge));
-        }
-        let done = AttemptEnded {
-            seq,
-            hedge,
-            report: AttemptReport {
-                outcome: AttemptOutcome::Status(head.status),
-                latency,
-                reply: Some(head),
-                retry_after: None,
-                detail: None,
-                stream: Some(body),
-            },
-        };
-        self.send_report(vec![done], Vec::new(), 0, now);
-    }
-
-    /// A streamed attempt's body ended: free the slot, account the attempt
-    /// (latency to the head; the body's end decides failure), tell the
-    /// balancer.
-    fn stream_ended(
-        &mut self,
-        permit: Option<Permit>,
-        latency: Duration,
-        outcome: AttemptOutcome,
-        now: Instant,
-    ) {
-        self.in_flight = self.in_flight.saturating_sub(1);
-        self.metrics.in_flight(self.in_flight);
-        self.metrics.attempt(&outcome, latency);
-        if outcome.is_node_failure() {
-            log::debug!(
-                "service {}: node {}: streamed body ended by {outcome}",
-                self.service,
-                self.address
-            );
-        }
-        self.record_health(&outcome, permit, latency, now);
-        self.send_report(Vec::new(), Vec::new(), 1, now);
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -43,10 +43,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use tokio::time::Instant;
 
 use crate::config::{BucketConfig, OnDown, SharedMode};
 
+#[cfg(any(feature = "redis", test))]
+pub(crate) use crate::actors::protocol::{Grant, UseShared};
+pub(crate) use crate::actors::protocol::{
+    Granted, NodesGranted, ProbeClaimed, SharedBreakers, SharedState,
+};
 pub(crate) use node_tokens::NodeTokens;
 pub(crate) use service::ServiceShare;
 
@@ -72,28 +76,6 @@ pub(crate) struct Settings {
     pub lease: Duration,
     /// Longest wait for an answer before `on_down` applies.
     pub timeout: Duration,
-}
-
-/// Tokens taken from shared buckets for one ask.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Grant {
-    /// Tokens granted (`0..=want`).
-    pub granted: u32,
-    /// How long until the asked-for tokens are there again (zero: now);
-    /// asking before then gets less.
-    pub due: Duration,
-}
-
-/// The shared state of one node's breaker, as read at a refresh.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-// Only a store builds it, and the one store is behind the feature.
-#[cfg_attr(not(feature = "redis"), allow(dead_code))]
-pub(crate) enum SharedState {
-    Closed,
-    /// Open for this much longer.
-    Open(Duration),
-    /// Open time over, no probe has succeeded yet.
-    HalfOpen,
 }
 
 /// Shared token buckets: a service's and its nodes'.
@@ -151,45 +133,3 @@ impl<T: TokenStore + SharedBreaker + Send + Sync> SharedStore for T {}
 
 /// The store a balancer holds.
 pub(crate) type Store = Arc<dyn SharedStore>;
-
-/// Answer to the balancer: tokens taken for its service (or the store
-/// down).
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub(crate) struct Granted {
-    /// `None`: the store did not answer within its timeout.
-    pub taken: Option<Grant>,
-    /// When the call was sent.
-    pub asked: Instant,
-}
-
-/// Answer to the balancer: tokens taken for its nodes (each with the
-/// service's, when that is shared too), or the store down.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub(crate) struct NodesGranted {
-    /// The nodes asked for, with the tokens wanted, in the call's order.
-    pub asks: Vec<(Arc<str>, u32)>,
-    /// `None`: the store did not answer within its timeout.
-    pub got: Option<Vec<Grant>>,
-    /// When the call was sent.
-    pub asked: Instant,
-}
-
-/// Answer to the balancer: the shared breakers of its nodes.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub(crate) struct SharedBreakers(pub Vec<(Arc<str>, SharedState)>);
-
-/// Answer to the balancer: whether it holds the probe claim of `node`.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub(crate) struct ProbeClaimed {
-    pub node: Arc<str>,
-    pub won: bool,
-}
-
-/// Dispatcher to balancer: the instance's shared store.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct UseShared(pub Store);

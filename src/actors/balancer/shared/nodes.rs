@@ -59,7 +59,7 @@ impl BalancerActor {
             Admit::Hold => {
                 // The node keeps a slot for it: later picks see it taken.
                 let id = n.id;
-                self.nodes.update(i, now, |n| n.in_flight += 1);
+                self.nodes.hold(i, now);
                 s.node_held.push((msg, id));
                 self.shared_turn(ctx, now);
                 None
@@ -140,7 +140,7 @@ impl BalancerActor {
         self.shared_release(id, now);
         if !route.hedge {
             // The handler takes it off again.
-            self.granted += 1;
+            self.credit.refund();
         }
         if pin {
             if let Some(s) = self.shared.as_mut() {
@@ -157,8 +157,7 @@ impl BalancerActor {
     /// Frees the slot a held route kept on node `id`.
     fn shared_release(&mut self, id: NodeId, now: Instant) {
         if let Some(i) = self.nodes.position(id) {
-            self.nodes
-                .update(i, now, |n| n.in_flight = n.in_flight.saturating_sub(1));
+            self.nodes.unhold(i, now);
             let n = self.nodes.node(i);
             if n.draining && n.in_flight == 0 {
                 self.finish_removal(i);
@@ -167,12 +166,14 @@ impl BalancerActor {
     }
 }
 
-/// Tokens for the nodes (or Redis down): the held routes go to their
-/// nodes, under `on_down`, or back to the queue.
-impl Handler<NodesGranted> for BalancerActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: NodesGranted, ctx: &mut Self::Context) {
+impl BalancerActor {
+    /// Tokens for the nodes (or Redis down): the held routes go to their
+    /// nodes, under `on_down`, or back to the queue.
+    pub(in crate::actors::balancer) fn on_nodes_granted(
+        &mut self,
+        msg: NodesGranted,
+        ctx: &mut Context<Self>,
+    ) {
         let now = Instant::now();
         let Some(s) = self.shared.as_mut() else {
             return;
