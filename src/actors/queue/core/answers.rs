@@ -288,7 +288,7 @@ impl QueueCore {
                 // time an answer before it ended (the balancer checks its
                 // buckets at the route's time).
                 self.tick(now);
-                self.credit.grant(room.credit, room.reserve);
+                self.credit.receive(room.credit, room.reserve);
                 if let Some(gate) = room.gate {
                     self.set_gate(gate);
                 }
