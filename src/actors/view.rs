@@ -501,7 +501,7 @@ pub(crate) mod tests {
         )
     }
 
-    /// Regression (issue 8, item 4): a `GetLoad` reply older than a later
+    /// Regression: a `GetLoad` reply older than a later
     /// node report rolled the view's breaker back.
     #[test]
     fn an_older_report_never_overrides_a_newer_one() {

@@ -100,7 +100,7 @@ async fn settle() {
     }
 }
 
-/// Regression (issue 8, item 4): a route decided before the service's next
+/// Regression: a route decided before the service's next
 /// token was due bounced and set no timer, so the task waited for the next
 /// `GetLoad` round (here 10 s) although the token came due at once.
 #[actix_rt::test]
@@ -138,7 +138,7 @@ async fn a_route_bounced_on_a_token_not_yet_due_sets_a_wake_up() {
     assert_eq!(seen.lock().unwrap().credit, 3);
 }
 
-/// Regression (issue 8, item 4): an attempt lost with its node's thread
+/// Regression: an attempt lost with its node's thread
 /// stayed counted in flight, so a removed node draining it never left.
 #[actix_rt::test]
 async fn a_lost_attempt_frees_its_slot_and_a_drained_node_leaves() {
