@@ -177,7 +177,10 @@ async fn a_failing_backend_is_cut_off_probed_and_used_again() {
     assert_eq!(probes.len(), 3, "probes at {probes:?} of {sent} tasks");
     // The breaker opened a few ms before t0 (its 3rd failure), each
     // probe's failure opens it for 300 ms again.
-    assert!((290..=300).contains(&probes[0]), "first probe at {probes:?}");
+    assert!(
+        (290..=300).contains(&probes[0]),
+        "first probe at {probes:?}"
+    );
     for w in probes.windows(2) {
         assert!((300..=305).contains(&(w[1] - w[0])), "probes at {probes:?}");
     }
@@ -231,7 +234,10 @@ async fn all_open_fails_fast_with_when_or_falls_back() {
     // Rejected without a request until the 2 s are up, then one probe.
     sleep(1970).await;
     let r = d.submit(Task::get("svc", "/x")).await;
-    assert!(matches!(r.rejection(), Some(Rejection::CircuitOpen { .. })), "{r:?}");
+    assert!(
+        matches!(r.rejection(), Some(Rejection::CircuitOpen { .. })),
+        "{r:?}"
+    );
     assert_eq!(b.times("/x").len(), 2);
     sleep(10).await;
     let r = d.submit(Task::get("svc", "/x")).await;
@@ -239,7 +245,10 @@ async fn all_open_fails_fast_with_when_or_falls_back() {
     let t = b.times("/x");
     assert_eq!(t.len(), 3);
     let gap = ms(t[2] - t[1]);
-    assert!((2000..=2005).contains(&gap), "half-open 2 s after the trip: {gap} ms");
+    assert!(
+        (2000..=2005).contains(&gap),
+        "half-open 2 s after the trip: {gap} ms"
+    );
     assert_counts(&d, 0, 3, 2).await;
     d.shutdown(Duration::from_secs(1)).await;
 
@@ -308,7 +317,11 @@ async fn all_open_wait_mode_holds_tasks_until_half_open() {
         sent.iter().all(|t| (400..=420).contains(t)),
         "sent at {sent:?}"
     );
-    assert_eq!(sent.iter().filter(|t| **t <= 401).count(), 1, "one probe first: {sent:?}");
+    assert_eq!(
+        sent.iter().filter(|t| **t <= 401).count(),
+        1,
+        "one probe first: {sent:?}"
+    );
     assert_counts(&d, 5, 2, 0).await;
     d.shutdown(Duration::from_secs(1)).await;
 }
@@ -387,7 +400,10 @@ async fn rate_limit_wait_holds_the_backend_to_the_rate() {
     assert_eq!(sent.len(), 80);
     for (i, t) in sent.iter().enumerate() {
         let due = (i as u64).saturating_sub(4) * 20;
-        assert!((due..=due + 1).contains(t), "request {i} at {t} ms, due {due}");
+        assert!(
+            (due..=due + 1).contains(t),
+            "request {i} at {t} ms, due {due}"
+        );
     }
     assert_counts(&d, 80, 0, 0).await;
     d.shutdown(Duration::from_secs(1)).await;
@@ -410,7 +426,11 @@ async fn rate_limit_reject_reproduces_the_seed_burst() {
         .iter()
         .filter(|r| matches!(r.rejection(), Some(Rejection::RateLimited { .. })))
         .count();
-    assert_eq!((successes(&results), limited), (10, 40), "the burst, no more");
+    assert_eq!(
+        (successes(&results), limited),
+        (10, 40),
+        "the burst, no more"
+    );
     assert_eq!(b.sent().len(), 10, "only the admitted were sent");
     assert_counts(&d, 10, 0, 40).await;
     for r in &results {
@@ -455,7 +475,11 @@ async fn a_total_outage_is_capped_by_the_retry_budget() {
         .iter()
         .filter(|r| matches!(&r.outcome, Outcome::Failure(f) if f.reason == FailReason::RetriesExhausted))
         .count() as u64;
-    assert_eq!(budget + exhausted, N, "every task failed, on the budget or its retries");
+    assert_eq!(
+        budget + exhausted,
+        N,
+        "every task failed, on the budget or its retries"
+    );
     assert!(budget > 300, "most tasks failed on the budget: {budget}");
     assert_eq!(b.sent().len() as u64, N + q.retried);
     assert_counts(&d, 0, N, 0).await;
@@ -482,7 +506,11 @@ async fn a_stopped_node_actor_is_restarted_with_its_state() {
     let a = node(&d, A).await;
     let bn = node(&d, B).await;
     assert_eq!(a.restarts, 1);
-    assert_eq!(a.total as usize, b.count(A, "/sup/"), "counters kept across the restart");
+    assert_eq!(
+        a.total as usize,
+        b.count(A, "/sup/"),
+        "counters kept across the restart"
+    );
     assert_eq!(a.total + bn.total, 400);
     assert_counts(&d, 400, 0, 0).await;
     d.shutdown(Duration::from_secs(1)).await;
@@ -493,12 +521,15 @@ async fn a_stopped_node_actor_is_restarted_with_its_state() {
 /// Requests of 2 000 tasks (24 at a time) the slow node gets: five nodes
 /// answer in 10 ms, the sixth in 300 ms.
 async fn slow_share(mode: &str) -> usize {
-    let b = Backends::new(|r: &Req| if r.addr == F { Act::ok(300) } else { Act::ok(10) });
+    let b = Backends::new(|r: &Req| {
+        if r.addr == F {
+            Act::ok(300)
+        } else {
+            Act::ok(10)
+        }
+    });
     let nodes: Vec<_> = [A, B, C, D, E, F].iter().map(|a| (*a, 1, 64)).collect();
-    let d = start(
-        &b,
-        config(mode, &nodes, r#","balancer":{"seed":7}"#),
-    );
+    let d = start(&b, config(mode, &nodes, r#","balancer":{"seed":7}"#));
     let results = run(&d, 2000, 24, mode).await;
     assert_eq!(successes(&results), 2000);
     assert_counts(&d, 2000, 0, 0).await;
@@ -545,7 +576,11 @@ async fn slow_start_ramps_a_joining_nodes_weight() {
     assert_eq!(late_share, 40, "full weight: a third of 120");
     // Early, its weight ramps from 1 (10 %) to 2 over the 240 ms the 120
     // tasks take: 7 of 120, where full weight gives 40.
-    assert_eq!((early_share, w0, spent), (7, 2, 240), "early {early_share} late {late_share}");
+    assert_eq!(
+        (early_share, w0, spent),
+        (7, 2, 240),
+        "early {early_share} late {late_share}"
+    );
     d.shutdown(Duration::from_secs(1)).await;
 }
 
@@ -587,7 +622,11 @@ async fn health_checks_mark_a_stopped_backend_out_and_a_restarted_one_in() {
     // A stops: the probes at 700 and 800 fail, two in a row mark it out.
     a_down.store(true, Ordering::Relaxed);
     until(750).await;
-    assert_eq!(health(&d.stats().await, A), "healthy", "one failed probe is not enough");
+    assert_eq!(
+        health(&d.stats().await, A),
+        "healthy",
+        "one failed probe is not enough"
+    );
     until(850).await;
     assert_eq!(health(&d.stats().await, A), "unhealthy");
     let results = one_by_one(&d, "out", 20).await;
@@ -599,7 +638,11 @@ async fn health_checks_mark_a_stopped_backend_out_and_a_restarted_one_in() {
     until(880).await;
     a_down.store(false, Ordering::Relaxed);
     until(950).await;
-    assert_eq!(health(&d.stats().await, A), "unhealthy", "one good probe is not enough");
+    assert_eq!(
+        health(&d.stats().await, A),
+        "unhealthy",
+        "one good probe is not enough"
+    );
     until(1050).await;
     assert_eq!(health(&d.stats().await, A), "healthy");
     let results = one_by_one(&d, "in", 20).await;
@@ -632,10 +675,20 @@ async fn slow_tasks(d: &Dispatcher, tag: &str) -> usize {
 #[actix_rt::test]
 async fn hedging_cuts_a_slow_nodes_latency_and_never_duplicates_posts() {
     tokio::time::pause();
-    let b = Backends::new(|r: &Req| if r.addr == B { Act::ok(600) } else { Act::ok(1) });
+    let b = Backends::new(|r: &Req| {
+        if r.addr == B {
+            Act::ok(600)
+        } else {
+            Act::ok(1)
+        }
+    });
     let nodes = [(A, 1, 10), (B, 1, 10)];
     let plain = start(&b, config("round_robin", &nodes, ""));
-    assert_eq!(slow_tasks(&plain, "plain").await, 6, "half the tasks hit the slow node");
+    assert_eq!(
+        slow_tasks(&plain, "plain").await,
+        6,
+        "half the tasks hit the slow node"
+    );
     plain.shutdown(Duration::from_secs(1)).await;
     let hedged = start(
         &b,
@@ -694,7 +747,11 @@ async fn hedging_after_a_latency_percentile() {
     // Learn the service's latency (1 ms), then one node turns slow.
     assert_eq!(successes(&one_by_one(&d, "warm", 40).await), 40);
     slow_b.store(600, Ordering::Relaxed);
-    assert_eq!(slow_tasks(&d, "p").await, 0, "hedged at the p90 of recent latency");
+    assert_eq!(
+        slow_tasks(&d, "p").await,
+        0,
+        "hedged at the p90 of recent latency"
+    );
     // As above: 11 of the 12 went to B first and were hedged.
     assert_eq!(d.stats().await.services[0].queue.hedged, 11);
     d.shutdown(Duration::from_secs(1)).await;
