@@ -614,7 +614,11 @@ async fn health_checks_mark_a_stopped_backend_out_and_a_restarted_one_in() {
     // Probes go every 100 ms (each answered in 1 ms, at 101, 201, ...);
     // every check below falls between two of them.
     let t0 = Instant::now();
-    let until = |at: u64| tokio::time::sleep_until((t0 + Duration::from_millis(at)).into());
+    let until = |at: u64| {
+        tokio::time::sleep(
+            (t0 + Duration::from_millis(at)).saturating_duration_since(Instant::now()),
+        )
+    };
     until(650).await;
     assert_eq!(health(&d.stats().await, A), "healthy");
     assert_eq!(sent_ms(&b, t0, "/health").len(), 12, "6 probes each");
