@@ -267,7 +267,9 @@ async fn all_open_fails_fast_with_when_or_falls_back() {
     sleep(20).await;
     let r = d.submit(Task::get("svc", "/x")).await;
     match &r.outcome {
-        Outcome::Fallback { response, reason } => {
+        Outcome::Fallback {
+            response, reason, ..
+        } => {
             assert_eq!(response.status, 200);
             assert_eq!(&response.body[..], b"cached");
             assert_eq!(response.header("x-fallback"), Some("1"));
@@ -434,7 +436,7 @@ async fn rate_limit_reject_reproduces_the_seed_burst() {
     assert_eq!(b.sent().len(), 10, "only the admitted were sent");
     assert_counts(&d, 10, 0, 40).await;
     for r in &results {
-        if let Some(Rejection::RateLimited { retry_after }) = r.rejection() {
+        if let Some(Rejection::RateLimited { retry_after, .. }) = r.rejection() {
             assert!(
                 *retry_after > Duration::ZERO && *retry_after <= Duration::from_millis(50),
                 "the next token within one interval (50 ms): {retry_after:?}"
