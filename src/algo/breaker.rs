@@ -537,6 +537,50 @@ mod tests {
     }
 
     #[test]
+    fn a_window_of_zero_turns_the_rate_rule_off() {
+        // Only the consecutive rule is left: a failure every other call
+        // never trips, however few calls the rate rule would ask for.
+        let t0 = Instant::now();
+        let mut b = breaker(|c| (c.window, c.min_calls, c.consecutive_failures) = (0, 1, 3));
+        for _ in 0..20 {
+            assert_eq!(call(&mut b, Failure, t0), None);
+            assert_eq!(call(&mut b, Success, t0), None);
+        }
+        assert_eq!(b.state(), Closed);
+        assert_eq!(call(&mut b, Failure, t0), None);
+        assert_eq!(call(&mut b, Failure, t0), None);
+        let t = call(&mut b, Failure, t0).unwrap();
+        assert_eq!(t.reason, R::ConsecutiveFailures(3));
+    }
+
+    #[test]
+    fn a_rate_of_zero_still_needs_one_failure() {
+        // failure_rate 0.0: any failure in a full enough window trips, but
+        // a window of successes is a rate of 0, not a reason to open.
+        let t0 = Instant::now();
+        let mut b = breaker(|c| {
+            (
+                c.window,
+                c.min_calls,
+                c.failure_rate,
+                c.consecutive_failures,
+            ) = (4, 2, 0.0, 0)
+        });
+        for _ in 0..10 {
+            assert_eq!(call(&mut b, Success, t0), None);
+        }
+        assert_eq!(b.state(), Closed);
+        let t = call(&mut b, Failure, t0).unwrap();
+        assert_eq!(
+            t.reason,
+            R::FailureRate {
+                failures: 1,
+                calls: 4
+            }
+        );
+    }
+
+    #[test]
     fn slow_calls_count_as_failures_when_configured() {
         let t0 = Instant::now();
         let mut plain = breaker(|c| c.consecutive_failures = 2);
