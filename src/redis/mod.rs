@@ -89,10 +89,10 @@ use wire::{members_key, BREAKER_LUA, GCRA_LUA, MAX_SHARED_OPEN};
 #[cfg(feature = "internals")]
 #[doc(hidden)]
 pub use gcra::{gcra_params, take_many, take_tokens, Ask, Got, Taken};
+pub use tenants::{tenant_key, TenantGrant};
 #[cfg(feature = "internals")]
 #[doc(hidden)]
 pub use wire::{members_key, BREAKER_LUA, GCRA_LUA, MAX_SHARED_OPEN};
-pub use tenants::{tenant_key, TenantGrant};
 
 /// The Lua sources and key names on the wire.
 mod wire {

@@ -277,8 +277,9 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
     })
 }
 
-/// `tenants`: weights per tenant, the default weight and the bound on the
-/// tenants tracked; the error names the field (`tenants.weights.<key>`).
+/// `tenants`: weights per tenant, the default weight, the bound on the
+/// tenants tracked and the rate per tenant; the error names the field
+/// (`tenants.weights.<key>`, `tenants.rate.burst`).
 fn tenants(
     cx: &Ctx<'_>,
     raw: &crate::config::raw::RawTenants,
@@ -293,6 +294,10 @@ fn tenants(
             .collect(),
         default_weight: small(raw.default_weight),
         max_tracked: usize::try_from(raw.max_tracked).unwrap_or(usize::MAX),
+        rate: raw.rate.as_ref().map(|b| crate::algo::tenants::TenantRate {
+            rate: b.rate,
+            burst: b.burst,
+        }),
     };
     c.validate()
         .map_err(|(f, m)| cx.err(format!("tenants.{f}"), m))?;
