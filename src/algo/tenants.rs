@@ -102,6 +102,10 @@ pub struct TenantsConfig {
     /// bucket of its own; a task over it is refused `RateLimited` at
     /// submit. `None`: no rate per tenant.
     pub rate: Option<TenantRate>,
+    /// The rate per tenant is kept in the shared store (Redis, feature
+    /// `redis`), one bucket per tenant for every instance, leased in
+    /// batches (default false: a local bucket per instance).
+    pub shared: bool,
 }
 
 /// A tenant's rate: `rate` tasks per second, bursts of `burst`.
@@ -124,6 +128,7 @@ impl Default for TenantsConfig {
             default_weight: 1,
             max_tracked: 1024,
             rate: None,
+            shared: false,
         }
     }
 }
@@ -143,6 +148,11 @@ impl TenantsConfig {
             if r.burst == 0 {
                 return Err(("rate.burst".into(), "must be at least 1".into()));
             }
+        } else if self.shared {
+            return Err((
+                "shared".into(),
+                "shares the rate per tenant: set tenants.rate".into(),
+            ));
         }
         let weight = |field: String, w: u32| match w {
             1..=MAX_WEIGHT => Ok(()),
@@ -472,13 +482,6 @@ impl<L> PerTenant<L> {
             *slot = Some((key.clone(), make()));
         }
         slot.as_mut().map(|(_, l)| l)
-    }
-
-    /// Each held limit with its tenant's key.
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&Arc<str>, &mut L)> {
-        self.slots
-            .iter_mut()
-            .filter_map(|s| s.as_mut().map(|(k, l)| (&*k, l)))
     }
 
     /// The limit held for `key` on flow `f`, if any.

@@ -81,6 +81,7 @@ pub(crate) struct RawTenants {
     pub default_weight: u64,
     pub max_tracked: u64,
     pub rate: Option<RawBucket>,
+    pub shared: bool,
 }
 
 impl Default for RawTenants {
@@ -91,6 +92,7 @@ impl Default for RawTenants {
             default_weight: u64::from(c.default_weight),
             max_tracked: c.max_tracked as u64,
             rate: None,
+            shared: false,
         }
     }
 }

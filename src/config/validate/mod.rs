@@ -162,6 +162,13 @@ pub(super) fn parse(json: &str) -> Result<Config, ConfigError> {
             message: "shared limits or breakers need a top-level `redis` section".into(),
         });
     }
+    if let (Some(s), None) = (services.iter().find(|s| s.tenants.shared), &redis) {
+        return Err(ConfigError::Service {
+            service: s.name.clone(),
+            field: "tenants.shared".into(),
+            message: "a shared rate per tenant needs a top-level `redis` section".into(),
+        });
+    }
     let config = Config { services, redis };
     check_stream_services(&config)?;
     Ok(config)
@@ -298,6 +305,7 @@ fn tenants(
             rate: b.rate,
             burst: b.burst,
         }),
+        shared: raw.shared,
     };
     c.validate()
         .map_err(|(f, m)| cx.err(format!("tenants.{f}"), m))?;

@@ -424,6 +424,11 @@ fn tenants_default_and_are_checked_by_field() {
         (r#"{"max_tracked":70000}"#, "tenants.max_tracked"),
         (r#"{"rate":{"rate":0,"burst":1}}"#, "tenants.rate.rate"),
         (r#"{"rate":{"rate":5,"burst":0}}"#, "tenants.rate.burst"),
+        (r#"{"shared":true}"#, "tenants.shared"),
+        (
+            r#"{"rate":{"rate":5,"burst":1},"shared":true}"#,
+            "tenants.shared",
+        ),
     ] {
         let e = err(&format!(
             r#"{{"services":[{{"name":"a","tenants":{json},"endpoints":[{{"address":"http://h/"}}]}}]}}"#
