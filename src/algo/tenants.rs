@@ -712,11 +712,13 @@ mod tests {
 
     #[test]
     fn a_rate_is_checked_by_field() {
-        let mut c = TenantsConfig::default();
-        c.rate = Some(TenantRate {
-            rate: 0.0,
-            burst: 1,
-        });
+        let mut c = TenantsConfig {
+            rate: Some(TenantRate {
+                rate: 0.0,
+                burst: 1,
+            }),
+            ..Default::default()
+        };
         assert_eq!(c.validate().unwrap_err().0, "rate.rate");
         c.rate = Some(TenantRate {
             rate: f64::NAN,

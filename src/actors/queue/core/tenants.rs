@@ -35,9 +35,13 @@ pub(crate) struct SharedRates {
     bucket: BucketConfig,
     settings: Settings,
     leases: PerTenant<TenantLease>,
-    /// Calls to make: a tenant, its flow, the tokens wanted.
-    asks: Vec<(Arc<str>, Flow, u32)>,
+    /// Calls to make.
+    asks: Vec<TenantAsk>,
 }
+
+/// A call for a tenant's shared tokens: the tenant, its flow, the tokens
+/// wanted.
+pub(crate) type TenantAsk = (Arc<str>, Flow, u32);
 
 impl TenantLimits {
     pub fn new(cfg: &TenantsConfig) -> Self {
@@ -110,7 +114,7 @@ impl QueueCore {
 
     /// The calls for tenants' tokens to make now (each tenant, its flow,
     /// the tokens wanted); the answers come back as [`TenantGranted`].
-    pub fn tenant_asks(&mut self) -> Option<(BucketConfig, Vec<(Arc<str>, Flow, u32)>)> {
+    pub fn tenant_asks(&mut self) -> Option<(BucketConfig, Vec<TenantAsk>)> {
         match &mut self.rates {
             TenantLimits::Shared(s) if !s.asks.is_empty() => {
                 Some((s.bucket, std::mem::take(&mut s.asks)))
