@@ -89,6 +89,7 @@ pub fn check_key(key: &str) -> Result<(), String> {
 
 /// A service's `tenants` section: weights and the bound on tracked tenants.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct TenantsConfig {
     /// Weight per tenant key (1 to 1000); a tenant with weight 2 gets twice
     /// the dispatches of one with weight 1 while both have tasks waiting.
@@ -110,11 +111,20 @@ pub struct TenantsConfig {
 
 /// A tenant's rate: `rate` tasks per second, bursts of `burst`.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct TenantRate {
     /// Tasks per second (> 0).
     pub rate: f64,
     /// Most tasks at once after a quiet spell (>= 1).
     pub burst: u32,
+}
+
+impl TenantRate {
+    /// `rate` tasks per second, bursts of `burst`, as given (checked by
+    /// [`TenantsConfig::validate`]).
+    pub fn new(rate: f64, burst: u32) -> Self {
+        TenantRate { rate, burst }
+    }
 }
 
 impl Default for TenantsConfig {
