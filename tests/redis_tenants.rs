@@ -115,12 +115,17 @@ impl actix_dispatch::transport::Transport for Ok200 {
 /// One instance: service `api` with a shared rate per tenant of 20/s,
 /// bursts of 10, leased 250 ms at a time (batches of 5).
 fn dispatcher(url: &str) -> actix_dispatch::Dispatcher {
+    dispatcher_with(url, "")
+}
+
+/// As [`dispatcher`], with `extra` in the `redis` section.
+fn dispatcher_with(url: &str, extra: &str) -> actix_dispatch::Dispatcher {
     use std::rc::Rc;
     use std::sync::Arc;
     let json = format!(
         r#"{{"services":[{{"name":"api","endpoints":[{{"address":"http://127.0.0.1:9","max_concurrent":1000}}],
             "tenants":{{"rate":{{"rate":20,"burst":10}},"shared":true}}}}],
-            "redis":{{"url":"{url}","prefix":"td","timeout":"1s","lease":"250ms"}}}}"#
+            "redis":{{"url":"{url}","prefix":"td","timeout":"1s","lease":"250ms"{extra}}}}}"#
     );
     let cfg = Config::from_json(&json).unwrap();
     let factory: actix_dispatch::transport::TransportFactory =
@@ -206,4 +211,45 @@ async fn two_dispatchers_share_a_tenants_rate_through_redis() {
     assert!(calls > 0 && calls < 200, "{calls} calls");
     a.shutdown(std::time::Duration::from_secs(1)).await;
     b.shutdown(std::time::Duration::from_secs(1)).await;
+}
+
+/// Redis stops answering: a tenant's tasks go on the credit of the call
+/// out (one batch), then, once the call timed out, `on_down: local` gives
+/// the tenant a local bucket (its rate and burst over the one live
+/// instance: 10 at once). (Back to the shared bucket once Redis answers:
+/// the unit tests of `TenantLease`.)
+#[actix_rt::test]
+async fn while_redis_is_down_a_tenant_has_a_local_bucket() {
+    use actix_dispatch::{Outcome, Task};
+    use std::time::Duration;
+    let Some(srv) = RedisServer::start() else {
+        return;
+    };
+    let d = dispatcher_with(&srv.url(), r#","on_down":"local","expected_instances":1"#);
+    let passed = |n: usize| {
+        let d = d.clone();
+        async move {
+            let tasks = (0..n).map(|i| d.submit(Task::get("api", format!("/{i}")).tenant("acme")));
+            futures::future::join_all(tasks)
+                .await
+                .iter()
+                .filter(|r| matches!(r.outcome, Outcome::Success(_)))
+                .count()
+        }
+    };
+    // Redis answers: the burst of 10 (on credit, then leased).
+    assert!((5..=12).contains(&passed(10).await));
+    actix_rt::time::sleep(Duration::from_secs(2)).await;
+    srv.pause();
+    // The call out has not answered: one batch (5) on its credit.
+    let on_credit = passed(40).await;
+    assert!((1..=10).contains(&on_credit), "{on_credit}");
+    // Past the 1 s timeout: the local bucket, full (10), not everything
+    // (`allow`) nor nothing (`deny`).
+    actix_rt::time::sleep(Duration::from_millis(1500)).await;
+    let local = passed(40).await;
+    println!("passed: {on_credit} on credit, {local} by the local bucket");
+    assert!((8..=14).contains(&local), "{local}");
+    srv.resume();
+    d.shutdown(Duration::from_secs(1)).await;
 }
