@@ -144,6 +144,9 @@ pub struct TenantStats {
     /// Tasks shed `Overloaded`: refused at intake, shed while waiting or
     /// displaced.
     pub shed: u64,
+    /// Tasks refused `RateLimited` at submit, over the tenant's rate
+    /// (`tenants.rate`).
+    pub rate_limited: u64,
 }
 
 /// A count per priority class ([`crate::Priority`]).

@@ -189,3 +189,102 @@ async fn the_gateway_reads_the_tenant_from_a_header_or_a_function() {
     d.shutdown(Duration::from_secs(1)).await;
     drop(bs);
 }
+
+/// Answers every request at once with 200 (an in-process transport, for
+/// paused time).
+struct Instant200;
+
+impl actix_dispatch::transport::Transport for Instant200 {
+    fn send(
+        &self,
+        _req: actix_dispatch::transport::HttpRequest,
+    ) -> futures::future::LocalBoxFuture<
+        'static,
+        Result<actix_dispatch::transport::HttpReply, actix_dispatch::transport::TransportError>,
+    > {
+        Box::pin(async move {
+            Ok(actix_dispatch::transport::HttpReply {
+                status: 200,
+                headers: Default::default(),
+                body: Default::default(),
+                protocol: None,
+            })
+        })
+    }
+}
+
+/// `tenants.rate` on paused time: a tenant over its rate (10/s, bursts of
+/// 4) is refused `RateLimited` at submit with its retry-after, while
+/// another tenant and the tasks naming none pass, and the refusals are
+/// counted to the tenant.
+#[actix_rt::test]
+async fn a_tenant_over_its_rate_is_refused_and_the_others_pass() {
+    use actix_dispatch::{Rejection, TaskResult};
+    use std::rc::Rc;
+    use std::sync::Arc;
+
+    tokio::time::pause();
+    let cfg = actix_dispatch::Config::from_json(
+        r#"{"services":[{"name":"svc","endpoints":[{"address":"http://127.0.0.1:9/","max_concurrent":100}],
+            "tenants":{"rate":{"rate":10,"burst":4}}}]}"#,
+    )
+    .unwrap();
+    let factory: actix_dispatch::transport::TransportFactory =
+        Arc::new(|_: &str| Rc::new(Instant200) as Rc<dyn actix_dispatch::transport::Transport>);
+    let d = Dispatcher::builder(cfg).transport(factory).start().unwrap();
+    let submit = |tenant: Option<&str>, n: usize| {
+        let tasks: Vec<_> = (0..n)
+            .map(|i| {
+                let t = Task::get("svc", format!("/{i}"));
+                d.submit(match tenant {
+                    Some(k) => t.tenant(k),
+                    None => t,
+                })
+            })
+            .collect();
+        futures::future::join_all(tasks)
+    };
+    let fates = |rs: &[TaskResult]| {
+        let ok = rs.iter().filter(|r| r.is_success()).count();
+        let limited: Vec<Duration> = rs
+            .iter()
+            .filter_map(|r| match &r.outcome {
+                Outcome::Rejected(Rejection::RateLimited { retry_after, .. }) => Some(*retry_after),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ok + limited.len(), rs.len(), "{rs:?}");
+        (ok, limited)
+    };
+    // Ten at once: the burst of 4 passes, 6 are refused, the next token
+    // 100 ms away.
+    let (ok, limited) = fates(&submit(Some("noisy"), 10).await);
+    assert_eq!((ok, limited.len()), (4, 6));
+    assert!(
+        limited.iter().all(|r| *r == Duration::from_millis(100)),
+        "{limited:?}"
+    );
+    // Another tenant and tasks naming none pass, all of them.
+    assert_eq!(fates(&submit(Some("quiet"), 4).await), (4, vec![]));
+    assert_eq!(fates(&submit(None, 50).await), (50, vec![]));
+    // 250 ms later: two more tokens for the noisy tenant.
+    tokio::time::advance(Duration::from_millis(250)).await;
+    let (ok, limited) = fates(&submit(Some("noisy"), 5).await);
+    assert_eq!((ok, limited.len()), (2, 3));
+    assert!(
+        limited.iter().all(|r| *r == Duration::from_millis(50)),
+        "{limited:?}"
+    );
+
+    let st = d.stats().await.services.remove(0);
+    let row = |k: &str| {
+        st.queue
+            .tenants
+            .iter()
+            .find(|r| r.tenant.as_deref() == Some(k))
+            .map(|r| (r.offered, r.served, r.rate_limited, r.shed))
+    };
+    assert_eq!(row("noisy"), Some((15, 6, 9, 0)));
+    assert_eq!(row("quiet"), Some((4, 4, 0, 0)));
+    d.shutdown(Duration::from_secs(1)).await;
+}

@@ -51,7 +51,10 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
+use tokio::time::{Duration, Instant};
+
 use crate::algo::fair::{Flow, MAX_WEIGHT};
+use crate::algo::limiter::TokenBucket;
 
 /// The flow of tasks that name no tenant.
 pub const UNNAMED: Flow = 0;
@@ -86,6 +89,7 @@ pub fn check_key(key: &str) -> Result<(), String> {
 
 /// A service's `tenants` section: weights and the bound on tracked tenants.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct TenantsConfig {
     /// Weight per tenant key (1 to 1000); a tenant with weight 2 gets twice
     /// the dispatches of one with weight 1 while both have tasks waiting.
@@ -95,6 +99,32 @@ pub struct TenantsConfig {
     pub default_weight: u32,
     /// Most tenants tracked at once (the rest share one overflow flow).
     pub max_tracked: usize,
+    /// A rate per tracked tenant (`rate`): each tracked tenant has a
+    /// bucket of its own; a task over it is refused `RateLimited` at
+    /// submit. `None`: no rate per tenant.
+    pub rate: Option<TenantRate>,
+    /// The rate per tenant is kept in the shared store (Redis, feature
+    /// `redis`), one bucket per tenant for every instance, leased in
+    /// batches (default false: a local bucket per instance).
+    pub shared: bool,
+}
+
+/// A tenant's rate: `rate` tasks per second, bursts of `burst`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct TenantRate {
+    /// Tasks per second (> 0).
+    pub rate: f64,
+    /// Most tasks at once after a quiet spell (>= 1).
+    pub burst: u32,
+}
+
+impl TenantRate {
+    /// `rate` tasks per second, bursts of `burst`, as given (checked by
+    /// [`TenantsConfig::validate`]).
+    pub fn new(rate: f64, burst: u32) -> Self {
+        TenantRate { rate, burst }
+    }
 }
 
 impl Default for TenantsConfig {
@@ -107,14 +137,33 @@ impl Default for TenantsConfig {
             weights: HashMap::new(),
             default_weight: 1,
             max_tracked: 1024,
+            rate: None,
+            shared: false,
         }
     }
 }
 
 impl TenantsConfig {
     /// Checks the section; the error names the field (`weights.<key>`,
-    /// `default_weight`, `max_tracked`).
+    /// `default_weight`, `max_tracked`, `rate.rate`, `rate.burst`).
     pub fn validate(&self) -> Result<(), (String, String)> {
+        if let Some(r) = self.rate {
+            // At least one token per day: a slower rate is a typo.
+            if !(r.rate.is_finite() && r.rate >= 1.0 / 86_400.0) {
+                return Err((
+                    "rate.rate".into(),
+                    format!("must be at least one per day (1.2e-5), got {}", r.rate),
+                ));
+            }
+            if r.burst == 0 {
+                return Err(("rate.burst".into(), "must be at least 1".into()));
+            }
+        } else if self.shared {
+            return Err((
+                "shared".into(),
+                "shares the rate per tenant: set tenants.rate".into(),
+            ));
+        }
         let weight = |field: String, w: u32| match w {
             1..=MAX_WEIGHT => Ok(()),
             _ => Err((field, format!("must be in 1..={MAX_WEIGHT}, got {w}"))),
@@ -157,6 +206,8 @@ pub struct TenantCounts {
     /// Tasks shed `Overloaded` (refused at intake, shed while waiting,
     /// displaced).
     pub shed: u64,
+    /// Tasks refused `RateLimited` at submit: over the tenant's rate.
+    pub rate_limited: u64,
 }
 
 /// A tracked tenant's key with its SipHash.
@@ -407,6 +458,84 @@ impl TenantBook {
     }
 }
 
+/// What each tracked tenant holds beside the book: a limit of type `L` (a
+/// token bucket, a lease of shared tokens) kept on the tenant's flow with
+/// the key it was made for, so a flow handed to another tenant starts
+/// afresh. At most one per flow: `max_tracked` of them.
+pub struct PerTenant<L> {
+    slots: Vec<Option<(Arc<str>, L)>>,
+}
+
+impl<L> Default for PerTenant<L> {
+    fn default() -> Self {
+        PerTenant { slots: Vec::new() }
+    }
+}
+
+impl<L> PerTenant<L> {
+    /// The limit of tenant `key` on flow `f`, made by `make` when the flow
+    /// holds none for that key; `None` for the tasks naming no tenant and
+    /// for the overflow flow (untracked tenants hold nothing).
+    pub fn get(&mut self, f: Flow, key: &Arc<str>, make: impl FnOnce() -> L) -> Option<&mut L> {
+        if f < FIRST {
+            return None;
+        }
+        let i = usize::from(f);
+        if self.slots.len() <= i {
+            self.slots.resize_with(i + 1, || None);
+        }
+        let slot = &mut self.slots[i];
+        let same = slot
+            .as_ref()
+            .is_some_and(|(k, _)| Arc::ptr_eq(k, key) || **k == **key);
+        if !same {
+            *slot = Some((key.clone(), make()));
+        }
+        slot.as_mut().map(|(_, l)| l)
+    }
+
+    /// The limit held for `key` on flow `f`, if any.
+    pub fn find(&mut self, f: Flow, key: &str) -> Option<&mut L> {
+        match self.slots.get_mut(usize::from(f)) {
+            Some(Some((k, l))) if **k == *key => Some(l),
+            _ => None,
+        }
+    }
+}
+
+/// A local token bucket per tracked tenant (`tenants.rate`), each full
+/// when its tenant is first seen on its flow.
+pub struct TenantBuckets {
+    rate: TenantRate,
+    buckets: PerTenant<TokenBucket>,
+}
+
+impl TenantBuckets {
+    /// Buckets of `rate` for every tracked tenant.
+    pub fn new(rate: TenantRate) -> Self {
+        TenantBuckets {
+            rate,
+            buckets: PerTenant::default(),
+        }
+    }
+
+    /// Takes a token of tenant `key`'s bucket (its flow `f`) at `now`:
+    /// `Ok`, or `Err(retry_after)` when the tenant is over its rate. The
+    /// tasks of untracked tenants (the overflow flow) are not limited.
+    pub fn take(&mut self, f: Flow, key: &Arc<str>, now: Instant) -> Result<(), Duration> {
+        let r = self.rate;
+        match self
+            .buckets
+            .get(f, key, || TokenBucket::new(r.rate, r.burst, now))
+        {
+            Some(b) => b
+                .try_acquire(now)
+                .map_err(|at| at.saturating_duration_since(now)),
+            None => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -552,5 +681,69 @@ mod tests {
                 }
             )
         );
+    }
+
+    #[test]
+    fn each_tracked_tenant_has_its_own_bucket() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut book = TenantBook::new(&config(2));
+        let mut rates = TenantBuckets::new(TenantRate {
+            rate: 10.0,
+            burst: 2,
+        });
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        let (fa, _) = book.flow_of_shared(&a);
+        let (fb, _) = book.flow_of_shared(&b);
+        // Two at once, then one each 100 ms, exactly.
+        assert_eq!(rates.take(fa, &a, t0), Ok(()));
+        assert_eq!(rates.take(fa, &a, t0), Ok(()));
+        assert_eq!(rates.take(fa, &a, t0), Err(ms(100)));
+        assert_eq!(rates.take(fa, &a, t0 + ms(40)), Err(ms(60)));
+        assert_eq!(rates.take(fa, &a, t0 + ms(100)), Ok(()));
+        assert_eq!(rates.take(fa, &a, t0 + ms(100)), Err(ms(100)));
+        // Another tenant: a bucket of its own, full.
+        assert_eq!(rates.take(fb, &b, t0 + ms(100)), Ok(()));
+        assert_eq!(rates.take(fb, &b, t0 + ms(100)), Ok(()));
+        assert_eq!(rates.take(fb, &b, t0 + ms(100)), Err(ms(100)));
+        // No tenant, or untracked (the overflow flow): not limited.
+        for _ in 0..10 {
+            assert_eq!(rates.take(UNNAMED, &a, t0), Ok(()));
+            assert_eq!(rates.take(OVERFLOW, &a, t0), Ok(()));
+        }
+        // "a" idle, its flow handed to "c": "c" starts with a full bucket.
+        let c: Arc<str> = Arc::from("c");
+        assert_eq!(book.flow_of_shared(&c), (fa, Some(1)));
+        assert_eq!(rates.take(fa, &c, t0 + ms(100)), Ok(()));
+        assert_eq!(rates.take(fa, &c, t0 + ms(100)), Ok(()));
+        assert_eq!(rates.take(fa, &c, t0 + ms(100)), Err(ms(100)));
+        assert_eq!(rates.buckets.slots.len(), usize::from(fb) + 1);
+    }
+
+    #[test]
+    fn a_rate_is_checked_by_field() {
+        let mut c = TenantsConfig {
+            rate: Some(TenantRate {
+                rate: 0.0,
+                burst: 1,
+            }),
+            ..Default::default()
+        };
+        assert_eq!(c.validate().unwrap_err().0, "rate.rate");
+        c.rate = Some(TenantRate {
+            rate: f64::NAN,
+            burst: 1,
+        });
+        assert_eq!(c.validate().unwrap_err().0, "rate.rate");
+        c.rate = Some(TenantRate {
+            rate: 5.0,
+            burst: 0,
+        });
+        assert_eq!(c.validate().unwrap_err().0, "rate.burst");
+        c.rate = Some(TenantRate {
+            rate: 5.0,
+            burst: 10,
+        });
+        assert_eq!(c.validate(), Ok(()));
     }
 }

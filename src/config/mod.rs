@@ -57,7 +57,7 @@ pub use crate::algo::codel::CodelConfig;
 pub use crate::algo::concurrency::LearnedLimitConfig;
 pub use crate::algo::priority::PriorityConfig;
 pub use crate::algo::strategy::LeastLoadWeights;
-pub use crate::algo::tenants::TenantsConfig;
+pub use crate::algo::tenants::{TenantRate, TenantsConfig};
 pub use crate::algo::throttle::ThrottleConfig;
 pub use headers::{ConfigHeader, HeaderSet, Secret};
 pub(crate) use lines::RawLines;

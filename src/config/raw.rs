@@ -80,6 +80,8 @@ pub(crate) struct RawTenants {
     pub weights: BTreeMap<String, u64>,
     pub default_weight: u64,
     pub max_tracked: u64,
+    pub rate: Option<RawBucket>,
+    pub shared: bool,
 }
 
 impl Default for RawTenants {
@@ -89,6 +91,8 @@ impl Default for RawTenants {
             weights: BTreeMap::new(),
             default_weight: u64::from(c.default_weight),
             max_tracked: c.max_tracked as u64,
+            rate: None,
+            shared: false,
         }
     }
 }

@@ -127,6 +127,9 @@ impl Dispatcher {
         #[cfg(feature = "redis")]
         if let Some(s) = &self.inner.shared {
             balancer.do_send(crate::actors::share::UseShared(Arc::new(s.clone())));
+            if cfg.tenants.shared {
+                queue.do_send(crate::actors::share::UseTenantStore(Arc::new(s.clone())));
+            }
         }
         let name = cfg.name.clone();
         #[cfg(not(feature = "tls"))]

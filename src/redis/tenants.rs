@@ -14,15 +14,22 @@
 //! no space) is refused without a call, and a bucket's key expires once
 //! the bucket is full again (at most `burst / rate` after its last token),
 //! so Redis holds a key only for the tenants that took a token within that
-//! time. An instance keeps no state per tenant; the calls are counted in
-//! [`SharedStats::tenant_calls`](super::SharedStats::tenant_calls).
+//! time. [`SharedLimits::take_tenant`] keeps no state per tenant; the
+//! queue's `tenants.shared` leases each tracked tenant's tokens through it
+//! in batches (see `actors::share::tenant_tokens`). The calls are counted
+//! in [`SharedStats::tenant_calls`](super::SharedStats::tenant_calls).
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
+
+use actix::prelude::*;
+use tokio::time::Instant;
 
 use super::gcra::{gcra_args, gcra_decode, Ask};
 use super::health::Kind;
 use super::SharedLimits;
+use crate::actors::share::{Settings, TenantGranted, TenantStore, TokenStore};
 use crate::algo::tenants::check_key;
 use crate::config::BucketConfig;
 
@@ -42,6 +49,45 @@ pub struct TenantGrant {
     /// When the wanted tokens are there again (zero: now); asking before
     /// then gets less.
     pub retry_in: Duration,
+}
+
+/// The queue's side: a tenant's tokens taken in a batch, the answer sent
+/// back as a message (the queue never waits on Redis).
+impl TenantStore for SharedLimits {
+    fn settings(&self) -> Settings {
+        TokenStore::settings(self)
+    }
+
+    fn lease_tenant(
+        &self,
+        service: &str,
+        tenant: Arc<str>,
+        flow: u16,
+        bucket: BucketConfig,
+        want: u32,
+        reply: Recipient<TenantGranted>,
+    ) {
+        let s = self.clone();
+        let svc = service.to_owned();
+        let asked = Instant::now();
+        actix::spawn(async move {
+            // The queue checked the key when the task came in.
+            let got = s
+                .take_tenant(&svc, &tenant, bucket, want)
+                .await
+                .ok()
+                .flatten()
+                .map(|g| (g.granted, g.retry_in));
+            let live = s.live();
+            reply.do_send(TenantGranted {
+                tenant,
+                flow,
+                got,
+                live,
+                asked,
+            });
+        });
+    }
 }
 
 impl SharedLimits {

@@ -90,7 +90,7 @@ const CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'un
 ///       "in_flight": u64, "overloaded": bool, "retry_budget_left": u64,
 ///       "gate": str | null,
 ///       "tenants": [ { "tenant": str | null, "offered": u64, "served": u64,
-///           "shed": u64 } ],
+///           "shed": u64, "rate_limited": u64 } ],
 ///       "nodes": [ { "address": str, "weight": u32, "effective_weight": u32,
 ///           "active": bool, "draining": bool, "health": str,
 ///           "breaker": "closed" | "open" | "half-open", "open_for_ms": u64 | null,
@@ -392,6 +392,7 @@ mod tests {
                 offered: 100 + i,
                 served: 50,
                 shed: i % 3,
+                rate_limited: 0,
             })
             .collect();
         let top = top_tenants(&all);

@@ -51,6 +51,9 @@ pub struct QueueActor {
     /// The one actix timer, for the core's earliest timer.
     timer: Option<(Instant, SpawnHandle)>,
     drains: Vec<oneshot::Sender<()>>,
+    /// The store a shared rate per tenant is leased from
+    /// (`tenants.shared`).
+    tenant_store: Option<Arc<dyn crate::actors::share::TenantStore>>,
 }
 
 impl QueueActor {
@@ -84,6 +87,7 @@ impl QueueActor {
             intake_spare: Vec::new(),
             timer: None,
             drains: Vec::new(),
+            tenant_store: None,
         }
     }
 
@@ -134,7 +138,29 @@ impl QueueActor {
                 self.arm(at, ctx);
             }
         }
+        self.ask_tenants(ctx);
         self.core.end_input();
+    }
+
+    /// Sends the calls for tenants' shared tokens the core asked for.
+    fn ask_tenants(&mut self, ctx: &mut Context<Self>) {
+        let Some(store) = self.tenant_store.as_ref() else {
+            return;
+        };
+        let Some((bucket, asks)) = self.core.tenant_asks() else {
+            return;
+        };
+        let reply = ctx.address().recipient();
+        for (tenant, flow, want) in asks {
+            store.lease_tenant(
+                self.core.service(),
+                tenant,
+                flow,
+                bucket,
+                want,
+                reply.clone(),
+            );
+        }
     }
 
     /// Sends the results the core made, each to its reply slot, then
@@ -347,5 +373,22 @@ impl QueueActor {
     /// Task `id`'s number in the core's table, if it is held.
     pub(super) fn find(&self, id: crate::task::TaskId) -> Option<super::core::TaskNo> {
         self.core.find(id)
+    }
+}
+
+impl Handler<crate::actors::share::UseTenantStore> for QueueActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: crate::actors::share::UseTenantStore, _ctx: &mut Self::Context) {
+        self.core.use_tenant_store(msg.0.settings());
+        self.tenant_store = Some(msg.0);
+    }
+}
+
+impl Handler<crate::actors::share::TenantGranted> for QueueActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: crate::actors::share::TenantGranted, ctx: &mut Self::Context) {
+        self.guarded(ctx, |core| core.tenant_granted(msg, Instant::now()));
     }
 }

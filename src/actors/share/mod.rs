@@ -38,6 +38,7 @@
 pub(crate) mod local;
 mod node_tokens;
 mod service;
+mod tenant_tokens;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +54,7 @@ pub(crate) use crate::actors::protocol::{
 };
 pub(crate) use node_tokens::NodeTokens;
 pub(crate) use service::ServiceShare;
+pub(crate) use tenant_tokens::{TenantGranted, TenantLease, TenantStore, UseTenantStore};
 
 /// What to do with a route, given a shared bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -162,6 +162,13 @@ pub(super) fn parse(json: &str) -> Result<Config, ConfigError> {
             message: "shared limits or breakers need a top-level `redis` section".into(),
         });
     }
+    if let (Some(s), None) = (services.iter().find(|s| s.tenants.shared), &redis) {
+        return Err(ConfigError::Service {
+            service: s.name.clone(),
+            field: "tenants.shared".into(),
+            message: "a shared rate per tenant needs a top-level `redis` section".into(),
+        });
+    }
     let config = Config { services, redis };
     check_stream_services(&config)?;
     Ok(config)
@@ -277,8 +284,9 @@ fn service(raw: RawService) -> Result<ServiceConfig, ConfigError> {
     })
 }
 
-/// `tenants`: weights per tenant, the default weight and the bound on the
-/// tenants tracked; the error names the field (`tenants.weights.<key>`).
+/// `tenants`: weights per tenant, the default weight, the bound on the
+/// tenants tracked and the rate per tenant; the error names the field
+/// (`tenants.weights.<key>`, `tenants.rate.burst`).
 fn tenants(
     cx: &Ctx<'_>,
     raw: &crate::config::raw::RawTenants,
@@ -293,6 +301,11 @@ fn tenants(
             .collect(),
         default_weight: small(raw.default_weight),
         max_tracked: usize::try_from(raw.max_tracked).unwrap_or(usize::MAX),
+        rate: raw.rate.as_ref().map(|b| crate::algo::tenants::TenantRate {
+            rate: b.rate,
+            burst: b.burst,
+        }),
+        shared: raw.shared,
     };
     c.validate()
         .map_err(|(f, m)| cx.err(format!("tenants.{f}"), m))?;

@@ -404,12 +404,31 @@ fn tenants_default_and_are_checked_by_field() {
         (t.weights["gold"], t.default_weight, t.max_tracked),
         (4, 2, 8)
     );
+    assert_eq!(t.rate, None);
+    let cfg = Config::from_json(
+        r#"{"services":[{"name":"a","tenants":{"rate":{"rate":2.5,"burst":4}},"endpoints":[{"address":"http://h/"}]}]}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        cfg.services[0].tenants.rate,
+        Some(crate::algo::tenants::TenantRate {
+            rate: 2.5,
+            burst: 4
+        })
+    );
     for (json, field) in [
         (r#"{"weights":{"gold":0}}"#, "tenants.weights.gold"),
         (r#"{"weights":{"a b":1}}"#, "tenants.weights.a b"),
         (r#"{"default_weight":5000000000}"#, "tenants.default_weight"),
         (r#"{"max_tracked":0}"#, "tenants.max_tracked"),
         (r#"{"max_tracked":70000}"#, "tenants.max_tracked"),
+        (r#"{"rate":{"rate":0,"burst":1}}"#, "tenants.rate.rate"),
+        (r#"{"rate":{"rate":5,"burst":0}}"#, "tenants.rate.burst"),
+        (r#"{"shared":true}"#, "tenants.shared"),
+        (
+            r#"{"rate":{"rate":5,"burst":1},"shared":true}"#,
+            "tenants.shared",
+        ),
     ] {
         let e = err(&format!(
             r#"{{"services":[{{"name":"a","tenants":{json},"endpoints":[{{"address":"http://h/"}}]}}]}}"#

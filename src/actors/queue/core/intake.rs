@@ -41,6 +41,11 @@ impl QueueCore {
             self.reject_new(msg, r, now);
             return false;
         }
+        if let Err(retry_after) = self.tenant_rate(msg.task.job(), flow, now) {
+            // Over its tenant's rate (`tenants.rate`).
+            self.reject_new(msg, Rejection::rate_limited(retry_after), now);
+            return false;
+        }
         if !self.bytes.admits(msg.task.job().task.body_bytes().len()) {
             // `queue.max_bytes`: the bodies held would pass the bound.
             self.reject_new(msg, Rejection::QueueFull, now);

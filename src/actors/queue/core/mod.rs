@@ -125,6 +125,8 @@ pub(crate) struct QueueCore {
     now: Instant,
     /// What the tasks' send times count from.
     epoch: Epoch,
+    /// The rate per tenant (`tenants.rate`), if set.
+    rates: tenants::TenantLimits,
 }
 
 impl QueueCore {
@@ -170,6 +172,7 @@ impl QueueCore {
             shed_at: [None; 3],
             now,
             epoch: Epoch::new(now),
+            rates: tenants::TenantLimits::new(&cfg.tenants),
             cfg,
         }
     }
