@@ -551,6 +551,30 @@ pub(crate) struct ProbeClaimed {
 #[rtype(result = "()")]
 pub(crate) struct UseShared<S>(pub Arc<S>);
 
+/// Store to queue: tokens of one tenant's shared bucket (or the store
+/// down).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct TenantGranted {
+    /// The tenant and its flow when asked (a flow handed to another tenant
+    /// since drops the answer).
+    pub tenant: Arc<str>,
+    pub flow: u16,
+    /// Tokens granted and when the next are due; `None`: the store did not
+    /// answer within its timeout.
+    pub got: Option<(u32, Duration)>,
+    /// Live instances, as the store last counted them.
+    pub live: u64,
+    /// When the call was sent.
+    pub asked: Instant,
+}
+
+/// Dispatcher to queue: the store its tenants' rates are shared through
+/// (a `dyn TenantStore`: the trait lives with the store, in `share`).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct UseTenantStore<S: ?Sized>(pub Arc<S>);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -128,7 +128,8 @@ impl Dispatcher {
         if let Some(s) = &self.inner.shared {
             balancer.do_send(crate::actors::share::UseShared(Arc::new(s.clone())));
             if cfg.tenants.shared {
-                queue.do_send(crate::actors::share::UseTenantStore(Arc::new(s.clone())));
+                let store: Arc<dyn crate::actors::share::TenantStore> = Arc::new(s.clone());
+                queue.do_send(crate::actors::protocol::UseTenantStore(store));
             }
         }
         let name = cfg.name.clone();

@@ -47,6 +47,7 @@ use actix::prelude::*;
 
 use crate::config::{BucketConfig, OnDown, SharedMode};
 
+pub(crate) use crate::actors::protocol::TenantGranted;
 #[cfg(any(feature = "redis", test))]
 pub(crate) use crate::actors::protocol::{Grant, UseShared};
 pub(crate) use crate::actors::protocol::{
@@ -54,7 +55,9 @@ pub(crate) use crate::actors::protocol::{
 };
 pub(crate) use node_tokens::NodeTokens;
 pub(crate) use service::ServiceShare;
-pub(crate) use tenant_tokens::{TenantGranted, TenantLease, TenantStore, UseTenantStore};
+pub(crate) use tenant_tokens::{TenantLease, TenantStore};
+/// The tenant store as the queue receives it.
+pub(crate) type UseTenantStore = crate::actors::protocol::UseTenantStore<dyn TenantStore>;
 
 /// What to do with a route, given a shared bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -191,7 +191,7 @@ pub(crate) trait TenantStore: Send + Sync {
     fn settings(&self) -> Settings;
 
     /// Takes up to `want` tokens of `tenant`'s bucket in `service`; the
-    /// answer goes to `reply` as [`TenantGranted`] (with `flow` as given).
+    /// answer goes to `reply` as [`TenantGranted`](crate::actors::protocol::TenantGranted) (with `flow` as given).
     fn lease_tenant(
         &self,
         service: &str,
@@ -199,32 +199,9 @@ pub(crate) trait TenantStore: Send + Sync {
         flow: u16,
         bucket: BucketConfig,
         want: u32,
-        reply: Recipient<TenantGranted>,
+        reply: Recipient<crate::actors::protocol::TenantGranted>,
     );
 }
-
-/// Answer to the queue: tokens of one tenant's shared bucket (or the
-/// store down).
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub(crate) struct TenantGranted {
-    /// The tenant and its flow when asked (a flow handed to another tenant
-    /// since drops the answer).
-    pub tenant: Arc<str>,
-    pub flow: u16,
-    /// Tokens granted and when the next are due; `None`: the store did not
-    /// answer within its timeout.
-    pub got: Option<(u32, Duration)>,
-    /// Live instances, as the store last counted them.
-    pub live: u64,
-    /// When the call was sent.
-    pub asked: Instant,
-}
-
-/// Dispatcher to queue: the store its tenants' rates are shared through.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct UseTenantStore(pub Arc<dyn TenantStore>);
 
 #[cfg(test)]
 mod tests {
