@@ -48,6 +48,8 @@ mod membership;
 mod room;
 mod routing;
 mod shared;
+#[cfg(test)]
+mod tests;
 
 /// Starts the node actor for an endpoint (id, endpoint, its metrics).
 pub(crate) type Spawner = Box<dyn FnMut(NodeId, &EndpointConfig, NodeMetrics) -> Addr<NodeActor>>;
