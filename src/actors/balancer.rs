@@ -56,6 +56,8 @@ pub struct BalancerActor {
     /// The nodes' reports inbox, and a spare list to take it with.
     reports: Arc<Inbox<NodeReport>>,
     reports_spare: Vec<NodeReport>,
+    /// The core's output list, kept with its room between turns.
+    spare: Output,
 }
 
 impl BalancerActor {
@@ -78,15 +80,17 @@ impl BalancerActor {
             wake: None,
             reports,
             reports_spare: Vec::new(),
+            spare: Output::default(),
         };
-        let out = b.core.take_output();
-        b.apply(out, ctx);
+        b.carry_out(ctx);
         b
     }
 
     /// Carries out what the core asked for, in order.
-    fn apply(&mut self, out: Output, ctx: &mut Context<Self>) {
-        for e in out.effects {
+    fn carry_out(&mut self, ctx: &mut Context<Self>) {
+        let mut out = std::mem::take(&mut self.spare);
+        self.core.swap_output(&mut out);
+        for e in out.effects.drain(..) {
             match e {
                 Effect::FlushAtTurnEnd => {
                     ctx.spawn(Flush);
@@ -108,12 +112,8 @@ impl BalancerActor {
                 Effect::Store(call) => self.store_call(call, ctx),
             }
         }
-    }
-
-    /// Takes the core's output and carries it out.
-    fn carry_out(&mut self, ctx: &mut Context<Self>) {
-        let out = self.core.take_output();
-        self.apply(out, ctx);
+        // The list keeps its room for the next turn.
+        self.spare = out;
     }
 
     /// A store call whose answer comes back to this balancer.

@@ -207,8 +207,16 @@ impl Placement {
     }
 
     /// What the shell must do since it last asked, in order.
+    #[cfg(test)]
     pub(crate) fn take_output(&mut self) -> Output {
         std::mem::take(&mut self.out)
+    }
+
+    /// What the shell must do since it last asked, in order, swapped into
+    /// `spare` (emptied by the shell, so that the list keeps its room).
+    pub(crate) fn swap_output(&mut self, spare: &mut Output) {
+        debug_assert!(spare.effects.is_empty());
+        std::mem::swap(&mut self.out, spare);
     }
 
     /// The outboxes wait for [`Self::flush`] (the turn's end).
