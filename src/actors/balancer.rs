@@ -19,11 +19,11 @@
 //! every message handler reads the clock, calls the core, and carries out
 //! the core's [`Output`]: the turn's outboxes sent once the mailbox is
 //! drained (one message per node and one for the queue), the one timer,
-//! routes placed again through the handler, and the store calls that
-//! answer to the balancer. It also starts the node actors, takes the
-//! nodes' reports from the inbox (one wake-up for all the nodes that
-//! report in a turn), and runs the `GetLoad` refresh and the health
-//! checks.
+//! routes placed again through the handler, and the shared store's calls
+//! (naming the balancer's address for those that answer). It also starts
+//! the node actors, takes the nodes' reports from the inbox (one wake-up
+//! for all the nodes that report in a turn), and runs the `GetLoad`
+//! refresh and the health checks.
 //!
 //! An attempt the queue's watchdog gave up on ([`QueueTurn::lost`]) died with its
 //! node's thread, so the node will never report it: the balancer frees its
@@ -116,7 +116,7 @@ impl BalancerActor {
         self.spare = out;
     }
 
-    /// A store call whose answer comes back to this balancer.
+    /// A store call (those that answer, to this balancer).
     fn store_call(&self, call: StoreCall, ctx: &mut Context<Self>) {
         let service = self.core.service();
         match call {
@@ -137,6 +137,19 @@ impl BalancerActor {
             StoreCall::Claim { store, node, ttl } => {
                 store.claim(service, node, ttl, ctx.address().recipient())
             }
+            StoreCall::Trip {
+                store,
+                node,
+                open_for,
+                quorum,
+            } => store.trip(service, &node, open_for, quorum),
+            StoreCall::Reopen {
+                store,
+                node,
+                open_for,
+                max,
+            } => store.reopen(service, &node, open_for, max),
+            StoreCall::Close { store, node } => store.close(service, &node),
         }
     }
 

@@ -7,7 +7,7 @@
 //! check's answer, a store's answer, the timer firing) comes with its `now`;
 //! what it leads to is gathered in the core's [`Output`], in order: send
 //! the outboxes when the turn ends, wake at an instant, place a route again
-//! through the handler, make a store call that answers to the balancer,
+//! through the handler, make a store call,
 //! send the queue its news and each node its dispatches or a control. The
 //! actor ([`super::BalancerActor`]) reads the clock, calls the core, and
 //! carries the output out.
@@ -76,7 +76,8 @@ pub(crate) enum Effect {
     Store(StoreCall),
 }
 
-/// A call to the shared store that answers to the balancer's address.
+/// A call to the shared store (the shell names the service, and the
+/// balancer's address for those that answer).
 pub(crate) enum StoreCall {
     /// Tokens of the service's bucket ([`super::super::share::Granted`]).
     Take {
@@ -99,6 +100,22 @@ pub(crate) enum StoreCall {
         node: Arc<str>,
         ttl: Duration,
     },
+    /// This instance's breaker of a node tripped.
+    Trip {
+        store: Store,
+        node: Arc<str>,
+        open_for: Duration,
+        quorum: u32,
+    },
+    /// This instance's probe of a node failed: open again, longer.
+    Reopen {
+        store: Store,
+        node: Arc<str>,
+        open_for: Duration,
+        max: Duration,
+    },
+    /// This instance's probe of a node succeeded: closed for all.
+    Close { store: Store, node: Arc<str> },
 }
 
 /// What the shell must do after a call into the core.

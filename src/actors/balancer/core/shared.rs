@@ -132,11 +132,19 @@ impl Placement {
         if ends_probe && s.probing.remove(&addr) {
             match outcome.map(|o| !o.is_node_failure()) {
                 Some(true) => {
-                    h.close(&self.service, &addr);
+                    let (store, node) = (h.clone(), addr.clone());
+                    let call = StoreCall::Close { store, node };
+                    self.out.effects.push(Effect::Store(call));
                     shared = Some(SharedMirror::Closed);
                 }
                 Some(false) => {
-                    h.reopen(&self.service, &addr, br.open_for, br.max_open_for);
+                    let call = StoreCall::Reopen {
+                        store: h.clone(),
+                        node: addr.clone(),
+                        open_for: br.open_for,
+                        max: br.max_open_for,
+                    };
+                    self.out.effects.push(Effect::Store(call));
                     shared = Some(SharedMirror::Open {
                         until: time::add(now, br.open_for),
                     });
@@ -149,14 +157,24 @@ impl Placement {
             s.trips.insert(addr.clone(), load.trips);
             if let BreakerState::Open { until } = load.breaker {
                 let open_for = until.saturating_duration_since(now);
-                h.trip(&self.service, &addr, open_for, quorum);
+                let call = StoreCall::Trip {
+                    store: h,
+                    node: addr,
+                    open_for,
+                    quorum,
+                };
+                self.out.effects.push(Effect::Store(call));
             }
         } else if n.mirror != Mirror::Closed
             && load.breaker == BreakerState::Closed
             && load.version > n.load.version
         {
             // This instance's own probe closed its breaker: closed for all.
-            h.close(&self.service, &addr);
+            let call = StoreCall::Close {
+                store: h,
+                node: addr,
+            };
+            self.out.effects.push(Effect::Store(call));
             shared = Some(SharedMirror::Closed);
         }
         if let Some(m) = shared {
