@@ -4,11 +4,12 @@
 
 use std::rc::Rc;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
 
 use super::*;
-use crate::config::Config;
+use crate::config::{Config, ServiceConfig};
 use crate::transport::{HttpReply, HttpRequest, Transport, TransportError};
 
 /// What the balancer told its queue.

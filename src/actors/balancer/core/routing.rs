@@ -4,37 +4,37 @@
 
 use super::*;
 
-impl BalancerActor {
+impl Placement {
     /// One turn of the queue: lost attempts, cancels, then the routes in
     /// order, with one settle (credit and gate) pass at the end.
-    pub(super) fn on_queue_turn(&mut self, msg: QueueTurn, ctx: &mut Context<Self>) {
+    pub(crate) fn on_queue_turn(&mut self, msg: QueueTurn, now: Instant) {
         let mut settle_at = None;
         for seq in msg.lost {
-            self.on_lost(seq);
-            settle_at = Some(Instant::now());
+            self.on_lost(seq, now);
+            settle_at = Some(now);
         }
         for seq in msg.cancels {
             self.on_cancel(seq);
         }
         for route in msg.routes {
-            if let Some(now) = self.route(route, ctx) {
+            if let Some(now) = self.route(route) {
                 settle_at = Some(now);
             }
         }
         if let Some(now) = settle_at {
-            self.settle(ctx, now);
+            self.settle(now);
         }
     }
 }
 
-impl BalancerActor {
+impl Placement {
     /// Places one route (or bounces it, or holds it for a shared token);
     /// the time to settle at, unless the route is held.
-    pub(super) fn route(&mut self, msg: Route, ctx: &mut Context<Self>) -> Option<Instant> {
+    pub(super) fn route(&mut self, msg: Route) -> Option<Instant> {
         if !msg.hedge {
             self.credit.spend();
         }
-        let msg = self.shared_route(msg, ctx)?;
+        let msg = self.shared_route(msg)?;
         // Decide at the time the queue sent it (µs ago): one clock read less.
         let now = msg.at;
         let service_ok = self
@@ -42,7 +42,7 @@ impl BalancerActor {
             .as_ref()
             .is_none_or(|b| b.check(now).is_ok());
         let Some(i) = service_ok.then(|| self.pick(&msg)).flatten() else {
-            self.bounce(&msg, ctx);
+            self.bounce(&msg);
             // The credit was granted on a view that, at this route's time,
             // has no room after all (a token not yet due at `now`, a stale
             // candidate): re-read it, so that the timer is set for when a
@@ -52,7 +52,7 @@ impl BalancerActor {
         };
         if !msg.hedge && msg.exclude.contains(&self.nodes.node(i).id) {
             // Only nodes that failed this task's TLS handshake can take it.
-            self.bounce_as(&msg, true, ctx);
+            self.bounce_as(&msg, true);
             return Some(now);
         }
         // The node's bucket is this view's alone (the node keeps none): a
@@ -65,11 +65,11 @@ impl BalancerActor {
                 .node(&self.nodes.node(i).address)
                 .rate_limited();
             self.wake_at(t);
-            self.bounce(&msg, ctx);
+            self.bounce(&msg);
             return Some(now);
         }
         // The node's shared bucket: a token in hand, or wait for one call.
-        let msg = self.shared_place(i, msg, ctx)?;
+        let msg = self.shared_place(i, msg)?;
         if let Some(b) = &mut self.service_bucket {
             let _ = b.try_acquire(now);
             if let Err(t) = b.check(now) {
@@ -98,10 +98,9 @@ impl BalancerActor {
                 hedge: msg.hedge,
                 at: now,
             },
-            ctx,
         );
         if msg.hedge {
-            self.tell_placed(msg.seq, i, ctx);
+            self.tell_placed(msg.seq, i);
         }
         if let Some(t) = placed.token_due {
             self.wake_at(t);
@@ -110,20 +109,20 @@ impl BalancerActor {
     }
 
     /// Puts a dispatch in node `i`'s outbox; the outboxes go out together
-    /// when the balancer's turn ends ([`Flush`]): one message per node per
+    /// when the balancer's turn ends (the shell's flush): one message per node per
     /// turn, however many routes the turn placed there.
-    pub(super) fn post(&mut self, i: usize, id: NodeId, d: Dispatch, ctx: &mut Context<Self>) {
+    pub(super) fn post(&mut self, i: usize, id: NodeId, d: Dispatch) {
         let outbox = &mut self.nodes.node_mut(i).outbox;
         if outbox.is_empty() {
             self.posted.push(id);
         }
         outbox.push(d);
-        self.flush_at_turn_end(ctx);
+        self.flush_at_turn_end();
     }
 
     /// Puts news for the queue in the turn's outbox: the turn's news goes
-    /// in one message when it ends ([`Flush`]), in the order it happened.
-    pub(super) fn answer(&mut self, a: ToQueue, ctx: &mut Context<Self>) {
+    /// in one message when it ends (the shell's flush), in the order it happened.
+    pub(super) fn answer(&mut self, a: ToQueue) {
         match (self.answered.last_mut(), a) {
             // Credit alone, then more room: one grant (a gate set between
             // them would be skipped by a merge, so only credit merges).
@@ -134,27 +133,27 @@ impl BalancerActor {
             }
             (_, a) => self.answered.push(a),
         }
-        self.flush_at_turn_end(ctx);
+        self.flush_at_turn_end();
     }
 
-    fn flush_at_turn_end(&mut self, ctx: &mut Context<Self>) {
+    fn flush_at_turn_end(&mut self) {
         if !self.flushing {
             self.flushing = true;
-            ctx.spawn(Flush);
+            self.effect(Effect::FlushAtTurnEnd);
         }
     }
 
     /// Sends the turn's news for the queue so far (one message).
-    pub(super) fn send_answers(&mut self) {
+    fn send_answers(&mut self) {
         if !self.answered.is_empty() {
             let turn = BalancerTurn(std::mem::take(&mut self.answered));
-            self.queue.do_send(turn);
+            self.effect(Effect::ToQueue(turn));
         }
     }
 
     /// Sends every outbox (before anything that must reach a node after
     /// the dispatches of this turn: a cancel, a stop).
-    pub(super) fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         self.flushing = false;
         self.send_answers();
         // The list of nodes posted to keeps its room for the next turn.
@@ -163,7 +162,9 @@ impl BalancerActor {
             if let Some(i) = self.nodes.position(id) {
                 let n = self.nodes.node_mut(i);
                 if !n.outbox.is_empty() {
-                    n.addr.do_send(Dispatches(Batch::take(&mut n.outbox)));
+                    let d = Dispatches(Batch::take(&mut n.outbox));
+                    let addr = n.addr.clone();
+                    self.out.effects.push(Effect::Dispatches(addr, d));
                 }
             }
         }
@@ -172,7 +173,7 @@ impl BalancerActor {
     /// Tells the queue where both attempts of a hedged round went (node `i`
     /// took the hedge), so the one that loses the race is still listed in
     /// the task's result. Hedges only: one message per hedge.
-    pub(super) fn tell_placed(&mut self, seq: Seq, i: usize, ctx: &mut Context<Self>) {
+    pub(super) fn tell_placed(&mut self, seq: Seq, i: usize) {
         let n = self.nodes.node(i);
         let (hedge, me) = (n.address.clone(), n.id);
         let first = self
@@ -182,7 +183,7 @@ impl BalancerActor {
             .and_then(|id| self.nodes.position(*id))
             .map(|j| self.nodes.node(j).address.clone());
         if let Some(first) = first {
-            self.answer(ToQueue::Placed(Placed { seq, first, hedge }), ctx);
+            self.answer(ToQueue::Placed(Placed { seq, first, hedge }));
         }
     }
 
@@ -211,7 +212,7 @@ impl BalancerActor {
         }
         let n = self.nodes.node(i);
         if n.draining && n.in_flight == 0 {
-            self.finish_removal(i);
+            self.finish_removal(i, now);
         }
     }
 }

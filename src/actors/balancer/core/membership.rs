@@ -8,10 +8,9 @@
 //! answered as usual, and it leaves the pool when idle. The strategy is
 //! rebuilt from the new membership each time.
 
-use actix::prelude::*;
 use tokio::time::Instant;
 
-use super::BalancerActor;
+use super::{Effect, Placement};
 use crate::actors::protocol::{self, PoolChange};
 use crate::config::EndpointConfig;
 use crate::pool::{PoolError, ReloadSummary};
@@ -35,7 +34,7 @@ fn normalize(ep: &EndpointConfig) -> Result<EndpointConfig, PoolError> {
     })
 }
 
-impl BalancerActor {
+impl Placement {
     fn find(&self, address: &str) -> Result<usize, PoolError> {
         let a = crate::config::normalize_address(address).unwrap_or_else(|_| address.to_owned());
         self.nodes
@@ -44,18 +43,18 @@ impl BalancerActor {
             .ok_or(PoolError::UnknownEndpoint(address.to_owned()))
     }
 
-    fn add(&mut self, ep: EndpointConfig, ctx: &mut Context<Self>) -> Result<(), PoolError> {
+    fn add(&mut self, ep: EndpointConfig, now: Instant) -> Result<(), PoolError> {
         let ep = normalize(&ep)?;
         if self.find(&ep.address).is_ok() {
             return Err(PoolError::Duplicate(ep.address));
         }
         log::info!("service {}: endpoint {} added", self.service, ep.address);
-        self.spawn_node(&ep, ctx, true);
-        self.rebuild_strategy();
+        self.spawn_node(&ep, true, now);
+        self.rebuild_strategy(now);
         Ok(())
     }
 
-    fn remove(&mut self, i: usize) {
+    fn remove(&mut self, i: usize, now: Instant) {
         debug_assert!(self.live_count() > 1);
         let n = self.nodes.node(i);
         log::info!(
@@ -64,24 +63,25 @@ impl BalancerActor {
             n.address,
             n.in_flight
         );
-        self.nodes.update(i, Instant::now(), |n| n.draining = true);
+        self.nodes.update(i, now, |n| n.draining = true);
         if self.nodes.node(i).in_flight == 0 {
-            self.finish_removal(i);
+            self.finish_removal(i, now);
         }
     }
 
     /// A drained node leaves the pool; its actor stops with its last address.
-    pub(super) fn finish_removal(&mut self, i: usize) {
+    pub(super) fn finish_removal(&mut self, i: usize, now: Instant) {
         let n = self.nodes.remove(i);
         if !n.outbox.is_empty() {
-            n.addr.do_send(protocol::Dispatches(n.outbox.into()));
+            let d = protocol::Dispatches(n.outbox.into());
+            self.effect(Effect::Dispatches(n.addr, d));
         }
         log::info!(
             "service {}: endpoint {} left the pool",
             self.service,
             n.address
         );
-        self.rebuild_strategy();
+        self.rebuild_strategy(now);
     }
 
     fn set_weight(&mut self, i: usize, weight: i64) {
@@ -94,7 +94,7 @@ impl BalancerActor {
         );
     }
 
-    fn set_active(&mut self, i: usize, active: bool) {
+    fn set_active(&mut self, i: usize, active: bool, now: Instant) {
         let slow_start = self.cfg.balancer.slow_start.is_some();
         let n = self.nodes.node_mut(i);
         if n.active != active {
@@ -106,7 +106,7 @@ impl BalancerActor {
             );
             n.active = active;
             if active && slow_start {
-                n.ramp_from = Some(Instant::now());
+                n.ramp_from = Some(now);
             }
         }
     }
@@ -116,24 +116,24 @@ impl BalancerActor {
     }
 }
 
-impl BalancerActor {
+impl Placement {
     /// Adds, removes, reweights, switches, reloads or crashes endpoints.
-    pub(super) fn on_pool_change(
+    pub(crate) fn on_pool_change(
         &mut self,
         msg: PoolChange,
-        ctx: &mut Context<Self>,
+        now: Instant,
     ) -> Result<ReloadSummary, PoolError> {
         let none = |r: Result<(), PoolError>| r.map(|()| ReloadSummary::default());
         match msg {
-            PoolChange::Add(ep) => none(self.on_add(ep, ctx)),
-            PoolChange::Remove(address) => none(self.on_remove(&address, ctx)),
+            PoolChange::Add(ep) => none(self.on_add(ep, now)),
+            PoolChange::Remove(address) => none(self.on_remove(&address, now)),
             PoolChange::SetWeight { address, weight } => {
-                none(self.on_set_weight(&address, weight, ctx))
+                none(self.on_set_weight(&address, weight, now))
             }
             PoolChange::SetActive { address, active } => {
-                none(self.on_set_active(&address, active, ctx))
+                none(self.on_set_active(&address, active, now))
             }
-            PoolChange::Reload(eps) => self.on_reload(eps, ctx),
+            PoolChange::Reload(eps) => self.on_reload(eps, now),
             PoolChange::CrashNode(address) => {
                 none(self.on_control(&address, protocol::NodeControl::Crash))
             }
@@ -144,36 +144,31 @@ impl BalancerActor {
     }
 }
 
-impl BalancerActor {
+impl Placement {
     /// Adds an endpoint.
-    fn on_add(&mut self, ep: EndpointConfig, ctx: &mut Context<Self>) -> Result<(), PoolError> {
-        self.add(ep, ctx)?;
-        self.settle(ctx, Instant::now());
+    fn on_add(&mut self, ep: EndpointConfig, now: Instant) -> Result<(), PoolError> {
+        self.add(ep, now)?;
+        self.settle(now);
         Ok(())
     }
 
     /// Removes (drains) an endpoint.
-    fn on_remove(&mut self, address: &str, ctx: &mut Context<Self>) -> Result<(), PoolError> {
+    fn on_remove(&mut self, address: &str, now: Instant) -> Result<(), PoolError> {
         let i = self.find(address)?;
         if self.live_count() <= 1 {
             return Err(PoolError::LastEndpoint);
         }
-        self.remove(i);
-        self.settle(ctx, Instant::now());
+        self.remove(i, now);
+        self.settle(now);
         Ok(())
     }
 
     /// Changes a weight.
-    fn on_set_weight(
-        &mut self,
-        address: &str,
-        weight: i64,
-        ctx: &mut Context<Self>,
-    ) -> Result<(), PoolError> {
+    fn on_set_weight(&mut self, address: &str, weight: i64, now: Instant) -> Result<(), PoolError> {
         let i = self.find(address)?;
         self.set_weight(i, weight);
-        self.rebuild_strategy();
-        self.settle(ctx, Instant::now());
+        self.rebuild_strategy(now);
+        self.settle(now);
         Ok(())
     }
 
@@ -182,13 +177,12 @@ impl BalancerActor {
         &mut self,
         address: &str,
         active: bool,
-        ctx: &mut Context<Self>,
+        now: Instant,
     ) -> Result<(), PoolError> {
         let i = self.find(address)?;
-        self.set_active(i, active);
-        let now = Instant::now();
+        self.set_active(i, active, now);
         self.recompute_all(now);
-        self.settle(ctx, now);
+        self.settle(now);
         Ok(())
     }
 
@@ -196,7 +190,7 @@ impl BalancerActor {
     fn on_reload(
         &mut self,
         eps: Vec<EndpointConfig>,
-        ctx: &mut Context<Self>,
+        now: Instant,
     ) -> Result<ReloadSummary, PoolError> {
         if eps.is_empty() {
             return Err(PoolError::LastEndpoint);
@@ -221,12 +215,13 @@ impl BalancerActor {
                         || n.max_concurrent != ep.max_concurrent
                         || n.active != ep.active;
                     if n.max_concurrent != ep.max_concurrent {
-                        n.addr
-                            .do_send(protocol::NodeControl::SetMaxConcurrent(ep.max_concurrent));
+                        let c = protocol::NodeControl::SetMaxConcurrent(ep.max_concurrent);
+                        let addr = n.addr.clone();
+                        self.effect(Effect::Control(addr, c));
                     }
                     self.nodes.node_mut(i).max_concurrent = ep.max_concurrent;
                     self.set_weight(i, ep.weight as i64);
-                    self.set_active(i, ep.active);
+                    self.set_active(i, ep.active, now);
                     if changed {
                         summary.updated.push(ep.address.clone());
                     } else {
@@ -234,7 +229,7 @@ impl BalancerActor {
                     }
                 }
                 Err(_) => {
-                    self.spawn_node(ep, ctx, true);
+                    self.spawn_node(ep, true, now);
                     summary.added.push(ep.address.clone());
                 }
             }
@@ -247,12 +242,12 @@ impl BalancerActor {
             .collect();
         for a in gone {
             if let Ok(i) = self.find(&a) {
-                self.remove(i);
+                self.remove(i, now);
                 summary.removed.push(a);
             }
         }
-        self.rebuild_strategy();
-        self.settle(ctx, Instant::now());
+        self.rebuild_strategy(now);
+        self.settle(now);
         log::info!(
             "service {}: endpoints reloaded: {} added, {} removed, {} updated, {} kept",
             self.service,
@@ -268,7 +263,8 @@ impl BalancerActor {
     /// its supervisor restarts it).
     fn on_control(&mut self, address: &str, drill: protocol::NodeControl) -> Result<(), PoolError> {
         let i = self.find(address)?;
-        self.nodes.node(i).addr.do_send(drill);
+        let addr = self.nodes.node(i).addr.clone();
+        self.effect(Effect::Control(addr, drill));
         Ok(())
     }
 }

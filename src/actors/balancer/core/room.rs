@@ -4,15 +4,15 @@
 
 use super::*;
 
-impl BalancerActor {
+impl Placement {
     /// Tells the queue what it may send now, as one [`Room`]: the credit
     /// the nodes' room allows (after the turn's news so far: a bounced task
     /// is back at the queue's front before the credit is spent), the part
     /// of it that is headroom, and the gate when it changed; arms the
     /// timer.
-    pub(super) fn grant(&mut self, ctx: &mut Context<Self>, now: Instant) {
+    pub(super) fn grant(&mut self, now: Instant) {
         let credit = self.take_credit(now);
-        let gate = self.settle_gate(ctx, now);
+        let gate = self.settle_gate(now);
         let (cap, _) = self.capacity_now(now);
         let reserve = (self
             .nodes
@@ -26,7 +26,7 @@ impl BalancerActor {
                 reserve,
                 gate,
             };
-            self.answer(ToQueue::Room(room), ctx);
+            self.answer(ToQueue::Room(room));
         }
     }
 
@@ -53,7 +53,7 @@ impl BalancerActor {
 
     /// Opens or closes the queue's gate and arms the timer; the gate, if
     /// it changed.
-    fn settle_gate(&mut self, ctx: &mut Context<Self>, now: Instant) -> Option<Gate> {
+    fn settle_gate(&mut self, now: Instant) -> Option<Gate> {
         let (cap, service_out) = self.capacity_now(now);
         let c = self.nodes.counts();
         let maybe_all_open = c.open > 0 && c.open == c.in_service;
@@ -64,7 +64,7 @@ impl BalancerActor {
         } else {
             Gate::Open
         };
-        let gate = self.shared_gate(gate);
+        let gate = self.shared_gate(gate, now);
         if gate != self.gate {
             match &gate {
                 Gate::Open => log::info!("service {}: accepting tasks again", self.service),
@@ -76,7 +76,7 @@ impl BalancerActor {
             gate
         });
         if let Some(t) = self.pending_wake.take() {
-            self.schedule_wake(t, ctx);
+            self.effect(Effect::WakeAt(t));
         }
         changed
     }

@@ -1,41 +1,35 @@
-//! Active health checks: each interval, a GET of the configured path on
-//! every node (through the node's own transport); `unhealthy_threshold`
+//! Active health checks' verdicts: each interval, a GET of the configured
+//! path on every node (the shell sends it; the node makes it through its
+//! own transport); `unhealthy_threshold`
 //! failures in a row take a node out, `healthy_threshold` successes bring
 //! it back.
 
-use actix::prelude::*;
+use actix::Addr;
 use tokio::time::Instant;
 
-use super::super::protocol::HealthProbe;
-use super::super::view::Health;
-use super::BalancerActor;
+use super::super::super::node::NodeActor;
+use super::super::super::protocol::NodeId;
+use super::super::super::view::Health;
+use super::Placement;
 
-impl BalancerActor {
-    /// One round of health checks.
-    pub(super) fn run_health_checks(&mut self, ctx: &mut Context<Self>) {
-        let Some(hc) = self.cfg.health_check.clone() else {
-            return;
-        };
-        for n in self.nodes.iter().filter(|n| !n.draining) {
-            let id = n.id;
-            n.addr
-                .send(HealthProbe {
-                    path: hc.path.clone(),
-                    timeout: hc.timeout,
-                })
-                .into_actor(self)
-                .map(move |res, act, ctx| {
-                    let ok = res.unwrap_or(false);
-                    act.health_result(id, ok);
-                    let now = Instant::now();
-                    act.recompute_all(now);
-                    act.settle(ctx, now);
-                })
-                .spawn(ctx);
-        }
+impl Placement {
+    /// The nodes to check this round (every node not draining).
+    pub(crate) fn health_targets(&self) -> Vec<(NodeId, Addr<NodeActor>)> {
+        self.nodes
+            .iter()
+            .filter(|n| !n.draining)
+            .map(|n| (n.id, n.addr.clone()))
+            .collect()
     }
 
-    fn health_result(&mut self, id: crate::actors::protocol::NodeId, ok: bool) {
+    /// One node's health check answered (`ok`: it passed).
+    pub(crate) fn on_health(&mut self, id: NodeId, ok: bool, now: Instant) {
+        self.health_result(id, ok, now);
+        self.recompute_all(now);
+        self.settle(now);
+    }
+
+    fn health_result(&mut self, id: NodeId, ok: bool, now: Instant) {
         let Some(hc) = self.cfg.health_check.clone() else {
             return;
         };
@@ -82,7 +76,7 @@ impl BalancerActor {
             }
             Health::Healthy if before == Health::Unhealthy => {
                 if self.cfg.balancer.slow_start.is_some() {
-                    self.nodes.node_mut(i).ramp_from = Some(Instant::now());
+                    self.nodes.node_mut(i).ramp_from = Some(now);
                 }
                 log::info!(
                     "service {}: node {address} passed {} health check(s); back in service",

@@ -4,23 +4,20 @@
 
 use super::*;
 
-impl BalancerActor {
-    /// Takes every node report of the inbox, in order.
-    pub(super) fn on_inbox(&mut self, _msg: InboxReady, ctx: &mut Context<Self>) {
-        let mut batch = std::mem::take(&mut self.reports_spare);
-        self.reports.take_into(&mut batch);
+impl Placement {
+    /// The nodes' reports taken from the inbox, in order (`batch` is left
+    /// empty, its room kept for the next turn).
+    pub(crate) fn on_reports(&mut self, batch: &mut Vec<NodeReport>) {
         for r in batch.drain(..) {
-            self.on_report(r, ctx);
+            self.on_report(r);
         }
-        // The list keeps its room for the next turn.
-        self.reports_spare = batch;
     }
 }
 
-impl BalancerActor {
+impl Placement {
     /// What ended at one node in one of its turns: update the view once,
     /// tell the queue of each attempt.
-    fn on_report(&mut self, r: NodeReport, ctx: &mut Context<Self>) {
+    fn on_report(&mut self, r: NodeReport) {
         let now = r.at;
         let NodeReport {
             node,
@@ -34,7 +31,7 @@ impl BalancerActor {
         let Some(i) = self.nodes.position(node) else {
             // A removed node's last attempts: the queue still needs the
             // answers (its slots left with it).
-            self.pass_on(node, "removed".into(), at, done, refused, ctx);
+            self.pass_on(node, "removed".into(), at, done, refused);
             return;
         };
         if !self.working.is_empty() {
@@ -66,9 +63,9 @@ impl BalancerActor {
         let freed = (done.len().saturating_sub(heads) + refused.len()) as u32 + streams_ended;
         // Every attempt that ended frees its slot; one report for them all.
         self.free_slots(i, freed, Some(load), now);
-        self.pass_on(node, address, at, done, refused, ctx);
+        self.pass_on(node, address, at, done, refused);
         // The slots they freed travel with the answers.
-        self.grant(ctx, now);
+        self.grant(now);
     }
 
     /// Tells the queue what ended at node `node` (`address`): the attempts
@@ -80,7 +77,6 @@ impl BalancerActor {
         at: Instant,
         done: Vec<AttemptEnded>,
         refused: Vec<(Seq, bool)>,
-        ctx: &mut Context<Self>,
     ) {
         if !done.is_empty() {
             let answers = NodeAnswers {
@@ -89,7 +85,7 @@ impl BalancerActor {
                 at,
                 done,
             };
-            self.answer(ToQueue::Ended(answers), ctx);
+            self.answer(ToQueue::Ended(answers));
         }
         // A stale view's refusal: the task goes back to the front (not a
         // refusal of the task itself, which `refused` would mean).
@@ -99,13 +95,12 @@ impl BalancerActor {
                 hedge,
                 refused: false,
             };
-            self.answer(back, ctx);
+            self.answer(back);
         }
     }
 
     /// Attempts the queue's watchdog gave up on: free the slots they held.
-    pub(super) fn on_lost(&mut self, seq: Seq) {
-        let now = Instant::now();
+    pub(super) fn on_lost(&mut self, seq: Seq, now: Instant) {
         // Only a node whose mailbox is closed (its thread died) loses
         // attempts; a live node reports every attempt it took. Among dead
         // nodes, the ones known to work on the task (hedging) come first.
@@ -141,7 +136,10 @@ impl BalancerActor {
         }
         for id in self.working.get(&seq).into_iter().flatten() {
             if let Some(i) = self.nodes.position(*id) {
-                self.nodes.node(i).addr.do_send(NodeControl::Cancel(seq));
+                let addr = self.nodes.node(i).addr.clone();
+                self.out
+                    .effects
+                    .push(Effect::Control(addr, NodeControl::Cancel(seq)));
             }
         }
     }

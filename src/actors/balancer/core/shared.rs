@@ -21,10 +21,9 @@ use crate::outcome::{AttemptOutcome, ErrorKind};
 
 mod nodes;
 
-impl BalancerActor {
+impl Placement {
     /// The dispatcher hands over the instance's Redis handle.
-    pub(super) fn on_use_shared(&mut self, store: Store, ctx: &mut Context<Self>) {
-        let now = Instant::now();
+    pub(crate) fn on_use_shared(&mut self, store: Store, now: Instant) {
         if let Some(s) = &mut self.shared {
             s.handle = Some(store);
             if s.node_bucket.is_some() {
@@ -33,19 +32,19 @@ impl BalancerActor {
                 }
                 // Routes that came before the handle: placed again.
                 for (route, id) in std::mem::take(&mut s.node_held) {
-                    self.shared_replay(route, id, now, false, ctx);
+                    self.shared_replay(route, id, now, false);
                 }
             }
         }
         self.recompute_all(now);
-        self.settle(ctx, now);
+        self.settle(now);
     }
 }
 
-impl BalancerActor {
+impl Placement {
     /// Takes the shared bucket's word on a route: `Some` to place it now;
     /// `None` when it is held for this turn's script call or bounced.
-    pub(super) fn shared_route(&mut self, msg: Route, ctx: &mut Context<Self>) -> Option<Route> {
+    pub(super) fn shared_route(&mut self, msg: Route) -> Option<Route> {
         let Some(s) = self.shared.as_mut() else {
             return Some(msg);
         };
@@ -58,13 +57,13 @@ impl BalancerActor {
                     self.credit.refund();
                 }
                 s.held.push(msg);
-                self.shared_turn(ctx, now);
+                self.shared_turn(now);
                 None
             }
             Admit::Bounce => {
-                self.bounce(&msg, ctx);
+                self.bounce(&msg);
                 self.recompute_all(now);
-                self.settle(ctx, now);
+                self.settle(now);
                 None
             }
         }
@@ -72,7 +71,7 @@ impl BalancerActor {
 
     /// Once per turn: asks for tokens if the share needs some (the call is
     /// sent after the turn's routes are in, so they go in one batch).
-    pub(super) fn shared_turn(&mut self, ctx: &mut Context<Self>, _now: Instant) {
+    pub(super) fn shared_turn(&mut self, _now: Instant) {
         let Some(s) = self.shared.as_mut() else {
             return;
         };
@@ -80,20 +79,28 @@ impl BalancerActor {
             return;
         }
         s.flush_armed = true;
-        ctx.run_later(Duration::ZERO, |act, ctx| {
-            let Some(s) = act.shared.as_mut() else {
-                return;
-            };
-            s.flush_armed = false;
-            if s.node_bucket.is_some() {
-                return act.shared_ask_nodes(ctx);
-            }
-            let now = Instant::now();
-            let (Some(want), Some(h), Some(b)) = (s.ask(now), s.handle.clone(), s.bucket) else {
-                return;
-            };
-            h.take(&act.service, b, want, ctx.address().recipient());
-        });
+        self.effect(Effect::SharedTurn);
+    }
+
+    /// The turn's routes are in ([`Effect::SharedTurn`]): the one store
+    /// call for tokens, if the share needs some.
+    pub(crate) fn shared_flush(&mut self, now: Instant) {
+        let Some(s) = self.shared.as_mut() else {
+            return;
+        };
+        s.flush_armed = false;
+        if s.node_bucket.is_some() {
+            return self.shared_ask_nodes(now);
+        }
+        let (Some(want), Some(store), Some(bucket)) = (s.ask(now), s.handle.clone(), s.bucket)
+        else {
+            return;
+        };
+        self.effect(Effect::Store(StoreCall::Take {
+            store,
+            bucket,
+            want,
+        }));
     }
 
     /// A trip, a recovery or a probe's end on node `i`, seen in its
@@ -125,11 +132,19 @@ impl BalancerActor {
         if ends_probe && s.probing.remove(&addr) {
             match outcome.map(|o| !o.is_node_failure()) {
                 Some(true) => {
-                    h.close(&self.service, &addr);
+                    let (store, node) = (h.clone(), addr.clone());
+                    let call = StoreCall::Close { store, node };
+                    self.out.effects.push(Effect::Store(call));
                     shared = Some(SharedMirror::Closed);
                 }
                 Some(false) => {
-                    h.reopen(&self.service, &addr, br.open_for, br.max_open_for);
+                    let call = StoreCall::Reopen {
+                        store: h.clone(),
+                        node: addr.clone(),
+                        open_for: br.open_for,
+                        max: br.max_open_for,
+                    };
+                    self.out.effects.push(Effect::Store(call));
                     shared = Some(SharedMirror::Open {
                         until: time::add(now, br.open_for),
                     });
@@ -142,14 +157,24 @@ impl BalancerActor {
             s.trips.insert(addr.clone(), load.trips);
             if let BreakerState::Open { until } = load.breaker {
                 let open_for = until.saturating_duration_since(now);
-                h.trip(&self.service, &addr, open_for, quorum);
+                let call = StoreCall::Trip {
+                    store: h,
+                    node: addr,
+                    open_for,
+                    quorum,
+                };
+                self.out.effects.push(Effect::Store(call));
             }
         } else if n.mirror != Mirror::Closed
             && load.breaker == BreakerState::Closed
             && load.version > n.load.version
         {
             // This instance's own probe closed its breaker: closed for all.
-            h.close(&self.service, &addr);
+            let call = StoreCall::Close {
+                store: h,
+                node: addr,
+            };
+            self.out.effects.push(Effect::Store(call));
             shared = Some(SharedMirror::Closed);
         }
         if let Some(m) = shared {
@@ -157,24 +182,23 @@ impl BalancerActor {
                 SharedMirror::Open { until } => Some(until),
                 _ => None,
             };
-            self.nodes
-                .node(i)
-                .addr
-                .do_send(NodeControl::SharedOpen(open));
+            let addr = self.nodes.node(i).addr.clone();
+            self.effect(Effect::Control(addr, NodeControl::SharedOpen(open)));
             self.nodes.node_mut(i).shared = m;
         }
     }
 
     /// At each refresh: reads the shared breakers of the nodes.
-    pub(super) fn shared_poll(&mut self, ctx: &mut Context<Self>) {
+    pub(crate) fn shared_poll(&mut self) {
         let Some(s) = self.shared.as_ref() else {
             return;
         };
         let (Some(_), Some(h)) = (s.breakers, s.handle.as_ref()) else {
             return;
         };
+        let store = h.clone();
         let nodes = self.nodes.iter().map(|n| n.address.clone()).collect();
-        h.poll(&self.service, nodes, ctx.address().recipient());
+        self.effect(Effect::Store(StoreCall::Poll { store, nodes }));
     }
 
     /// `on_down: deny` while Redis is down closes the gate; so does
@@ -183,7 +207,7 @@ impl BalancerActor {
     /// due yet (the service's bucket; or every node with a free slot
     /// waiting on its own). Retry after that time; the wake set for it
     /// reopens the gate, as with local buckets.
-    pub(super) fn shared_gate(&self, gate: Gate) -> Gate {
+    pub(super) fn shared_gate(&self, gate: Gate, now: Instant) -> Gate {
         let Some(s) = self.shared.as_ref() else {
             return gate;
         };
@@ -200,7 +224,6 @@ impl BalancerActor {
         if gate != Gate::Open || self.cfg.rate_limit.on_limit != OnLimit::Reject {
             return gate;
         }
-        let now = Instant::now();
         let next = s.limited_until(now).or_else(|| {
             if s.node_bucket.is_none() || self.nodes.capacity() > 0 {
                 return None;
@@ -220,10 +243,9 @@ impl BalancerActor {
     }
 }
 
-impl BalancerActor {
+impl Placement {
     /// Tokens from the shared bucket (or Redis down): place the held routes.
-    pub(super) fn on_granted(&mut self, msg: Granted, ctx: &mut Context<Self>) {
-        let now = Instant::now();
+    pub(crate) fn on_granted(&mut self, msg: Granted, now: Instant) {
         let Some(s) = self.shared.as_mut() else {
             return;
         };
@@ -234,26 +256,22 @@ impl BalancerActor {
             if k < replay {
                 // Back through the handler, which takes the paid token.
                 route.at = now;
-                ctx.notify(QueueTurn {
-                    routes: vec![route],
-                    ..Default::default()
-                });
+                self.out.effects.push(Effect::Replay(route));
             } else {
                 if !route.hedge {
                     self.credit.spend();
                 }
-                self.bounce(&route, ctx);
+                self.bounce(&route);
             }
         }
         self.recompute_all(now);
-        self.settle(ctx, now);
+        self.settle(now);
     }
 }
 
-impl BalancerActor {
+impl Placement {
     /// The shared breakers of the nodes, read at a refresh.
-    pub(super) fn on_shared_breakers(&mut self, msg: SharedBreakers, ctx: &mut Context<Self>) {
-        let now = Instant::now();
+    pub(crate) fn on_shared_breakers(&mut self, msg: SharedBreakers, now: Instant) {
         let Some(s) = self.shared.as_mut() else {
             return;
         };
@@ -285,14 +303,20 @@ impl BalancerActor {
                 && !locally_open
                 && s.claiming.insert(addr.clone())
             {
-                h.claim(&self.service, addr.clone(), ttl, ctx.address().recipient());
+                let (store, node) = (h.clone(), addr.clone());
+                self.out
+                    .effects
+                    .push(Effect::Store(StoreCall::Claim { store, node, ttl }));
             }
             if m != n.shared {
                 let open = match m {
                     SharedMirror::Open { until } => Some(until),
                     _ => None,
                 };
-                n.addr.do_send(NodeControl::SharedOpen(open));
+                let control = NodeControl::SharedOpen(open);
+                self.out
+                    .effects
+                    .push(Effect::Control(n.addr.clone(), control));
                 log::debug!(
                     "service {}: node {}: shared breaker {:?}",
                     self.service,
@@ -303,13 +327,13 @@ impl BalancerActor {
             }
         }
         self.recompute_all(now);
-        self.settle(ctx, now);
+        self.settle(now);
     }
 }
 
-impl BalancerActor {
+impl Placement {
     /// The answer to a probe claim.
-    pub(super) fn on_probe_claimed(&mut self, msg: ProbeClaimed, ctx: &mut Context<Self>) {
+    pub(crate) fn on_probe_claimed(&mut self, msg: ProbeClaimed, now: Instant) {
         let Some(s) = self.shared.as_mut() else {
             return;
         };
@@ -318,7 +342,6 @@ impl BalancerActor {
             return;
         }
         s.probing.insert(msg.node.clone());
-        let now = Instant::now();
         let at = self.nodes.iter().position(|n| n.address == msg.node);
         if let Some(i) = at {
             if matches!(self.nodes.node(i).shared, SharedMirror::HalfOpen { .. }) {
@@ -331,6 +354,6 @@ impl BalancerActor {
             }
         }
         self.recompute_all(now);
-        self.settle(ctx, now);
+        self.settle(now);
     }
 }

@@ -13,16 +13,11 @@
 use super::*;
 use crate::actors::share::NodesGranted;
 
-impl BalancerActor {
+impl Placement {
     /// Shared node buckets: the route `msg`, placed on node `i`, takes a
     /// token of the node's (`Some`: dispatch it), waits on the node for
     /// the turn's call, or goes back to the queue (`None` for both).
-    pub(in crate::actors) fn shared_place(
-        &mut self,
-        i: usize,
-        msg: Route,
-        ctx: &mut Context<Self>,
-    ) -> Option<Route> {
+    pub(in crate::actors) fn shared_place(&mut self, i: usize, msg: Route) -> Option<Route> {
         let Some(s) = self.shared.as_mut() else {
             return Some(msg);
         };
@@ -61,13 +56,13 @@ impl BalancerActor {
                 let id = n.id;
                 self.nodes.hold(i, now);
                 s.node_held.push((msg, id));
-                self.shared_turn(ctx, now);
+                self.shared_turn(now);
                 None
             }
             Admit::Bounce => {
-                self.bounce(&msg, ctx);
+                self.bounce(&msg);
                 self.recompute_all(now);
-                self.settle(ctx, now);
+                self.settle(now);
                 None
             }
         }
@@ -88,14 +83,13 @@ impl BalancerActor {
     /// At the end of a turn: one script call for the nodes that have
     /// routes held on them (and, while Redis is down, a ping once per
     /// `timeout` to see it back).
-    pub(super) fn shared_ask_nodes(&mut self, ctx: &mut Context<Self>) {
+    pub(super) fn shared_ask_nodes(&mut self, now: Instant) {
         let Some(s) = self.shared.as_mut() else {
             return;
         };
         let (Some(h), Some(nb)) = (s.handle.clone(), s.node_bucket) else {
             return;
         };
-        let now = Instant::now();
         if !s.may_ask_nodes(now) {
             return;
         }
@@ -124,19 +118,18 @@ impl BalancerActor {
             return;
         }
         s.node_asking = true;
-        h.take_nodes(&self.service, s.bucket, nb, asks, ctx.address().recipient());
+        let call = StoreCall::TakeNodes {
+            store: h,
+            service: s.bucket,
+            node: nb,
+            asks,
+        };
+        self.effect(Effect::Store(call));
     }
 
     /// A held route goes back through the handler, pinned to node `id`
     /// (released from the slot it held there).
-    pub(super) fn shared_replay(
-        &mut self,
-        mut route: Route,
-        id: NodeId,
-        now: Instant,
-        pin: bool,
-        ctx: &mut Context<Self>,
-    ) {
+    pub(super) fn shared_replay(&mut self, mut route: Route, id: NodeId, now: Instant, pin: bool) {
         self.shared_release(id, now);
         if !route.hedge {
             // The handler takes it off again.
@@ -148,10 +141,7 @@ impl BalancerActor {
             }
         }
         route.at = now;
-        ctx.notify(QueueTurn {
-            routes: vec![route],
-            ..Default::default()
-        });
+        self.effect(Effect::Replay(route));
     }
 
     /// Frees the slot a held route kept on node `id`.
@@ -160,21 +150,16 @@ impl BalancerActor {
             self.nodes.unhold(i, now);
             let n = self.nodes.node(i);
             if n.draining && n.in_flight == 0 {
-                self.finish_removal(i);
+                self.finish_removal(i, now);
             }
         }
     }
 }
 
-impl BalancerActor {
+impl Placement {
     /// Tokens for the nodes (or Redis down): the held routes go to their
     /// nodes, under `on_down`, or back to the queue.
-    pub(in crate::actors::balancer) fn on_nodes_granted(
-        &mut self,
-        msg: NodesGranted,
-        ctx: &mut Context<Self>,
-    ) {
-        let now = Instant::now();
+    pub(crate) fn on_nodes_granted(&mut self, msg: NodesGranted, now: Instant) {
         let Some(s) = self.shared.as_mut() else {
             return;
         };
@@ -189,10 +174,10 @@ impl BalancerActor {
             }
             // Placed again under `on_down` (a bounce if it denies).
             for (route, id) in held {
-                self.shared_replay(route, id, now, true, ctx);
+                self.shared_replay(route, id, now, true);
             }
             self.recompute_all(now);
-            return self.settle(ctx, now);
+            return self.settle(now);
         };
         if s.come_up() {
             for i in 0..self.nodes.len() {
@@ -220,7 +205,7 @@ impl BalancerActor {
             match budget {
                 Some((_, c)) if *c > 0 => {
                     *c -= 1;
-                    self.shared_replay(route, id, now, true, ctx);
+                    self.shared_replay(route, id, now, true);
                 }
                 None if self.nodes.position(id).is_some() => {
                     // Held after the call went out: asked for next.
@@ -232,11 +217,11 @@ impl BalancerActor {
                     // Not paid: the node has no token before it is due;
                     // the route waits in the queue meanwhile.
                     self.shared_release(id, now);
-                    self.bounce(&route, ctx);
+                    self.bounce(&route);
                 }
             }
         }
         self.recompute_all(now);
-        self.settle(ctx, now);
+        self.settle(now);
     }
 }
