@@ -50,18 +50,21 @@ async fn a_noisy_tenant_cannot_take_the_others_capacity() {
         named: true,
         extra: String::new(),
     };
-    let fair = run_tenants(&s, 1).await;
+    // `SIM_SEED=N` runs another seed (the assertions hold for seed 1).
+    let seed = std::env::var("SIM_SEED").map_or(1, |s| s.parse().unwrap_or(1));
+    let fair = run_tenants(&s, seed).await;
     s.named = false;
-    let plain = run_tenants(&s, 1).await;
+    let plain = run_tenants(&s, seed).await;
     let f = per_tenant(&fair.records, 10, s.deadline);
     let p = per_tenant(&plain.records, 10, s.deadline);
     let names: Vec<String> = s.tenants.iter().map(|t| t.name.clone()).collect();
     println!("{}", table(&names, &f, &p));
     // The target: 95 %. The queue kept to the depth its deadlines allow
     // sheds from the tenant most over its share, so the quiet tenants'
-    // few waiting tasks stay (this seed: 97.8-99.8 %; over seeds 1 to 8
-    // the worst is 94.0 %, when a burst of a quiet tenant briefly holds
-    // more tasks than the noisy one at a depth of about 20).
+    // few waiting tasks stay (this seed: 98.3-99.8 %; over seeds 1 to 8
+    // the worst quiet tenant is at 95.4 %, seed 6: a burst of a quiet
+    // tenant sometimes holds more tasks than the noisy one at a depth of
+    // about 20).
     for (i, t) in f[..9].iter().enumerate() {
         assert!(
             t.share_in_time() >= 0.95,
