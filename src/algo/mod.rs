@@ -23,8 +23,6 @@ pub mod limiter;
 pub mod policy;
 pub mod priority;
 pub mod strategy;
-// Not yet pruned: inspection methods without a caller in the engine.
-#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub mod tenants;
 pub mod throttle;
 pub mod time;

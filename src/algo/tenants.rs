@@ -1,32 +1,22 @@
 //! The tenants a queue tracks: a bounded book from tenant keys to the flow
 //! numbers of [`crate::algo::fair`], with each tracked tenant's weight and
-//! counts.
+//! counts. Keys come from callers, so a hostile one may send a new key with
+//! every task; memory stays bounded whatever they send:
 //!
-//! Tenant keys come from callers ([`crate::Task::tenant`], a task line's
-//! `"tenant"`, a gateway header), so a hostile caller may send a new key
-//! with every task. The book keeps memory bounded whatever they send:
+//! * At most `max_tracked` tenants have a flow of their own; [`UNNAMED`]
+//!   holds tasks that name none, and [`OVERFLOW`] every tenant beyond the
+//!   bound (with the default weight).
+//! * A tracked tenant with no task queued is **idle**. A new key takes a
+//!   free flow, else the longest-idle tenant's (its counts start again),
+//!   else the overflow flow: busy tenants keep their flows, and a flood of
+//!   one-off keys lands in the overflow queue.
+//! * At most `max_tracked + 2` entries, each a key of at most
+//!   [`MAX_KEY_BYTES`] and a few counters. A key is hashed once per lookup
+//!   (std's SipHash, keyed per process) and each tracked key's hash is
+//!   kept, so a flow handed to a new key hashes nothing again (two keys of
+//!   one 64-bit hash would put the second in the overflow flow).
 //!
-//! * At most `max_tracked` tenants have a flow of their own. Two more flows
-//!   are fixed: [`UNNAMED`] for tasks that name no tenant, and
-//!   [`OVERFLOW`], which every tenant beyond the bound shares (with the
-//!   default weight).
-//! * A tracked tenant with no task in the queue is **idle**; idle tenants
-//!   wait in a list, the longest idle first. A new key takes a free flow
-//!   while there is one, else the longest-idle tenant's flow (its counts
-//!   start again), else the overflow flow. So the tenants that are busy
-//!   now keep their flows, and a flood of one-off keys only ever lands in
-//!   the overflow queue.
-//! * The book holds at most `max_tracked + 2` entries, each a key of at
-//!   most [`MAX_KEY_BYTES`] and a few counters. A key is hashed once per
-//!   lookup with std's SipHash (keyed per process, so chosen keys cannot
-//!   collide on purpose), and the book keeps each tracked key's hash: a
-//!   flow handed from an idle tenant to a new key removes the old key and
-//!   inserts the new one without hashing either again. (Two keys of one
-//!   64-bit hash, a chance no caller can aim for, would put the second in
-//!   the overflow flow.)
-//!
-//! Tenant keys are never metric labels: the counts are read with
-//! `stats()` only.
+//! Tenant keys are never metric labels: the counts are read with `stats()`.
 //!
 //! ```
 //! # #[cfg(feature = "internals")] {
@@ -297,6 +287,7 @@ impl TenantBook {
     }
 
     /// Tenants tracked now (the unnamed and overflow flows aside).
+    #[cfg(any(test, feature = "internals"))]
     pub fn tracked(&self) -> usize {
         self.by_key.len()
     }
@@ -304,6 +295,7 @@ impl TenantBook {
     /// The flow of tasks of tenant `key` (none: [`UNNAMED`]), and, when
     /// the flow was just given to this tenant, its weight (the caller's
     /// fair lists must take it).
+    #[cfg(any(test, feature = "internals"))]
     pub fn flow_of(&mut self, key: Option<&str>) -> (Flow, Option<u32>) {
         match key {
             None => (UNNAMED, None),
@@ -398,6 +390,7 @@ impl TenantBook {
     }
 
     /// Flow `f`'s weight.
+    #[cfg(any(test, feature = "internals"))]
     pub fn weight(&self, f: Flow) -> u32 {
         self.slots.get(usize::from(f)).map_or(1, |s| s.weight)
     }
