@@ -148,8 +148,9 @@ pub enum SampleKind {
     /// The node's own attempt timeout fired.
     Timeout,
     /// The task's deadline cut the attempt before an answer. Counted as
-    /// a timeout when it ran no shorter than the last window's mean (a
-    /// request sent with little time left says nothing of the node): left
+    /// a timeout when it ran no shorter than the last window's mean and
+    /// twice the knee's service time (a request sent with little time left,
+    /// or a tight deadline on a healthy node, says nothing of queueing): left
     /// out, an overloaded node whose answers all come too late would teach
     /// its limit nothing and keep it where it is. Not as a latency: the
     /// cut caps it, so every level past the point where all are cut would
@@ -349,7 +350,7 @@ impl LearnedLimit {
             return None;
         }
         let kind = match kind {
-            SampleKind::Cut if self.last_rtt.is_some_and(|m| rtt >= m) => SampleKind::Timeout,
+            SampleKind::Cut if self.cut_says_queueing(rtt) => SampleKind::Timeout,
             SampleKind::Cut => return None,
             k => k,
         };
@@ -586,6 +587,17 @@ impl LearnedLimit {
 }
 
 impl LearnedLimit {
+    /// Whether an attempt cut by its deadline after `rtt` says the node
+    /// queues: it ran at least the last window's mean, and twice the
+    /// service time of the knee when one is known. Twice, so that tight
+    /// deadlines on a healthy node cannot make a window mostly of cuts
+    /// (even an exponential service runs past twice its mean only one time
+    /// in seven): the window mean alone is biased low by the very cuts.
+    fn cut_says_queueing(&self, rtt: Duration) -> bool {
+        let secs = rtt.as_secs_f64();
+        self.last_rtt.is_some_and(|m| rtt >= m) && self.service.is_none_or(|s| secs >= 2.0 * s)
+    }
+
     /// How far above the limit a probe goes: far enough that, were the
     /// backend to serve it all at once now, the mean of a probe's window
     /// would stand 3.5 standard errors below the queue it had before (the
@@ -1011,5 +1023,27 @@ mod tests {
             let changed = l.on_sample(Duration::from_millis(200), 10, SampleKind::Cut, now);
             assert_eq!(changed, (i == 31).then_some(9), "sample {i}");
         }
+    }
+
+    #[test]
+    fn tight_deadlines_on_a_healthy_node_do_not_cut_its_limit() {
+        let t0 = Instant::now();
+        let mut l = LearnedLimit::with_seed(cfg(), 1, t0);
+        let mut b = Backend::new(4, 20_000.0, false);
+        backlog(&mut l, &mut b, 5, None, t0);
+        let service = l.base_rtt().expect("a knee with a flat level");
+        let before = l.limit();
+        let now = t0 + Duration::from_secs(6);
+        // Every attempt cut at 1.5 service times: the deadlines are tight,
+        // the node is not queueing.
+        for _ in 0..200 {
+            l.on_sample(service.mul_f64(1.5), before, SampleKind::Cut, now);
+        }
+        assert_eq!(l.limit(), before);
+        // Cut at three service times: it queues; a window of them cuts.
+        for _ in 0..64 {
+            l.on_sample(service * 3, before, SampleKind::Cut, now);
+        }
+        assert!(l.limit() < before, "{} -> {}", before, l.limit());
     }
 }
