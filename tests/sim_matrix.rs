@@ -192,7 +192,13 @@ async fn one_scenario() {
         if s.name != want {
             continue;
         }
-        let e = sim::run::run_engine(&s, Limit::Auto, seed).await;
+        // `SIM_LIMIT=true` runs the engine with each backend's true
+        // worker count as its limit instead of `"auto"`.
+        let limit = match std::env::var("SIM_LIMIT").as_deref() {
+            Ok("true") => Limit::True,
+            _ => Limit::Auto,
+        };
+        let e = sim::run::run_engine(&s, limit, seed).await;
         let o = sim::oracle::run(
             &s.backends,
             &sim::run::arrivals_of(&s, seed),
