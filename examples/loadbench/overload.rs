@@ -11,7 +11,8 @@
 //! the last level shows how it recovers). Side by side in one run:
 //!
 //! - the engine under every config of [`ENGINE_CONFIGS`] (and of
-//!   `--engine-config NAME=JSON`), with no per-task deadlines;
+//!   `--engine-config NAME=JSON`), with no per-task deadlines: the configs
+//!   that shed state the SLO as `queue.slo`;
 //! - tower: p2c peak EWMA over a `ConcurrencyLimit` of [`WORKERS`] per
 //!   backend, `LoadShed` in front (`tower_peer.rs`, [`ShedPeer`]);
 //! - HAProxy: `maxconn` [`WORKERS`] per server, `timeout queue`
@@ -75,19 +76,41 @@ const RECOVERY_AFTER: Duration = Duration::from_secs(5);
 /// The engine configs run side by side, in one place: a name, and the
 /// service's fields as JSON merged over `{"name", "endpoints"}`. The key
 /// `each_endpoint` holds fields merged into every endpoint (e.g.
-/// `{"each_endpoint": {"max_concurrent": 4}}`). More can be added at
+/// `{"each_endpoint": {"max_concurrent": 4}}`); [`SLO_TOKEN`] stands for
+/// the SLO the levels are measured by (`--slo-ms`). More can be added at
 /// run time with `--engine-config 'NAME={...}'`.
+///
+/// The engine sheds by time only on a time the user stated; goodput
+/// within the SLO is a fair target for a config that states it
+/// (`queue.slo`) or a capacity (`queue.capacity`), not for the defaults,
+/// which serve every task however late: their target is that none is
+/// refused ([`states_a_bound`]).
 pub const ENGINE_CONFIGS: &[(&str, &str)] = &[
     ("engine defaults", "{}"),
+    ("engine, slo", r#"{"queue": {"slo": "$SLO"}}"#),
     (
-        "engine, max_concurrent auto",
-        r#"{"each_endpoint": {"max_concurrent": "auto"}, "concurrency": {"initial": 2}}"#,
+        "engine, max_concurrent auto, slo",
+        r#"{"each_endpoint": {"max_concurrent": "auto"}, "concurrency": {"initial": 2},
+            "queue": {"slo": "$SLO"}}"#,
     ),
     (
         "engine, max_concurrent 4, queue 100",
         r#"{"each_endpoint": {"max_concurrent": 4}, "queue": {"capacity": 100}}"#,
     ),
 ];
+
+/// Stands for the levels' SLO in a config of [`ENGINE_CONFIGS`].
+pub const SLO_TOKEN: &str = "$SLO";
+
+/// Whether a config states a time or a capacity that lets the engine
+/// refuse or shed (a `queue.slo`, `queue.deadline`, `queue.capacity`).
+fn states_a_bound(snippet: &str) -> bool {
+    let v: Value = serde_json::from_str(snippet).unwrap_or(Value::Null);
+    let q = &v["queue"];
+    ["slo", "deadline", "capacity"]
+        .iter()
+        .any(|k| !q[*k].is_null())
+}
 
 /// The bench's label of a task's priority.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -604,9 +627,13 @@ pub(crate) fn engine_config(name: &str, snippet: &str, urls: &[String]) -> Resul
 
 /// [`ENGINE_CONFIGS`] and those of `--engine-config NAME=JSON`.
 fn engine_configs(cli: &Cli) -> Result<Vec<(String, String)>, String> {
+    let slo = format!("{}ms", cli.slo_ms.clamp(1, 60_000));
     let mut v: Vec<(String, String)> = ENGINE_CONFIGS
         .iter()
-        .map(|(n, j)| (n.to_string(), j.to_string()))
+        .map(|(n, j)| {
+            let name = n.replace("slo", &format!("slo {slo}"));
+            (name, j.replace(SLO_TOKEN, &slo))
+        })
         .collect();
     for arg in &cli.engine_config {
         let (name, snippet) = arg
@@ -963,7 +990,23 @@ fn targets(
             .map(|&k| levels[k].name.clone())
             .collect::<Vec<_>>()
     };
-    for (name, _) in configs {
+    for (name, snippet) in configs {
+        if !states_a_bound(snippet) {
+            // No time and no capacity stated: every task waits until it is
+            // served; nothing may be refused.
+            let refused: u64 = results
+                .iter()
+                .filter(|r| &r.contender == name)
+                .map(|r| r.all.refused)
+                .sum();
+            rep.target(
+                format!("{name}: states no time or capacity: tasks refused, every load"),
+                "none",
+                format!("{refused}"),
+                Some(refused == 0),
+            );
+            continue;
+        }
         let base_p99 = unloaded(levels)
             .and_then(|k| at(results, levels, name, k))
             .map(|r| r.all.success_latency.p99_ms);
@@ -1158,6 +1201,13 @@ mod tests {
             .expect("a config with a queue of 100");
         let cfg = engine_config(name, snippet, &urls).unwrap();
         assert_eq!(cfg.services[0].queue.capacity, 100);
+        // Every config parses once the SLO is put in; only the defaults
+        // state neither a time nor a capacity.
+        for (n, j) in ENGINE_CONFIGS {
+            let j = j.replace(SLO_TOKEN, "250ms");
+            assert!(engine_config(n, &j, &urls).is_ok(), "{n}");
+            assert_eq!(states_a_bound(&j), *n != "engine defaults", "{n}");
+        }
         let e = engine_config("x", r#"{"each_endpoint": 3}"#, &urls).unwrap_err();
         assert!(e.contains("each_endpoint"), "{e}");
         assert!(engine_config("x", r#"{"nope": 1}"#, &urls).is_err());
