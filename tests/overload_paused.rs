@@ -326,3 +326,82 @@ async fn critical_tasks_are_served_while_the_sheddable_majority_is_shed() {
     assert_eq!(served(&b, 3).await, t.ok + t.cut);
     d.shutdown(Duration::from_secs(1)).await;
 }
+
+/// A noisy tenant offering twice the capacity beside four quiet ones
+/// offering 20 tasks a second each, for `ticks` ticks of 10 ms, every task
+/// due in 500 ms (`tests/tenants.rs`'s run): `(offered, in time)` per
+/// tenant, and the service's tenant rows.
+async fn tenants_run(ticks: usize) -> (Vec<(String, u32, u32)>, actix_dispatch::ServiceStats) {
+    let (_b, d) = start(
+        &three_capped(),
+        r#","max_concurrent":2"#,
+        r#","mode":"p2c""#,
+    );
+    let deadline = Duration::from_millis(500);
+    let mut pending = Vec::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    for t in 0..ticks {
+        tick.tick().await;
+        let mut send = |tenant: String| {
+            let task = Task::get("svc", format!("/{tenant}/{t}"))
+                .tenant(tenant.clone())
+                .deadline_in(deadline);
+            pending.push((tenant, actix_rt::spawn(d.submit(task))));
+        };
+        for _ in 0..3 {
+            send("noisy".into());
+        }
+        if t % 5 == 0 {
+            for q in 0..4 {
+                send(format!("quiet{q}"));
+            }
+        }
+    }
+    let mut ok = std::collections::BTreeMap::<String, (u32, u32)>::new();
+    for (tenant, p) in pending {
+        let r = p.await.unwrap();
+        let e = ok.entry(tenant).or_default();
+        e.0 += 1;
+        if r.is_success() && r.total <= deadline {
+            e.1 += 1;
+        }
+    }
+    let st = d.stats().await.services.remove(0);
+    assert!(st.is_balanced());
+    d.shutdown(Duration::from_secs(1)).await;
+    let ok = ok.into_iter().map(|(t, (o, g))| (t, o, g)).collect();
+    (ok, st)
+}
+
+/// The quiet tenants are served in full, the noisy one is shed, and the
+/// stats count each tenant (`tests/tenants.rs` on the paused clock).
+#[actix_rt::test(system = "sim::PausedSystem")]
+async fn quiet_tenants_are_served_beside_a_noisy_one() {
+    let (ok, st) = tenants_run(300).await;
+    let quiet = |q| (format!("quiet{q}"), 60, 60);
+    let mut want = vec![("noisy".to_string(), 900, 283)];
+    want.extend((0..4).map(quiet));
+    assert_eq!(ok, want, "(tenant, offered, in time)");
+    let rows: Vec<(&str, u64, u64)> = st
+        .queue
+        .tenants
+        .iter()
+        .map(|r| (r.tenant.as_deref().unwrap(), r.offered, r.shed))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("noisy", 900, 614),
+            ("quiet0", 60, 0),
+            ("quiet1", 60, 0),
+            ("quiet2", 60, 0),
+            ("quiet3", 60, 0)
+        ],
+        "(tenant, offered, shed)"
+    );
+    // The run of `tests/tenants.rs` on real sockets, half as long.
+    let (ok, _) = tenants_run(150).await;
+    let mut want = vec![("noisy".to_string(), 450, 117)];
+    want.extend((0..4).map(|q| (format!("quiet{q}"), 30, 30)));
+    assert_eq!(ok, want, "(tenant, offered, in time) in 1.5 s");
+}
