@@ -1,5 +1,9 @@
 //! Overload against real fixed-capacity backends: more tasks than the
-//! backends can take, open loop, and what that does to the nodes.
+//! backends can take, open loop, and what that does to the nodes. These
+//! runs confirm on real sockets, in half a second or so each, what
+//! `tests/overload_paused.rs` holds exactly on the paused clock (the same
+//! runs, three times longer, against modelled backends); here only counts
+//! with wide margins are checked, never a time.
 
 mod support;
 
@@ -62,12 +66,11 @@ async fn deadlines_under_overload_never_open_the_breakers_of_healthy_nodes() {
     init_logs();
     let bs = three_capped();
     let d = Dispatcher::start(config_over(&bs, "")).unwrap();
-    // 300 tasks/s for 1.5 s: twice the capacity.
-    let results = open_loop(&d, 150, 3, |i| {
+    // 300 tasks/s for 0.5 s: twice the capacity.
+    let results = open_loop(&d, 50, 3, |i| {
         Task::get("svc", format!("/t/{i}")).deadline_in(Duration::from_millis(250))
     })
     .await;
-    assert_eq!(results.len(), 450, "every task has its one result");
     let mut ok = 0;
     for r in &results {
         match &r.outcome {
@@ -91,14 +94,22 @@ async fn deadlines_under_overload_never_open_the_breakers_of_healthy_nodes() {
         }
     }
     let stats = d.stats().await;
+    let q = &stats.services[0].queue;
+    assert_eq!(
+        (q.submitted, q.succeeded, q.queued, q.in_flight),
+        (150, ok, 0, 0),
+        "{q:?}"
+    );
+    assert_eq!(q.submitted, q.succeeded + q.failed + q.rejected, "{q:?}");
     for n in &stats.services[0].nodes {
         assert_eq!(n.trips, 0, "node {} tripped: {n:?}", n.address);
         assert_eq!(n.errors, 0, "a deadline is not the node's error: {n:?}");
     }
-    // The backends could serve 225 in 1.5 s; work still gets done (a
-    // generous floor: the machine may be busy, and this test is about the
-    // breakers, not goodput, which `loadbench overload` measures).
-    assert!(ok >= 15, "{ok} successes of 450");
+    // The backends could serve 75 in 0.5 s (the paused run of 150 ticks
+    // serves 160 of 450 in time); work still gets done (a generous floor:
+    // the machine may be busy, and this test is about the breakers, not
+    // goodput, which `loadbench overload` measures).
+    assert!(ok >= 15, "{ok} successes of 150");
     let served: u64 = bs.iter().map(Capped::served).sum();
     assert!(served >= 15, "backends served {served}");
     for b in &bs {
@@ -136,12 +147,12 @@ async fn a_burst_without_deadlines_completes_whole() {
 }
 
 /// A queue capacity the user set is a promise: 1000 tasks at once on 10
-/// slots of 100 ms with `capacity: 100, on_full: reject`: 100 are taken
-/// and all of them served (in about a second), 900 refused `QueueFull`.
+/// slots of 20 ms with `capacity: 100, on_full: reject`: 100 are taken
+/// and all of them served (in about 200 ms), 900 refused `QueueFull`.
 #[actix_rt::test]
 async fn every_task_a_full_queue_accepted_is_served() {
     init_logs();
-    let b = Capped::start(10, Duration::from_millis(100));
+    let b = Capped::start(10, Duration::from_millis(20));
     let json = format!(
         r#"{{"services":[{{"name":"svc","endpoints":[{{"address":"{}","max_concurrent":10}}],
             "queue":{{"capacity":100,"on_full":"reject"}}}}]}}"#,
@@ -159,6 +170,8 @@ async fn every_task_a_full_queue_accepted_is_served() {
         .count();
     assert_eq!((ok, full), (100, 900));
     assert_eq!(b.served(), 100);
+    let q = d.stats().await.services[0].queue.clone();
+    assert_eq!((q.submitted, q.succeeded, q.rejected), (1000, 100, 900));
     d.shutdown(Duration::from_secs(1)).await;
 }
 
@@ -180,12 +193,11 @@ async fn tasks_that_cannot_meet_their_deadline_are_shed() {
         eps.join(",")
     );
     let d = Dispatcher::start(actix_dispatch::Config::from_json(&json).unwrap()).unwrap();
-    // 300 tasks/s for 1.5 s: twice the capacity.
-    let results = open_loop(&d, 150, 3, |i| {
+    // 300 tasks/s for 0.5 s: twice the capacity.
+    let results = open_loop(&d, 50, 3, |i| {
         Task::get("svc", format!("/s/{i}")).deadline_in(Duration::from_millis(250))
     })
     .await;
-    assert_eq!(results.len(), 450, "every task has its one result");
     let (mut ok, mut shed) = (0, 0);
     for r in &results {
         match &r.outcome {
@@ -198,16 +210,20 @@ async fn tasks_that_cannot_meet_their_deadline_are_shed() {
             Outcome::Failure(f) => {
                 assert_eq!(f.reason, FailReason::DeadlineExceeded, "{r:?}")
             }
+            // On a busy machine a submit can reach the queue after its
+            // 250 ms (never on the paused clock, where none does).
+            Outcome::Rejected(Rejection::DeadlinePassed) => {}
             other => panic!("only successes, sheds and late ones expected: {other:?}"),
         }
     }
-    assert!(shed > 100, "{shed} shed of 450 at twice the capacity");
-    // About 225 fit in the time (150/s for 1.5 s, plus the queue's last
-    // 250 ms); a wide margin for a busy machine.
-    assert!(ok >= 120, "{ok} successes of 450");
+    // The paused run of these 0.5 s serves 108 and sheds 42; about half
+    // of each, a wide margin for a busy machine.
+    assert!(shed > 20, "{shed} shed of 150 at twice the capacity");
+    assert!(ok >= 54, "{ok} successes of 150");
     let stats = d.stats().await;
     let q = &stats.services[0].queue;
     assert_eq!(q.shed, shed as u64);
+    assert_eq!((q.submitted, q.succeeded), (150, ok as u64), "{q:?}");
     assert_eq!(q.submitted, q.succeeded + q.failed + q.rejected);
     for n in &stats.services[0].nodes {
         assert_eq!((n.trips, n.errors), (0, 0), "{n:?}");
@@ -236,15 +252,16 @@ async fn a_learned_limit_grows_to_what_the_backend_takes() {
     let d = Dispatcher::start(actix_dispatch::Config::from_json(&json).unwrap()).unwrap();
     let limit = |s: &actix_dispatch::Stats| s.services[0].nodes[0].concurrency_limit;
     assert_eq!(limit(&d.stats().await), 2, "it starts from `initial`");
-    // A closed loop of 60 callers for 2.5 s: at the default fixed cap of
-    // 10 the backend would queue 2 of them, at 60 it would queue 52.
+    // A closed loop of 60 callers for 1 s: at the default fixed cap of
+    // 10 the backend would queue 2 of them, at 60 it would queue 52. (On
+    // the paused clock the limit is 8 from 600 ms on.)
     let start = actix_dispatch::Instant::now();
     let callers = (0..60).map(|c| {
         let d = d.clone();
         async move {
             let mut ok = 0u32;
             let mut i = 0;
-            while start.elapsed() < Duration::from_millis(2500) && i < 1000 {
+            while start.elapsed() < Duration::from_millis(1000) && i < 1000 {
                 ok += u32::from(
                     d.submit(Task::get("svc", format!("/l/{c}/{i}")))
                         .await
@@ -294,18 +311,21 @@ async fn critical_tasks_are_served_while_the_sheddable_majority_is_shed() {
         eps.join(",")
     );
     let d = Dispatcher::start(actix_dispatch::Config::from_json(&json).unwrap()).unwrap();
-    // 1.5 s at 450 tasks/s (three times 150/s): 75 critical, 375 sheddable.
-    let results = open_loop(&d, 150, 3, one_critical_in_six).await;
+    // 0.5 s at 450 tasks/s (three times 150/s): 25 critical, 125
+    // sheddable. The paused run of these 0.5 s serves all 25 critical,
+    // sheds 41 sheddable and the backends serve 109.
+    let results = open_loop(&d, 50, 3, one_critical_in_six).await;
     let critical = results.iter().enumerate().filter(|(i, _)| i % 6 == 0);
     let critical_ok = critical.clone().filter(|(_, r)| r.is_success()).count();
     assert!(
-        critical_ok >= 70,
-        "{critical_ok} of 75 critical tasks succeeded"
+        critical_ok >= 22,
+        "{critical_ok} of 25 critical tasks succeeded"
     );
-    let shed = d.stats().await.services[0].queue.shed_by_class;
-    assert!(shed.sheddable > 150, "{shed:?}");
+    let q = d.stats().await.services[0].queue.clone();
+    assert!(q.shed_by_class.sheddable > 20, "{q:?}");
+    assert_eq!(q.submitted, q.succeeded + q.failed + q.rejected, "{q:?}");
     let served: u64 = bs.iter().map(Capped::served).sum();
-    assert!(served >= 120, "the backends kept serving: {served}");
+    assert!(served >= 50, "the backends kept serving: {served}");
     d.shutdown(Duration::from_secs(1)).await;
 }
 

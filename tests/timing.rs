@@ -117,6 +117,29 @@ async fn assert_counts(d: &Dispatcher, succeeded: u64, failed: u64, rejected: u6
     );
 }
 
+fn millis(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Sleeps until exactly `n` ms after `t0` (which must be a millisecond
+/// tick, as every instant a paused-time timer woke at): a timer fires on
+/// the tick after its deadline, so it is set one early.
+async fn at(t0: Instant, n: u64) {
+    tokio::time::sleep_until(t0 + millis(n.saturating_sub(1))).await;
+    assert_eq!(Instant::now() - t0, millis(n), "woke on the tick");
+}
+
+/// The `retry_after` of a `CircuitOpen` rejection, in milliseconds.
+fn circuit_open_for(r: &TaskResult) -> u64 {
+    match r.rejection() {
+        Some(Rejection::CircuitOpen { retry_after, .. }) => {
+            assert_eq!(retry_after.subsec_nanos() % 1_000_000, 0, "{retry_after:?}");
+            ms(*retry_after)
+        }
+        o => panic!("not CircuitOpen: {o:?} {:?}", r.outcome),
+    }
+}
+
 fn successes(rs: &[TaskResult]) -> u64 {
     rs.iter().filter(|r| r.is_success()).count() as u64
 }
@@ -211,45 +234,61 @@ async fn all_open_fails_fast_with_when_or_falls_back() {
         let r = d.submit(Task::get("svc", "/x")).await;
         assert!(matches!(r.outcome, Outcome::Failure(_)), "{r:?}");
     }
-    sleep(20).await;
-    let t0 = Instant::now();
+    // Tripped when the second failure came back (at once): it half-opens
+    // 2 s later. Each refusal says how long is left, counted when it is
+    // refused.
+    let trip = b.times("/x")[1];
+    at(trip, 20).await;
     let r = d.submit(Task::get("svc", "/x")).await;
-    assert_eq!(Instant::now() - t0, Duration::ZERO, "fails fast");
-    match r.rejection() {
-        Some(Rejection::CircuitOpen { retry_after, .. }) => {
-            // It half-opens 2 s after the trip, 1 980 ms from now; the
-            // figure given is never less than that, and at most what the
-            // whole open period was.
-            assert!(
-                *retry_after >= Duration::from_millis(1980)
-                    && *retry_after <= Duration::from_secs(2),
-                "{retry_after:?}"
-            )
-        }
-        o => panic!("{o:?} {:?}", r.outcome),
-    }
+    assert_eq!(Instant::now() - trip, millis(20), "fails fast");
+    assert_eq!(circuit_open_for(&r), 1980, "{r:?}");
     assert!(r.rejection().unwrap().to_string().contains("half-opens in"));
-    assert_eq!(b.times("/x").len(), 2);
     assert_counts(&d, 0, 2, 1).await;
-    // Rejected without a request until the 2 s are up, then one probe.
-    sleep(1970).await;
+    at(trip, 1920).await;
     let r = d.submit(Task::get("svc", "/x")).await;
-    assert!(
-        matches!(r.rejection(), Some(Rejection::CircuitOpen { .. })),
-        "{r:?}"
-    );
+    assert_eq!(circuit_open_for(&r), 80, "1.92 s into the 2 s: {r:?}");
+    at(trip, 1999).await;
+    let r = d.submit(Task::get("svc", "/x")).await;
+    assert_eq!(circuit_open_for(&r), 1, "{r:?}");
+    // At 2 s it may half-open: nothing is left to wait. The balancer's
+    // timer for it fires on the tick after, and the gate's reopening
+    // reaches the queue after this refusal's tick.
+    for n in [2000, 2001] {
+        at(trip, n).await;
+        let r = d.submit(Task::get("svc", "/x")).await;
+        assert_eq!(circuit_open_for(&r), 0, "{r:?}");
+    }
+    // Rejected without a request until then; then one probe.
     assert_eq!(b.times("/x").len(), 2);
-    sleep(10).await;
+    at(trip, 2002).await;
     let r = d.submit(Task::get("svc", "/x")).await;
     assert!(matches!(r.outcome, Outcome::Failure(_)), "the probe: {r:?}");
     let t = b.times("/x");
     assert_eq!(t.len(), 3);
-    let gap = ms(t[2] - t[1]);
-    assert!(
-        (2000..=2005).contains(&gap),
-        "half-open 2 s after the trip: {gap} ms"
+    assert_eq!(t[2] - trip, millis(2002), "half-open 2 s after the trip");
+    // The probe failed: open again, for twice as long, and the refusals
+    // count down the new period from the re-trip.
+    let retrip = t[2];
+    let r = d.submit(Task::get("svc", "/x")).await;
+    assert_eq!(circuit_open_for(&r), 4000, "re-tripped for 4 s: {r:?}");
+    at(retrip, 2500).await;
+    let r = d.submit(Task::get("svc", "/x")).await;
+    assert_eq!(circuit_open_for(&r), 1500, "{r:?}");
+    at(retrip, 3999).await;
+    let r = d.submit(Task::get("svc", "/x")).await;
+    assert_eq!(circuit_open_for(&r), 1, "{r:?}");
+    assert_eq!(b.times("/x").len(), 3);
+    at(retrip, 4002).await;
+    let r = d.submit(Task::get("svc", "/x")).await;
+    assert!(matches!(r.outcome, Outcome::Failure(_)), "the probe: {r:?}");
+    let t = b.times("/x");
+    assert_eq!(t.len(), 4);
+    assert_eq!(
+        t[3] - retrip,
+        millis(4002),
+        "half-open 4 s after the re-trip"
     );
-    assert_counts(&d, 0, 3, 2).await;
+    assert_counts(&d, 0, 4, 8).await;
     d.shutdown(Duration::from_secs(1)).await;
 
     // The same with a fallback response configured.

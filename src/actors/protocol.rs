@@ -134,7 +134,44 @@ pub(crate) struct Submit {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Gate {
     Open,
+    /// Refuse every task with this rejection, as it is.
     Reject(Rejection),
+    /// Refuse every task with this rejection, its `retry_after` the time
+    /// left until the instant: each refusal is worded at its own `now`, not
+    /// when the gate closed (see [`Gate::until`]).
+    RejectUntil(Rejection, Instant),
+}
+
+impl Gate {
+    /// A gate refusing with `why` until `at`. The `retry_after` in `why` is
+    /// set by [`Gate::rejection`]; it is zeroed here so that two gates
+    /// closed until the same instant are equal.
+    pub fn until(why: Rejection, at: Instant) -> Gate {
+        Gate::RejectUntil(with_retry_after(why, Duration::ZERO), at)
+    }
+
+    /// The rejection for a task refused at `now`, if the gate is closed.
+    pub fn rejection(&self, now: Instant) -> Option<Rejection> {
+        match self {
+            Gate::Open => None,
+            Gate::Reject(r) => Some(r.clone()),
+            Gate::RejectUntil(r, at) => Some(with_retry_after(
+                r.clone(),
+                at.saturating_duration_since(now),
+            )),
+        }
+    }
+}
+
+/// `why` with its `retry_after` (if it has one) set to `d`.
+fn with_retry_after(mut why: Rejection, d: Duration) -> Rejection {
+    match &mut why {
+        Rejection::CircuitOpen { retry_after, .. }
+        | Rejection::RateLimited { retry_after }
+        | Rejection::Overloaded { retry_after } => *retry_after = d,
+        _ => {}
+    }
+    why
 }
 
 /// One task for the balancer to place.
@@ -598,5 +635,58 @@ mod tests {
         assert_eq!(none.into_iter().count(), 0);
         let from: Batch<u8> = vec![4, 5].into();
         assert_eq!(from.into_iter().collect::<Vec<_>>(), vec![4, 5]);
+    }
+
+    #[test]
+    fn a_gate_closed_until_an_instant_words_each_refusal_at_its_own_time() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let open = Rejection::circuit_open(ms(2000), Some("status 500".into()));
+        let gate = Gate::until(open, t0 + ms(2000));
+        assert_eq!(
+            gate.rejection(t0 + ms(1920)),
+            Some(Rejection::circuit_open(ms(80), Some("status 500".into())))
+        );
+        assert_eq!(
+            gate.rejection(t0),
+            Some(Rejection::circuit_open(ms(2000), Some("status 500".into())))
+        );
+        assert_eq!(
+            gate.rejection(t0 + ms(2500)),
+            Some(Rejection::circuit_open(
+                Duration::ZERO,
+                Some("status 500".into())
+            ))
+        );
+        // Closed until the same instant whenever it was worked out: equal,
+        // so the balancer does not send it again.
+        assert_eq!(
+            gate,
+            Gate::until(
+                Rejection::circuit_open(ms(5), Some("status 500".into())),
+                t0 + ms(2000)
+            )
+        );
+        assert_ne!(
+            gate,
+            Gate::until(Rejection::circuit_open(ms(5), None), t0 + ms(2000))
+        );
+        assert_ne!(
+            gate,
+            Gate::until(
+                Rejection::circuit_open(ms(5), Some("status 500".into())),
+                t0 + ms(2001)
+            )
+        );
+        let limited = Gate::until(Rejection::rate_limited(ms(50)), t0 + ms(30));
+        assert_eq!(
+            limited.rejection(t0 + ms(10)),
+            Some(Rejection::rate_limited(ms(20)))
+        );
+        assert_eq!(
+            Gate::Reject(Rejection::QueueFull).rejection(t0 + ms(10)),
+            Some(Rejection::QueueFull)
+        );
+        assert_eq!(Gate::Open.rejection(t0), None);
     }
 }

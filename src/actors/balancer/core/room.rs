@@ -66,9 +66,9 @@ impl Placement {
         };
         let gate = self.shared_gate(gate, now);
         if gate != self.gate {
-            match &gate {
-                Gate::Open => log::info!("service {}: accepting tasks again", self.service),
-                Gate::Reject(r) => log::warn!("service {}: rejecting tasks: {r}", self.service),
+            match gate.rejection(now) {
+                None => log::info!("service {}: accepting tasks again", self.service),
+                Some(r) => log::warn!("service {}: rejecting tasks: {r}", self.service),
             }
         }
         let changed = (gate != self.gate).then(|| {
@@ -88,18 +88,16 @@ impl Placement {
             && !in_service.is_empty()
             && in_service.iter().all(|n| n.is_open(now))
         {
+            // Every refusal says how long is left until the first of them
+            // may half-open, counted at its own time (the gate keeps the
+            // instant, not the wait at closing).
             let first = in_service
                 .iter()
-                .filter_map(|n| match n.mirror {
-                    Mirror::Open { until } => Some((until, n)),
-                    _ => None,
-                })
-                .min_by_key(|(until, _)| *until);
-            return Gate::Reject(Rejection::CircuitOpen {
-                retry_after: first
-                    .map_or(Duration::ZERO, |(t, _)| t.saturating_duration_since(now)),
-                last_error: first.and_then(|(_, n)| n.load.last_error.clone()),
-            });
+                .filter_map(|n| half_opens_at(n, now).map(|t| (t, n)))
+                .min_by_key(|(t, _)| *t);
+            let last_error = first.and_then(|(_, n)| n.load.last_error.clone());
+            let why = Rejection::circuit_open(Duration::ZERO, last_error);
+            return Gate::until(why, first.map_or(now, |(t, _)| t));
         }
         if self.cfg.rate_limit.on_limit == OnLimit::Reject {
             let next = if service_out {
@@ -116,11 +114,24 @@ impl Placement {
                 None
             };
             if let Some(t) = next {
-                return Gate::Reject(Rejection::RateLimited {
-                    retry_after: t.saturating_duration_since(now),
-                });
+                return Gate::until(Rejection::rate_limited(Duration::ZERO), t);
             }
         }
         Gate::Open
     }
+}
+
+/// When `n`, open at `now`, may half-open: the later of its own breaker's
+/// and the shared breaker's ends still ahead (it takes no traffic while
+/// either is open).
+fn half_opens_at(n: &NodeView, now: Instant) -> Option<Instant> {
+    let own = match n.mirror {
+        Mirror::Open { until } if until > now => Some(until),
+        _ => None,
+    };
+    let shared = match n.shared {
+        crate::actors::view::SharedMirror::Open { until } if until > now => Some(until),
+        _ => None,
+    };
+    own.max(shared)
 }

@@ -136,7 +136,7 @@ impl QueueCore {
         let Some(last) = last else {
             // No attempt of this round failed (it bounced): back to the front.
             self.tasks.bounce(no);
-            if let Gate::Reject(r) = self.gate.clone() {
+            if let Some(r) = self.gate.rejection(now) {
                 self.reject(no, r);
             }
             return;
@@ -302,7 +302,7 @@ impl QueueCore {
             return;
         }
         self.gate = gate;
-        if let Gate::Reject(r) = self.gate.clone() {
+        if let Some(r) = self.gate.rejection(self.now()) {
             self.reject_ready(r.clone());
             while let Some(no) = self.tasks.next_parked() {
                 self.reject(no, r.clone());

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::table::Pending;
 use super::{QueueCore, TaskNo, Timer};
-use crate::actors::protocol::{Gate, Submit};
+use crate::actors::protocol::Submit;
 use crate::algo::priority::Priority;
 use crate::config::OnFull;
 use crate::metrics::Shed;
@@ -36,8 +36,7 @@ impl QueueCore {
             self.reject_new(msg, Rejection::DeadlinePassed, now);
             return false;
         }
-        if let Gate::Reject(r) = &self.gate {
-            let r = r.clone();
+        if let Some(r) = self.gate.rejection(now) {
             self.reject_new(msg, r, now);
             return false;
         }

@@ -355,10 +355,7 @@ impl QueueCore {
             peak_queued: n.peak_queued as u64,
             capacity: self.cfg.queue.capacity as u64,
             retry_budget_left: u64::from(self.policy.budget_left(now)),
-            gate: match &self.gate {
-                Gate::Open => None,
-                Gate::Reject(r) => Some(r.to_string()),
-            },
+            gate: self.gate.rejection(now).map(|r| r.to_string()),
             tenants: self.tenant_stats(),
         }
     }

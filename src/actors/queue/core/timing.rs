@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::table::{Epoch, Pending, TaskTable};
 use super::{QueueCore, State, TaskNo};
-use crate::actors::protocol::{AttemptReport, Gate, NodeId, Seq};
+use crate::actors::protocol::{AttemptReport, NodeId, Seq};
 use crate::algo::time;
 use crate::config::ServiceConfig;
 use crate::outcome::{AttemptOutcome, ErrorKind};
@@ -53,7 +53,7 @@ impl QueueCore {
                     if let Some(p) = self.tasks.get_mut(&no) {
                         p.sent_at = stamp;
                     }
-                    if let Gate::Reject(r) = self.gate.clone() {
+                    if let Some(r) = self.gate.rejection(now) {
                         self.reject(no, r);
                     }
                 }
