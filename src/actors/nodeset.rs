@@ -316,7 +316,7 @@ impl NodeSet {
         n.sent.sent(now, free, service);
         n.sent.keep(n.in_flight);
         if let Mirror::HalfOpen { probes } = &mut n.mirror {
-            *probes = probes.saturating_sub(1);
+            probes.take();
         }
         // The cluster's one probe is out.
         if let SharedMirror::HalfOpen { claimed } = &mut n.shared {

@@ -224,7 +224,8 @@ impl QueueCore {
         let Some(mut p) = self.tasks.remove(no) else {
             return;
         };
-        self.bytes.remove(p.job().task.body_bytes().len());
+        // Its body's bytes are free again.
+        p.bytes = None;
         let outstanding = p.state() == State::InFlight && p.outstanding > 0;
         if outstanding {
             list_cancelled_twin(&mut p, now, &self.epoch);

@@ -144,9 +144,10 @@ impl QueueCore {
     pub(super) fn enter(&mut self, msg: Submit, parked: bool) -> TaskNo {
         let now = self.now();
         let deadline = msg.task.job().deadline;
-        self.bytes.add(msg.task.job().task.body_bytes().len());
+        let held = self.bytes.hold(msg.task.job().task.body_bytes().len());
         let mut p = Pending::new(msg.task, self.epoch.stamp(now));
         p.patient = msg.wait;
+        p.bytes = Some(held);
         let no = self.tasks.enter(p, parked);
         if let Some(d) = deadline {
             self.push_timer(d, no, Timer::Deadline);

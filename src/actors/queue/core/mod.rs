@@ -270,8 +270,8 @@ impl QueueCore {
                 self.finish(no, Outcome::Rejected(reason))
             }));
         }
+        // Dropping the entries gives their bodies' bytes back.
         self.tasks.clear();
-        self.bytes.clear();
         self.out.turn.routes.clear();
         self.timers = TimerStore::default();
         self.out.wake = None;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::actors::protocol::NodeId;
+use crate::actors::queue::core::bytes::HeldBytes;
 use crate::algo::time;
 use crate::outcome::{Attempt, AttemptOutcome, Response};
 use crate::task::{Job, ReplyTx};
@@ -53,6 +54,9 @@ pub(in crate::actors) struct Pending {
     pub(in crate::actors::queue) patient: bool,
     /// Whether an attempt of this round failed (else the round bounced).
     pub(in crate::actors::queue) round_failed: bool,
+    /// Its body's bytes, counted against `queue.max_bytes` until the task
+    /// leaves (`None` only for an entry built outside the queue's intake).
+    pub(in crate::actors::queue) bytes: Option<HeldBytes>,
 }
 
 /// An instant as nanoseconds since the queue's [`Epoch`]: 8 bytes in a
@@ -118,6 +122,7 @@ impl Pending {
             hedged: false,
             patient: false,
             round_failed: false,
+            bytes: None,
         }
     }
 
