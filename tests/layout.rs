@@ -700,14 +700,25 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// No count under the actors is written with `saturating_sub`: only the
-/// lines of [`ALLOWED_SATURATING_SUB`] use it (comments and test modules
-/// aside), and each of those is still there.
-#[test]
-fn no_saturating_sub_on_a_count_under_the_actors() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut found = Vec::new();
-    let mut used = BTreeSet::new();
+/// The lines before a file's test module (a `#[cfg(test)]` item that is
+/// not a module is read).
+fn before_test_module(lines: &[&str]) -> usize {
+    (0..lines.len())
+        .find(|&k| {
+            lines[k] == "#[cfg(test)]"
+                && lines[k + 1..]
+                    .iter()
+                    .find(|l| !l.is_empty())
+                    .is_some_and(|l| l.split_whitespace().any(|w| w == "mod"))
+        })
+        .unwrap_or(lines.len())
+}
+
+/// Library files under `src/actors/` (test files aside), with their path
+/// from the crate's root and their code's trimmed lines up to the test
+/// module, comments and literals stripped.
+fn actor_files(root: &Path) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
     for path in rust_files(&root.join("src/actors")) {
         let rel = path.strip_prefix(root).expect("under the root");
         let rel = rel.to_string_lossy().replace('\\', "/");
@@ -717,21 +728,47 @@ fn no_saturating_sub_on_a_count_under_the_actors() {
         let text = std::fs::read_to_string(&path).expect("a source file");
         let code = strip(&text);
         let lines: Vec<&str> = code.lines().map(str::trim).collect();
-        // Up to the file's test module (a `#[cfg(test)]` item that is not
-        // a module is read).
-        let end = (0..lines.len())
-            .find(|&k| {
-                lines[k] == "#[cfg(test)]"
-                    && lines[k + 1..]
-                        .iter()
-                        .find(|l| !l.is_empty())
-                        .is_some_and(|l| l.starts_with("mod "))
-            })
-            .unwrap_or(lines.len());
-        for line in &lines[..end] {
-            if !line.contains("saturating_sub") {
-                continue;
-            }
+        let end = before_test_module(&lines);
+        out.push((rel, lines[..end].iter().map(|l| l.to_string()).collect()));
+    }
+    out
+}
+
+/// Every name a file under `src/actors/` uses from its parent is imported
+/// by name: no `use super::*` outside test modules, so a reader sees where
+/// each name comes from.
+#[test]
+fn no_glob_import_of_a_parent_under_the_actors() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let globs: Vec<String> = actor_files(root)
+        .into_iter()
+        .flat_map(|(rel, lines)| {
+            lines
+                .into_iter()
+                .filter(|l| {
+                    // `use super::*;`, `use super::super::*;`, ...
+                    l.strip_prefix("use ")
+                        .and_then(|p| p.strip_suffix("*;"))
+                        .is_some_and(|p| {
+                            !p.is_empty() && p.split_terminator("::").all(|s| s == "super")
+                        })
+                })
+                .map(move |l| format!("{rel}: {l}"))
+        })
+        .collect();
+    assert!(globs.is_empty(), "glob imports of a parent: {globs:#?}");
+}
+
+/// No count under the actors is written with `saturating_sub`: only the
+/// lines of [`ALLOWED_SATURATING_SUB`] use it (comments and test modules
+/// aside), and each of those is still there.
+#[test]
+fn no_saturating_sub_on_a_count_under_the_actors() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    let mut used = BTreeSet::new();
+    for (rel, lines) in actor_files(root) {
+        for line in lines.iter().filter(|l| l.contains("saturating_sub")) {
             match ALLOWED_SATURATING_SUB
                 .iter()
                 .position(|(f, l, _)| *f == rel && l == line)
