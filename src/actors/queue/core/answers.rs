@@ -231,7 +231,7 @@ impl QueueCore {
             list_cancelled_twin(&mut p, now, &self.epoch);
         }
         let total = now.saturating_duration_since(p.job().submitted);
-        // A parked task is counted as submitted when it is answered.
+        // A waiting task is counted as submitted when it is answered.
         self.counts
             .answered(&outcome, total, p.state() == State::Waiting);
         let result = TaskResult {
@@ -305,7 +305,7 @@ impl QueueCore {
         self.gate = gate;
         if let Gate::Reject(r) = self.gate.clone() {
             self.reject_ready(r.clone());
-            while let Some(no) = self.tasks.next_parked() {
+            while let Some(no) = self.tasks.next_waiting() {
                 self.reject(no, r.clone());
             }
             self.check_drained();

@@ -19,7 +19,7 @@ pub(in crate::actors) type TaskNo = u64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(in crate::actors) enum State {
-    /// Parked until the queue has room (not yet counted as submitted).
+    /// Waiting until the queue has room (not yet counted as submitted).
     Waiting,
     Ready,
     Backoff,
@@ -126,7 +126,7 @@ impl Pending {
         }
     }
 
-    /// Where the task is: parked, ready, backing off or in flight.
+    /// Where the task is: waiting, ready, backing off or in flight.
     pub(in crate::actors) fn state(&self) -> State {
         self.state
     }
