@@ -395,12 +395,7 @@ mod tests {
             assert!(!req.url.ends_with("/panic"), "the transport panicked");
             Box::pin(async move {
                 tokio::time::sleep(req.timeout).await;
-                Ok(HttpReply {
-                    status: 200,
-                    headers: Default::default(),
-                    body: Default::default(),
-                    protocol: None,
-                })
+                Ok(HttpReply::new(200))
             })
         }
     }

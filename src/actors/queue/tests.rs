@@ -111,12 +111,7 @@ fn done(seq: Seq, node: u32, hedge: bool, status: u16) -> Vec<ToQueue> {
         report: AttemptReport {
             outcome: AttemptOutcome::Status(status),
             latency: Duration::from_millis(20),
-            reply: Some(crate::transport::HttpReply {
-                status,
-                headers: Default::default(),
-                body: Default::default(),
-                protocol: None,
-            }),
+            reply: Some(crate::transport::HttpReply::new(status)),
             retry_after: None,
             detail: None,
             stream: None,
