@@ -32,7 +32,9 @@ use tokio::time::Instant;
 use super::super::credit::Credit;
 use super::super::node::NodeActor;
 use super::super::nodeset::{NodeSet, Tier, Tuning};
-use super::super::protocol::*;
+use super::super::protocol::{
+    BalancerTurn, Dispatches, Gate, LoadReport, NodeControl, NodeId, Route, Seq, ToQueue,
+};
 use super::super::share::{ServiceShare, Store};
 use super::super::view::{Health, NodeView};
 use crate::algo::limiter::TokenBucket;
