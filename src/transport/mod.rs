@@ -229,28 +229,32 @@ pub struct StreamedReply {
 impl HttpReply {
     /// A reply of `status`: no headers, an empty body, and no protocol
     /// said (as a test's stand-in transport answers).
+    #[inline]
     pub fn new(status: u16) -> Self {
         HttpReply {
             status,
-            headers: HeaderMap::new(),
+            headers: HeaderMap::default(),
             body: Bytes::new(),
             protocol: None,
         }
     }
 
     /// With these headers.
+    #[inline]
     pub fn with_headers(mut self, headers: HeaderMap) -> Self {
         self.headers = headers;
         self
     }
 
     /// With this body.
+    #[inline]
     pub fn with_body(mut self, body: impl Into<Bytes>) -> Self {
         self.body = body.into();
         self
     }
 
     /// Over this HTTP version (`None`: not said).
+    #[inline]
     pub fn with_protocol(mut self, protocol: Option<Protocol>) -> Self {
         self.protocol = protocol;
         self
@@ -259,6 +263,7 @@ impl HttpReply {
 
 impl StreamedReply {
     /// An answer's head (its `body` left empty) and its body's chunks.
+    #[inline]
     pub fn new(
         head: HttpReply,
         body: LocalBoxStream<'static, Result<Bytes, TransportError>>,
