@@ -85,12 +85,7 @@ impl Transport for Scripted {
             for (k, v) in headers {
                 map.append(HeaderName::from_static(k), HeaderValue::from_static(v));
             }
-            Ok(HttpReply {
-                status,
-                headers: map,
-                body: Default::default(),
-                protocol: None,
-            })
+            Ok(HttpReply::new(status).with_headers(map))
         })
     }
 }

@@ -636,3 +636,168 @@ fn the_house_keeps_its_bounds() {
         "derive(Message) outside src/actors/protocol.rs: {messages:?}"
     );
 }
+
+/// The lines under `src/actors/` that may use `saturating_sub`: each
+/// computes a room or a remainder for one decision and stores nothing
+/// (file, the line's code, why). A count the actors keep is never
+/// written with it: a count that could go below zero hides a release
+/// made twice, so each is owned by a type whose arithmetic cannot (a
+/// guard given back once on drop, a sum that subtracts exactly what it
+/// added, a hand-out that stops at zero).
+const ALLOWED_SATURATING_SUB: &[(&str, &str, &str)] = &[
+    (
+        "src/actors/view.rs",
+        "let below = room.min(self.free_limit().saturating_sub(self.in_flight) as usize);",
+        "free room under the free limit (in flight may pass it: headroom)",
+    ),
+    (
+        "src/actors/view.rs",
+        "let mut free = self.limit().saturating_sub(self.in_flight) as usize;",
+        "free slots (a learned limit may fall below what is in flight)",
+    ),
+    (
+        "src/actors/balancer/core/room.rs",
+        ".saturating_sub(self.nodes.capacity_below()))",
+        "the headroom part of the room: all room less the room below the free limits",
+    ),
+    (
+        "src/actors/balancer/core/completions.rs",
+        "let freed = (done.len().saturating_sub(heads) + refused.len()) as u32 + streams_ended;",
+        "slots one report frees: its answers less the heads that keep theirs",
+    ),
+    (
+        "src/actors/queue/core/intake.rs",
+        "let ahead = (c.ready_from(class) - c.ready_in[class.index()] + own).saturating_sub(credit);",
+        "tasks left ahead once the credit in hand is sent (it may cover them all)",
+    ),
+    (
+        "src/actors/queue/core/intake.rs",
+        "let of_class = own.saturating_sub(credit);",
+        "the same, of the task's own class",
+    ),
+    (
+        "src/actors/queue/core/deadlines.rs",
+        "let ahead = ahead.saturating_sub(self.credit.in_hand());",
+        "the same, for the deadline control",
+    ),
+];
+
+/// Files under `dir`, recursively (sorted).
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("a source folder") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The lines before a file's test module (a `#[cfg(test)]` item that is
+/// not a module is read).
+fn before_test_module(lines: &[&str]) -> usize {
+    (0..lines.len())
+        .find(|&k| {
+            lines[k] == "#[cfg(test)]"
+                && lines[k + 1..]
+                    .iter()
+                    .find(|l| !l.is_empty())
+                    .is_some_and(|l| l.split_whitespace().any(|w| w == "mod"))
+        })
+        .unwrap_or(lines.len())
+}
+
+/// Library files under `src/actors/` (test files aside), with their path
+/// from the crate's root and their code's lines up to the test module,
+/// comments and literals stripped.
+fn actor_files(root: &Path) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    for path in rust_files(&root.join("src/actors")) {
+        let rel = path.strip_prefix(root).expect("under the root");
+        let rel = rel.to_string_lossy().replace('\\', "/");
+        if rel.ends_with("/tests.rs") || rel.contains("/tests/") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("a source file");
+        let code = strip(&text);
+        let trimmed: Vec<&str> = code.lines().map(str::trim).collect();
+        let end = before_test_module(&trimmed);
+        out.push((rel, code.lines().take(end).map(str::to_string).collect()));
+    }
+    out
+}
+
+/// Every name a file under `src/actors/` takes from another module of the
+/// crate is imported by name: no module-level glob of the crate's own
+/// modules (`use super::*`, `use super::protocol::*`, `use crate::..::*`)
+/// outside test modules, so a reader sees where each name comes from. (A
+/// function may still bring an enum's variants in with a glob.)
+#[test]
+fn no_glob_import_of_the_crate_under_the_actors() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let globs: Vec<String> = actor_files(root)
+        .into_iter()
+        .flat_map(|(rel, lines)| {
+            lines
+                .into_iter()
+                .filter(|l| {
+                    let own = ["use super::", "use self::", "use crate::"];
+                    own.iter().any(|p| l.starts_with(p)) && l.trim_end().ends_with("*;")
+                })
+                .map(move |l| format!("{rel}: {l}"))
+        })
+        .collect();
+    assert!(
+        globs.is_empty(),
+        "glob imports of the crate's modules: {globs:#?}"
+    );
+}
+
+/// No count under the actors is written with `saturating_sub`: only the
+/// lines of [`ALLOWED_SATURATING_SUB`] use it (comments and test modules
+/// aside), and each of those is still there.
+#[test]
+fn no_saturating_sub_on_a_count_under_the_actors() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    let mut used = BTreeSet::new();
+    for (rel, lines) in actor_files(root) {
+        for line in lines
+            .iter()
+            .map(|l| l.trim())
+            .filter(|l| l.contains("saturating_sub"))
+        {
+            match ALLOWED_SATURATING_SUB
+                .iter()
+                .position(|(f, l, _)| *f == rel && *l == line)
+            {
+                Some(k) => {
+                    used.insert(k);
+                }
+                None => found.push(format!("{rel}: {line}")),
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "saturating_sub under src/actors/ outside the allowed lines \
+         (a count is owned by a type that cannot go below zero; a room \
+         computed for one decision goes in ALLOWED_SATURATING_SUB with \
+         its reason): {found:#?}"
+    );
+    let stale: Vec<_> = (0..ALLOWED_SATURATING_SUB.len())
+        .filter(|k| !used.contains(k))
+        .map(|k| ALLOWED_SATURATING_SUB[k].1)
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "allowed lines no longer in the code: {stale:#?}"
+    );
+}

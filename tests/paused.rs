@@ -30,14 +30,7 @@ impl Transport for Immediate {
     ) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
         self.log.lock().unwrap().push(Instant::now());
         let status = self.status;
-        Box::pin(async move {
-            Ok(HttpReply {
-                status,
-                headers: Default::default(),
-                body: Default::default(),
-                protocol: None,
-            })
-        })
+        Box::pin(async move { Ok(HttpReply::new(status)) })
     }
 }
 
@@ -99,12 +92,7 @@ struct Sent503(Arc<Mutex<Vec<(String, Instant)>>>);
 impl Transport for Sent503 {
     fn send(&self, req: HttpRequest) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
         self.0.lock().unwrap().push((req.url, Instant::now()));
-        Box::pin(std::future::ready(Ok(HttpReply {
-            status: 503,
-            headers: Default::default(),
-            body: Default::default(),
-            protocol: None,
-        })))
+        Box::pin(std::future::ready(Ok(HttpReply::new(503))))
     }
 }
 

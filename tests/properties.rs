@@ -71,12 +71,7 @@ impl Scripted {
             let v = self.retry_after.unwrap_or("1");
             headers.insert(RETRY_AFTER, HeaderValue::from_static(v));
         }
-        HttpReply {
-            status,
-            headers,
-            body: Default::default(),
-            protocol: None,
-        }
+        HttpReply::new(status).with_headers(headers)
     }
 }
 

@@ -348,12 +348,9 @@ async fn a_transport_without_streaming_gives_its_body_as_one_chunk() {
             &self,
             _req: HttpRequest,
         ) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
-            Box::pin(std::future::ready(Ok(HttpReply {
-                status: 200,
-                headers: Default::default(),
-                body: Bytes::from_static(b"all at once"),
-                protocol: None,
-            })))
+            Box::pin(std::future::ready(Ok(
+                HttpReply::new(200).with_body(Bytes::from_static(b"all at once"))
+            )))
         }
     }
     init_logs();

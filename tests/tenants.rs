@@ -205,14 +205,7 @@ impl actix_dispatch::transport::Transport for Instant200 {
         'static,
         Result<actix_dispatch::transport::HttpReply, actix_dispatch::transport::TransportError>,
     > {
-        Box::pin(async move {
-            Ok(actix_dispatch::transport::HttpReply {
-                status: 200,
-                headers: Default::default(),
-                body: Default::default(),
-                protocol: None,
-            })
-        })
+        Box::pin(async move { Ok(actix_dispatch::transport::HttpReply::new(200)) })
     }
 }
 

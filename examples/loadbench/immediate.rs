@@ -18,12 +18,9 @@ impl Transport for ImmediateTransport {
         &self,
         _req: HttpRequest,
     ) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
-        Box::pin(std::future::ready(Ok(HttpReply {
-            status: 200,
-            headers: Default::default(),
-            body: Bytes::from_static(b"ok"),
-            protocol: None,
-        })))
+        Box::pin(std::future::ready(Ok(
+            HttpReply::new(200).with_body(Bytes::from_static(b"ok"))
+        )))
     }
 }
 

@@ -32,12 +32,7 @@ impl Transport for HeldTransport {
         let mut rx = self.release.clone();
         Box::pin(async move {
             let _ = rx.wait_for(|go| *go).await;
-            Ok(HttpReply {
-                status: 200,
-                headers: Default::default(),
-                body: Bytes::from_static(b"ok"),
-                protocol: None,
-            })
+            Ok(HttpReply::new(200).with_body(Bytes::from_static(b"ok")))
         })
     }
 }

@@ -51,12 +51,9 @@ impl Transport for SoakTransport {
         _req: HttpRequest,
     ) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
         match self.0 {
-            Behaviour::Answer => Box::pin(std::future::ready(Ok(HttpReply {
-                status: 200,
-                headers: Default::default(),
-                body: Bytes::from_static(b"ok"),
-                protocol: None,
-            }))),
+            Behaviour::Answer => Box::pin(std::future::ready(Ok(
+                HttpReply::new(200).with_body(Bytes::from_static(b"ok"))
+            ))),
             Behaviour::Hang => Box::pin(futures::future::pending()),
             Behaviour::Fail => Box::pin(std::future::ready(Err(TransportError::new(
                 ErrorKind::Connect,

@@ -41,7 +41,10 @@ use tokio::time::Instant;
 use self::core::{Effect, Output, Placement, StoreCall};
 use super::inbox::{Inbox, InboxReady, InboxSender};
 use super::node::{CoreSpec, NodeActor, NodeSpec};
-use super::protocol::*;
+use super::protocol::{
+    BalancerTurn, GetLoad, GetNodeStats, Granted, HealthProbe, NodeReport, NodesGranted,
+    PanicDrill, PoolChange, ProbeClaimed, QueueTurn, SharedBreakers, Stop, UseShared,
+};
 use super::share::{SharedStore, Store};
 use crate::pool::{PoolError, ReloadSummary};
 use crate::transport::TransportFactory;

@@ -24,8 +24,11 @@ pub(crate) struct LatencyWindow {
     next: usize,
     since_sort: usize,
     sorted: Vec<Duration>,
-    /// The sum of `samples`.
-    sum: Duration,
+    /// The sum of `samples`, in nanoseconds, kept exactly (a `u128` holds
+    /// the sum of any window that fits in memory): taking a sample out
+    /// subtracts exactly what putting it in added, so it cannot go below
+    /// zero.
+    sum: u128,
 }
 
 impl LatencyWindow {
@@ -35,7 +38,7 @@ impl LatencyWindow {
             next: 0,
             since_sort: 0,
             sorted: Vec::new(),
-            sum: Duration::ZERO,
+            sum: 0,
         }
     }
 
@@ -44,11 +47,11 @@ impl LatencyWindow {
         if self.samples.len() < cap {
             self.samples.push(d);
         } else {
-            self.sum = self.sum.saturating_sub(self.samples[self.next]);
+            self.sum -= self.samples[self.next].as_nanos();
             self.samples[self.next] = d;
             self.next = (self.next + 1) % cap;
         }
-        self.sum = self.sum.saturating_add(d);
+        self.sum += d.as_nanos();
         self.since_sort += 1;
         if self.since_sort >= (cap / 16).max(1) || self.sorted.len() < 16 {
             self.sorted.clone_from(&self.samples);
@@ -62,7 +65,13 @@ impl LatencyWindow {
         let n = u32::try_from(self.samples.len())
             .ok()
             .filter(|&n| n >= 16)?;
-        Some(self.sum / n)
+        // The sum as a `Duration` (at most `Duration::MAX`), divided as a
+        // `Duration` is.
+        const NANOS: u128 = 1_000_000_000;
+        let sum = u64::try_from(self.sum / NANOS).map_or(Duration::MAX, |secs| {
+            Duration::new(secs, (self.sum % NANOS) as u32)
+        });
+        Some(sum / n)
     }
 
     /// Latency at percentile `p` (0..100), once at least 16 samples are in.

@@ -50,7 +50,10 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::inbox::InboxSender;
-use super::protocol::*;
+use super::protocol::{
+    AttemptEnded, AttemptReport, Dispatch, Dispatches, GetLoad, HealthProbe, NodeControl,
+    NodeReport, Seq,
+};
 use crate::algo::time;
 use crate::outcome::{AttemptOutcome, ErrorKind};
 use crate::transport::{

@@ -54,7 +54,7 @@ pub(crate) struct Tuning {
 
 /// What a node counts for in the sums, as of its last refresh.
 #[derive(Debug, Clone, Copy, Default)]
-struct Slot {
+struct NodeTally {
     room: usize,
     below: usize,
     flags: Flags,
@@ -65,7 +65,7 @@ pub(crate) struct NodeSet {
     tuning: Tuning,
     views: Vec<NodeView>,
     cands: Vec<Candidate>,
-    slots: Vec<Slot>,
+    slots: Vec<NodeTally>,
     /// Looked up for every report and dispatch, which in a large pool is
     /// once or twice per task.
     index: crate::FastMap<NodeId, usize>,
@@ -177,7 +177,7 @@ impl NodeSet {
         self.cands
             .push(Candidate::new(view.weight.max(1), view.limit()));
         self.views.push(view);
-        self.slots.push(Slot::default());
+        self.slots.push(NodeTally::default());
         self.refresh(i, now);
         i
     }
@@ -220,7 +220,7 @@ impl NodeSet {
             + usize::from(room > 0 && below == 0);
         self.eligible = self.eligible - usize::from(slot.room > 0) + usize::from(room > 0);
         self.counts.swap(slot.flags, flags);
-        *slot = Slot { room, below, flags };
+        *slot = NodeTally { room, below, flags };
         let w = n.effective_weight(now, t.ramp);
         self.cands[i] = n.candidate(room > 0, w, now, t.decay);
     }
@@ -316,7 +316,7 @@ impl NodeSet {
         n.sent.sent(now, free, service);
         n.sent.keep(n.in_flight);
         if let Mirror::HalfOpen { probes } = &mut n.mirror {
-            *probes = probes.saturating_sub(1);
+            probes.take();
         }
         // The cluster's one probe is out.
         if let SharedMirror::HalfOpen { claimed } = &mut n.shared {

@@ -39,7 +39,36 @@ use crate::stats::{BreakerStatus, LatencyHistogram, NodeStats};
 pub(crate) enum Mirror {
     Closed,
     Open { until: Instant },
-    HalfOpen { probes: u32 },
+    HalfOpen { probes: Probes },
+}
+
+/// The probes a half-open node may still be sent: set when it half-opens,
+/// one handed out per dispatch, never given back (the node's breaker
+/// decides on their answers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Probes(u32);
+
+impl Probes {
+    pub fn new(n: u32) -> Probes {
+        Probes(n)
+    }
+
+    /// Probes left.
+    pub fn left(self) -> u32 {
+        self.0
+    }
+
+    /// Hands one out, if one is left (a route paid for on its node goes
+    /// there even with none left: it takes none).
+    pub fn take(&mut self) -> bool {
+        match self.0 {
+            0 => false,
+            n => {
+                self.0 = n - 1;
+                true
+            }
+        }
+    }
 }
 
 impl Mirror {
@@ -47,7 +76,9 @@ impl Mirror {
         match s {
             BreakerState::Closed => Mirror::Closed,
             BreakerState::Open { until } => Mirror::Open { until },
-            BreakerState::HalfOpen => Mirror::HalfOpen { probes },
+            BreakerState::HalfOpen => Mirror::HalfOpen {
+                probes: Probes::new(probes),
+            },
         }
     }
 
@@ -189,7 +220,9 @@ impl NodeView {
     pub fn expire(&mut self, now: Instant, probes: u32) {
         if let Mirror::Open { until } = self.mirror {
             if until <= now {
-                self.mirror = Mirror::HalfOpen { probes };
+                self.mirror = Mirror::HalfOpen {
+                    probes: Probes::new(probes),
+                };
             }
         }
     }
@@ -259,7 +292,7 @@ impl NodeView {
         }
         match self.mirror {
             Mirror::Closed => free,
-            Mirror::HalfOpen { probes } => free.min(probes as usize),
+            Mirror::HalfOpen { probes } => free.min(probes.left() as usize),
             Mirror::Open { until } if until > now && !self.overridden => 0,
             Mirror::Open { .. } => free,
         }

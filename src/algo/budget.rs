@@ -71,7 +71,7 @@ impl Default for BudgetConfig {
 
 /// Counts of one slot of the ring.
 #[derive(Debug, Clone, Copy, Default)]
-struct Slot {
+struct BudgetCounts {
     /// Absolute slot number these counts belong to.
     index: u64,
     requests: u64,
@@ -93,7 +93,7 @@ pub struct RetryBudget {
     /// turn's dispatches at one instant, so the division is done once per
     /// turn rather than once per task.
     memo: (Instant, u64),
-    slots: [Slot; SLOTS as usize],
+    slots: [BudgetCounts; SLOTS as usize],
 }
 
 impl RetryBudget {
@@ -119,7 +119,7 @@ impl RetryBudget {
             slot_ns,
             floor,
             head: 0,
-            slots: [Slot::default(); SLOTS as usize],
+            slots: [BudgetCounts::default(); SLOTS as usize],
         }
     }
 
@@ -161,12 +161,12 @@ impl RetryBudget {
         u32::try_from(allowance.saturating_sub(retries)).unwrap_or(u32::MAX)
     }
 
-    /// Slot number of `now`, never before the latest one seen.
+    /// BudgetCounts number of `now`, never before the latest one seen.
     fn current(&self, now: Instant) -> u64 {
         self.slot_of(now).max(self.head)
     }
 
-    /// Slot number of `now` counted from the origin.
+    /// BudgetCounts number of `now` counted from the origin.
     fn slot_of(&self, now: Instant) -> u64 {
         if now == self.memo.0 {
             return self.memo.1;
@@ -176,16 +176,16 @@ impl RetryBudget {
     }
 
     /// The slot of `now`, emptied first if it last held an older slot's counts.
-    fn slot_mut(&mut self, now: Instant) -> &mut Slot {
+    fn slot_mut(&mut self, now: Instant) -> &mut BudgetCounts {
         let slot = self.slot_of(now);
         self.memo = (now, slot);
         let index = slot.max(self.head);
         self.head = index;
         let slot = &mut self.slots[(index % SLOTS) as usize];
         if slot.index != index {
-            *slot = Slot {
+            *slot = BudgetCounts {
                 index,
-                ..Slot::default()
+                ..BudgetCounts::default()
             };
         }
         slot

@@ -228,7 +228,7 @@ impl Hasher for Passed {
     }
 }
 
-struct Slot {
+struct TenantEntry {
     key: Option<Keyed>,
     weight: u32,
     /// Tasks of this tenant the queue holds.
@@ -240,7 +240,7 @@ struct Slot {
 
 /// The tracked tenants. See the [module documentation](self).
 pub struct TenantBook {
-    slots: Vec<Slot>,
+    slots: Vec<TenantEntry>,
     /// Tracked keys by their SipHash (the slot holds the key itself).
     by_key: HashMap<u64, Flow, BuildHasherDefault<Passed>>,
     /// The keyed SipHash of the keys.
@@ -267,7 +267,7 @@ impl TenantBook {
         if let Err((f, m)) = config.validate() {
             panic!("invalid TenantsConfig: {f}: {m}");
         }
-        let fixed = |_| Slot {
+        let fixed = |_| TenantEntry {
             key: None,
             weight: config.default_weight,
             held: 0,
@@ -338,7 +338,7 @@ impl TenantBook {
         self.last = None;
         let f = if self.by_key.len() < self.max_tracked {
             let f = self.slots.len() as Flow;
-            self.slots.push(Slot {
+            self.slots.push(TenantEntry {
                 key: None,
                 weight,
                 held: 0,

@@ -79,7 +79,7 @@ impl ThrottleConfig {
 
 /// Counts of one slot of the ring.
 #[derive(Debug, Clone, Copy, Default)]
-struct Slot {
+struct ThrottleCounts {
     /// Absolute slot number these counts belong to.
     index: u64,
     requests: u64,
@@ -95,7 +95,7 @@ pub struct Throttle {
     slot_ns: u128,
     /// Latest slot number seen.
     head: u64,
-    slots: [Slot; SLOTS as usize],
+    slots: [ThrottleCounts; SLOTS as usize],
 }
 
 impl Throttle {
@@ -114,7 +114,7 @@ impl Throttle {
             origin: now,
             slot_ns,
             head: 0,
-            slots: [Slot::default(); SLOTS as usize],
+            slots: [ThrottleCounts::default(); SLOTS as usize],
         }
     }
 
@@ -166,7 +166,7 @@ impl Throttle {
             })
     }
 
-    /// Slot number of `now` counted from the origin.
+    /// ThrottleCounts number of `now` counted from the origin.
     fn slot_of(&self, now: Instant) -> u64 {
         let elapsed = now.saturating_duration_since(self.origin).as_nanos();
         u64::try_from(elapsed / self.slot_ns).unwrap_or(u64::MAX)
@@ -174,14 +174,14 @@ impl Throttle {
 
     /// The slot of `now` (never before the latest seen), emptied first if it
     /// last held an older slot's counts.
-    fn slot_mut(&mut self, now: Instant) -> &mut Slot {
+    fn slot_mut(&mut self, now: Instant) -> &mut ThrottleCounts {
         let index = self.slot_of(now).max(self.head);
         self.head = index;
         let slot = &mut self.slots[(index % SLOTS) as usize];
         if slot.index != index {
-            *slot = Slot {
+            *slot = ThrottleCounts {
                 index,
-                ..Slot::default()
+                ..ThrottleCounts::default()
             };
         }
         slot

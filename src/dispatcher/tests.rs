@@ -28,14 +28,7 @@ impl Transport for Ok200 {
         &self,
         _req: HttpRequest,
     ) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
-        Box::pin(async {
-            Ok(HttpReply {
-                status: 200,
-                headers: Default::default(),
-                body: Default::default(),
-                protocol: None,
-            })
-        })
+        Box::pin(async { Ok(HttpReply::new(200)) })
     }
 }
 

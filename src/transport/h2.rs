@@ -91,7 +91,7 @@ struct Inner {
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     /// What an `https://` endpoint chose over ALPN, once known.
     speaks: Cell<Speaks>,
-    slots: RefCell<Vec<Slot>>,
+    slots: RefCell<Vec<PoolEntry>>,
     /// The connection that learnt the server chose HTTP/1.1, left for the
     /// node's HTTP/1 pool to take ([`H2Pool::take_http1`]).
     http1: RefCell<Option<super::connect::Io>>,
@@ -106,7 +106,8 @@ enum Speaks {
 
 type Connecting = Shared<LocalBoxFuture<'static, Result<Option<Conn>, TransportError>>>;
 
-enum Slot {
+/// One of the pool's connections, as far as it is made.
+enum PoolEntry {
     Empty,
     /// Being made; those who wait share it. `None` when done: the server
     /// chose HTTP/1.1.
@@ -165,7 +166,7 @@ impl H2Pool {
                 http1: RefCell::new(None),
                 slots: RefCell::new(
                     (0..settings.http2.connections.max(1))
-                        .map(|_| Slot::Empty)
+                        .map(|_| PoolEntry::Empty)
                         .collect(),
                 ),
             }),
@@ -215,15 +216,15 @@ impl H2Pool {
         }
         let mut slots = inner.slots.borrow_mut();
         for s in slots.iter_mut() {
-            if let Slot::Ready(c) = s {
+            if let PoolEntry::Ready(c) = s {
                 if !inner.usable(c, now) {
-                    *s = Slot::Empty;
+                    *s = PoolEntry::Empty;
                 }
             }
         }
-        let views: Vec<View> = slots.iter().map(Slot::view).collect();
+        let views: Vec<View> = slots.iter().map(PoolEntry::view).collect();
         let at = |i: usize| match &slots[i] {
-            Slot::Ready(c) => Some(c.clone()),
+            PoolEntry::Ready(c) => Some(c.clone()),
             _ => None,
         };
         match choose(&views) {
@@ -236,7 +237,7 @@ impl H2Pool {
                 // an older connection, or be dropped.
                 actix_rt::spawn(f.clone().map(drop));
                 let now = meanwhile.and_then(at);
-                slots[i] = Slot::Connecting(f.clone());
+                slots[i] = PoolEntry::Connecting(f.clone());
                 match now {
                     // The new one is for later streams; this one goes now.
                     Some(c) => Checkout::Ready(c),
@@ -244,7 +245,7 @@ impl H2Pool {
                 }
             }
             Choice::Wait(i) => match &slots[i] {
-                Slot::Connecting(f) => Checkout::Wait(f.clone()),
+                PoolEntry::Connecting(f) => Checkout::Wait(f.clone()),
                 _ => Checkout::Http1,
             },
             // No slot at all (`connections` is at least 1): answered
@@ -309,12 +310,12 @@ fn choose(slots: &[View]) -> Choice {
     }
 }
 
-impl Slot {
+impl PoolEntry {
     fn view(&self) -> View {
         match self {
-            Slot::Empty => View::Empty,
-            Slot::Connecting(_) => View::Connecting,
-            Slot::Ready(c) => View::Ready(c.state.streams.get()),
+            PoolEntry::Empty => View::Empty,
+            PoolEntry::Connecting(_) => View::Connecting,
+            PoolEntry::Ready(c) => View::Ready(c.state.streams.get()),
         }
     }
 }
@@ -343,8 +344,8 @@ async fn connect(pool: Weak<Inner>, slot: usize, uri: Uri) -> Result<Option<Conn
         let mut slots = inner.slots.borrow_mut();
         if let Some(s) = slots.get_mut(slot) {
             *s = match &r {
-                Ok(Some(c)) => Slot::Ready(c.clone()),
-                _ => Slot::Empty,
+                Ok(Some(c)) => PoolEntry::Ready(c.clone()),
+                _ => PoolEntry::Empty,
             };
         }
         match &r {

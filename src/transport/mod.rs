@@ -197,8 +197,11 @@ pub struct HttpRequest {
     pub max_body: usize,
 }
 
-/// The answer to one attempt.
+/// The answer to one attempt. Built with [`HttpReply::new`] and its
+/// `with_` methods (a field may be added: the struct is
+/// `#[non_exhaustive]`).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct HttpReply {
     /// Status code.
     pub status: u16,
@@ -212,7 +215,9 @@ pub struct HttpReply {
 }
 
 /// The head of an answer whose body is still to come
-/// ([`Transport::send_streaming`]).
+/// ([`Transport::send_streaming`]). Built with [`StreamedReply::new`] or
+/// [`StreamedReply::buffered`].
+#[non_exhaustive]
 pub struct StreamedReply {
     /// Status, headers and protocol; `head.body` is empty.
     pub head: HttpReply,
@@ -221,7 +226,51 @@ pub struct StreamedReply {
     pub body: LocalBoxStream<'static, Result<Bytes, TransportError>>,
 }
 
+impl HttpReply {
+    /// A reply of `status`: no headers, an empty body, and no protocol
+    /// said (as a test's stand-in transport answers).
+    #[inline]
+    pub fn new(status: u16) -> Self {
+        HttpReply {
+            status,
+            headers: HeaderMap::default(),
+            body: Bytes::new(),
+            protocol: None,
+        }
+    }
+
+    /// With these headers.
+    #[inline]
+    pub fn with_headers(mut self, headers: HeaderMap) -> Self {
+        self.headers = headers;
+        self
+    }
+
+    /// With this body.
+    #[inline]
+    pub fn with_body(mut self, body: impl Into<Bytes>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    /// Over this HTTP version (`None`: not said).
+    #[inline]
+    pub fn with_protocol(mut self, protocol: Option<Protocol>) -> Self {
+        self.protocol = protocol;
+        self
+    }
+}
+
 impl StreamedReply {
+    /// An answer's head (its `body` left empty) and its body's chunks.
+    #[inline]
+    pub fn new(
+        head: HttpReply,
+        body: LocalBoxStream<'static, Result<Bytes, TransportError>>,
+    ) -> Self {
+        StreamedReply { head, body }
+    }
+
     /// A buffered reply as a stream of one chunk (none when it is empty).
     pub fn buffered(mut reply: HttpReply) -> Self {
         let body = std::mem::take(&mut reply.body);

@@ -189,12 +189,7 @@ impl Transport for Node {
                             HeaderValue::from_str(&v).expect("a valid header value"),
                         );
                     }
-                    Ok(HttpReply {
-                        status,
-                        headers: map,
-                        body: Default::default(),
-                        protocol: None,
-                    })
+                    Ok(HttpReply::new(status).with_headers(map))
                 }
                 Act::Fail { kind, after } => {
                     pause(after).await;

@@ -270,12 +270,7 @@ impl Transport for SimTransport {
             let status = job.await.map_err(|e| {
                 TransportError::new(actix_dispatch::ErrorKind::Reset, e.to_string())
             })?;
-            Ok(HttpReply {
-                status,
-                headers: Default::default(),
-                body: Default::default(),
-                protocol: None,
-            })
+            Ok(HttpReply::new(status))
         })
     }
 }

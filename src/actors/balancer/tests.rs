@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::future::LocalBoxFuture;
 
 use super::*;
+use crate::actors::protocol::{Route, Seq, ToQueue};
 use crate::config::{Config, ServiceConfig};
 use crate::transport::{HttpReply, HttpRequest, Transport, TransportError};
 

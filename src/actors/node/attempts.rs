@@ -196,13 +196,13 @@ struct Ready {
 
 /// A slot's waker: queues the slot (once until it is polled) and wakes the
 /// driver.
-struct SlotWake {
+struct EntryWake {
     slot: usize,
     queued: AtomicBool,
     ready: Arc<Ready>,
 }
 
-impl Wake for SlotWake {
+impl Wake for EntryWake {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
@@ -219,16 +219,16 @@ impl Wake for SlotWake {
     }
 }
 
-struct Slot {
+struct AttemptEntry {
     attempt: Option<Attempt>,
-    wake: Arc<SlotWake>,
+    wake: Arc<EntryWake>,
     waker: Waker,
 }
 
 /// The node's attempts in flight and their one timer.
 #[derive(Default)]
 pub(super) struct Attempts {
-    slots: Vec<Slot>,
+    slots: Vec<AttemptEntry>,
     /// Slots without an attempt, for the next ones.
     free: Vec<usize>,
     /// Attempts in the slots.
@@ -254,12 +254,12 @@ impl Attempts {
         let slot = match self.free.pop() {
             Some(slot) => slot,
             None => {
-                let wake = Arc::new(SlotWake {
+                let wake = Arc::new(EntryWake {
                     slot: self.slots.len(),
                     queued: AtomicBool::new(false),
                     ready: self.ready.clone(),
                 });
-                self.slots.push(Slot {
+                self.slots.push(AttemptEntry {
                     attempt: None,
                     waker: Waker::from(wake.clone()),
                     wake,
@@ -395,12 +395,7 @@ mod tests {
             assert!(!req.url.ends_with("/panic"), "the transport panicked");
             Box::pin(async move {
                 tokio::time::sleep(req.timeout).await;
-                Ok(HttpReply {
-                    status: 200,
-                    headers: Default::default(),
-                    body: Default::default(),
-                    protocol: None,
-                })
+                Ok(HttpReply::new(200))
             })
         }
     }

@@ -13,7 +13,7 @@ use super::attempts;
 use super::breaker_log::log_transition;
 use super::in_flight::{InFlight, InFlightGuard};
 use super::retry_after::retry_after;
-use crate::actors::protocol::*;
+use crate::actors::protocol::{AttemptEnded, AttemptReport, LoadReport, NodeId, NodeReport, Seq};
 use crate::algo::breaker::{Breaker, CallOutcome, Permit};
 use crate::algo::concurrency::{LearnedLimit, SampleKind};
 use crate::algo::ewma::{Ewma, PeakEwma};

@@ -80,12 +80,7 @@ impl NodeActor {
             report: AttemptReport {
                 outcome: AttemptOutcome::Status(200),
                 latency: Duration::ZERO,
-                reply: Some(HttpReply {
-                    status: 200,
-                    headers: Default::default(),
-                    body: Default::default(),
-                    protocol: None,
-                }),
+                reply: Some(HttpReply::new(200)),
                 retry_after: None,
                 detail: None,
                 stream: None,

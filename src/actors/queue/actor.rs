@@ -11,7 +11,7 @@
 //!
 //! Shutdown: [`crate::Dispatcher::shutdown`] closes every queue's intake
 //! (`CloseIntake`: later tasks are refused `ShuttingDown`; tasks already
-//! accepted, parked ones included, go on), waits for the queues to drain
+//! accepted, waiting ones included, go on), waits for the queues to drain
 //! (`Drain`) for the grace period, then aborts (`Abort`): every task still
 //! held is answered `ShuttingDown` and listed in the report as
 //! [`crate::Unfinished`], in arrival order, so none is lost and each can be

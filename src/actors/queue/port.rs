@@ -4,7 +4,7 @@
 use actix::dev::ToEnvelope;
 use actix::prelude::*;
 
-use super::super::protocol::*;
+use super::super::protocol::{QueueTurn, Stop};
 
 /// Where the queue's messages to its balancer go.
 pub(crate) struct BalancerPort {

@@ -78,19 +78,19 @@ impl Queue {
 }
 
 /// Submits one task; its result comes into the returned job's slot.
-fn submit(queue: &Queue, task: Task, id: u64) -> Slot {
+fn submit(queue: &Queue, task: Task, id: u64) -> Answer {
     let job = Arc::new(task.prepare(id, Instant::now()).unwrap());
     queue.inbox.send(Submit {
         task: ReplyTx::new(job.clone()),
         wait: false,
     });
-    Slot(job)
+    Answer(job)
 }
 
 /// Where a test's task is answered.
-struct Slot(Arc<Job>);
+struct Answer(Arc<Job>);
 
-impl Slot {
+impl Answer {
     /// The answer, if there is one yet.
     fn try_recv(&mut self) -> Result<Box<TaskResult>, ()> {
         let waker = futures::task::noop_waker();
@@ -111,12 +111,7 @@ fn done(seq: Seq, node: u32, hedge: bool, status: u16) -> Vec<ToQueue> {
         report: AttemptReport {
             outcome: AttemptOutcome::Status(status),
             latency: Duration::from_millis(20),
-            reply: Some(crate::transport::HttpReply {
-                status,
-                headers: Default::default(),
-                body: Default::default(),
-                protocol: None,
-            }),
+            reply: Some(crate::transport::HttpReply::new(status)),
             retry_after: None,
             detail: None,
             stream: None,
@@ -254,7 +249,7 @@ async fn a_standing_queue_is_shed_without_news_from_the_balancer() {
     let (queue, seen) = start(ONE_NODE_DELAY);
     // One credit: one task goes out and never answers; the rest stand.
     queue.news(vec![Room::credit(1)]);
-    let mut slots: Vec<Slot> = (0..10)
+    let mut slots: Vec<Answer> = (0..10)
         .map(|i| submit(&queue, Task::get("svc", format!("/{i}")), i))
         .collect();
     settle().await;
@@ -274,7 +269,7 @@ async fn a_standing_queue_is_shed_without_news_from_the_balancer() {
 
 /// What a slot was answered with, if anything: `O` overloaded, `F` queue
 /// full, `-` nothing yet, `?` anything else.
-fn answered(slot: &mut Slot) -> char {
+fn answered(slot: &mut Answer) -> char {
     match slot.try_recv() {
         Err(()) => '-',
         Ok(r) => match r.outcome {
@@ -299,9 +294,9 @@ const ONE_NODE_DELAY: &str = r#"{"services":[{"name":"svc","timeout":"60s",
 /// Overloads the queue: one credit, then `n` default tasks (the first goes
 /// out and is not answered), then 120 ms without a send, past an interval.
 /// The slots, and what each was answered with (see [`answered`]).
-async fn overload(queue: &Queue, n: u64) -> (Vec<Slot>, String) {
+async fn overload(queue: &Queue, n: u64) -> (Vec<Answer>, String) {
     queue.news(vec![Room::credit(1)]);
-    let mut slots: Vec<Slot> = (0..n)
+    let mut slots: Vec<Answer> = (0..n)
         .map(|i| submit(queue, Task::get("svc", format!("/{i}")), i))
         .collect();
     settle().await;
@@ -359,7 +354,7 @@ async fn under_overload_new_tasks_are_refused_at_intake_and_critical_go_first() 
 }
 
 /// The table number of the task whose slot is `slot` (its job's id).
-async fn c_task(queue: &Queue, slot: &Slot) -> TaskNo {
+async fn c_task(queue: &Queue, slot: &Answer) -> TaskNo {
     queue
         .addr
         .send(FindTask(slot.0.id))

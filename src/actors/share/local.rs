@@ -11,9 +11,13 @@ use std::time::Duration;
 use actix::Recipient;
 use tokio::time::Instant;
 
-use super::*;
+use super::{Settings, SharedBreaker, TokenStore};
+use crate::actors::protocol::{
+    Grant, Granted, NodesGranted, ProbeClaimed, SharedBreakers, SharedState,
+};
 use crate::algo::limiter::TokenBucket;
 use crate::algo::time;
+use crate::config::BucketConfig;
 
 /// One node's shared breaker.
 #[derive(Debug, Clone, Copy, Default)]
@@ -201,6 +205,7 @@ impl SharedBreaker for LocalStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{OnDown, SharedMode};
 
     fn store() -> Arc<LocalStore> {
         LocalStore::new(Settings {

@@ -41,7 +41,7 @@ use tokio::time::Instant;
 use super::link::{verdict, Link, Step, Verdict};
 
 /// The state behind the lock: the link, its connection, the last error.
-struct Slot {
+struct LinkState {
     link: Link,
     con: Option<MultiplexedConnection>,
     /// The address of the master last connected to (for the log line).
@@ -59,7 +59,7 @@ struct Shared {
     response: Duration,
     db: i64,
     master_name: String,
-    slot: Mutex<Slot>,
+    slot: Mutex<LinkState>,
     changed: Notify,
     scrub: Box<dyn Fn(&str) -> String + Send + Sync>,
 }
@@ -89,7 +89,7 @@ impl SentinelConn {
             response,
             db,
             master_name,
-            slot: Mutex::new(Slot {
+            slot: Mutex::new(LinkState {
                 link: Link::new(Instant::now()),
                 con: None,
                 master: None,
@@ -141,7 +141,7 @@ impl SentinelConn {
 
     /// The error of a call that found no master in time: the last
     /// resolve's.
-    fn no_master(&self, s: &Slot) -> redis::RedisError {
+    fn no_master(&self, s: &LinkState) -> redis::RedisError {
         let (kind, text) = s.last_err.clone().unwrap_or((
             ErrorKind::Io,
             format!("no master within {:?}", self.0.response),

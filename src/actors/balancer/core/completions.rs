@@ -2,7 +2,15 @@
 //! their slots and go on to the queue; a lost attempt frees its slot; an
 //! answered task's attempt still out is cancelled.
 
-use super::*;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::{Effect, Placement};
+use crate::actors::protocol::{
+    AttemptEnded, NodeAnswers, NodeControl, NodeId, NodeReport, Seq, ToQueue,
+};
+use crate::actors::view::NodeView;
 
 impl Placement {
     /// The nodes' reports taken from the inbox, in order (`batch` is left

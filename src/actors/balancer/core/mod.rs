@@ -32,15 +32,16 @@ use tokio::time::Instant;
 use super::super::credit::Credit;
 use super::super::node::NodeActor;
 use super::super::nodeset::{NodeSet, Tier, Tuning};
-use super::super::protocol::*;
+use super::super::protocol::{
+    BalancerTurn, Dispatches, Gate, LoadReport, NodeControl, NodeId, Route, Seq, ToQueue,
+};
 use super::super::share::{ServiceShare, Store};
-use super::super::view::{Health, Mirror, NodeView};
+use super::super::view::{Health, NodeView};
 use crate::algo::limiter::TokenBucket;
 use crate::algo::strategy::{Member, Strategy};
-use crate::config::{BucketConfig, EndpointConfig, Mode, OnAllOpen, OnLimit, ServiceConfig};
+use crate::config::{BucketConfig, EndpointConfig, Mode, ServiceConfig};
 use crate::metrics::NodeMetrics;
 use crate::stats::NodeStats;
-use crate::Rejection;
 
 mod completions;
 mod health;

@@ -2,7 +2,15 @@
 //! [`Credit`](crate::actors::credit::Credit) ledger counts what is out),
 //! the part of it that is headroom, and the gate when it changed.
 
-use super::*;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Effect, Placement};
+use crate::actors::protocol::{Gate, Room, ToQueue};
+use crate::actors::view::{Mirror, NodeView};
+use crate::config::{OnAllOpen, OnLimit};
+use crate::Rejection;
 
 impl Placement {
     /// Tells the queue what it may send now, as one [`Room`]: the credit

@@ -2,7 +2,13 @@
 //! dispatches of a turn go out in one message, and the turn's news for the
 //! queue (answers, a hedge's placement, credit, the gate) in another.
 
-use super::*;
+use tokio::time::Instant;
+
+use super::{Effect, Placement};
+use crate::actors::protocol::{
+    BalancerTurn, Batch, Dispatch, Dispatches, LoadReport, NodeId, Placed, QueueTurn, Route, Seq,
+    ToQueue,
+};
 
 impl Placement {
     /// One turn of the queue: lost attempts, cancels, then the routes in

@@ -10,14 +10,21 @@
 //! Shared node buckets (a route waits on its node for one call) are in
 //! `shared/nodes.rs`.
 
-use super::*;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Effect, Placement, StoreCall};
+use crate::actors::protocol::{Gate, LoadReport, NodeControl, Route};
 use crate::actors::share::{
     Admit, Granted, NodeTokens, ProbeClaimed, SharedBreakers, SharedState, Store,
 };
-use crate::actors::view::SharedMirror;
+use crate::actors::view::{Mirror, SharedMirror};
 use crate::algo::breaker::BreakerState;
 use crate::algo::time;
+use crate::config::OnLimit;
 use crate::outcome::{AttemptOutcome, ErrorKind};
+use crate::Rejection;
 
 mod nodes;
 

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use actix::{AsyncContext, Context};
 
 use super::*;
-use crate::actors::protocol::{AttemptEnded, AttemptReport};
+use crate::actors::protocol::{AttemptEnded, AttemptReport, NodeReport, QueueTurn};
 use crate::config::Config;
 use crate::outcome::AttemptOutcome;
 

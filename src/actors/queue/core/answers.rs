@@ -224,13 +224,14 @@ impl QueueCore {
         let Some(mut p) = self.tasks.remove(no) else {
             return;
         };
-        self.bytes.remove(p.job().task.body_bytes().len());
+        // Its body's bytes are free again.
+        p.bytes = None;
         let outstanding = p.state() == State::InFlight && p.outstanding > 0;
         if outstanding {
             list_cancelled_twin(&mut p, now, &self.epoch);
         }
         let total = now.saturating_duration_since(p.job().submitted);
-        // A parked task is counted as submitted when it is answered.
+        // A waiting task is counted as submitted when it is answered.
         self.counts
             .answered(&outcome, total, p.state() == State::Waiting);
         let result = TaskResult {
@@ -304,7 +305,7 @@ impl QueueCore {
         self.gate = gate;
         if let Some(r) = self.gate.rejection(self.now()) {
             self.reject_ready(r.clone());
-            while let Some(no) = self.tasks.next_parked() {
+            while let Some(no) = self.tasks.next_waiting() {
                 self.reject(no, r.clone());
             }
             self.check_drained();

@@ -3,49 +3,75 @@
 //! `queue.capacity` counts tasks, and 10 000 tasks of 2 MiB bodies are
 //! 20 GB: a burst of large bodies (a task file, a stream, a gateway under
 //! upload) would take the process's memory long before the count binds.
-//! So the queue also counts the bodies of every task it holds (ready,
-//! parked, backing off or in flight: a body stays until its task is
+//! So the queue also counts the bodies of every task it holds (waiting,
+//! ready, backing off or in flight: a body stays until its task is
 //! answered, for retries), and refuses a new task `QueueFull` when its
 //! body would take the sum past `queue.max_bytes` (default 256 MiB). A
 //! task whose body alone is larger is always refused.
+//!
+//! Each task held keeps its body's bytes as a [`HeldBytes`] guard, which
+//! gives them back exactly once, when it drops (with its task's entry, or
+//! with the whole table): nothing else writes the sum, so it is always the
+//! sum of the guards alive and cannot go below zero (tower's
+//! `ConcurrencyLimit` permit is the model, as for a node's slots).
+
+use std::cell::Cell;
+use std::rc::Rc;
 
 /// Bytes of bodies held, against the bound.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) struct QueueBytes {
-    held: usize,
+    /// The sum of the live guards' lengths. A `u128`: a sum of `usize`
+    /// lengths, one per task held, cannot overflow it, so every guard
+    /// takes back exactly what it added.
+    held: Rc<Cell<u128>>,
     max: usize,
+}
+
+/// The bytes of one task's body, held until the guard drops.
+#[derive(Debug)]
+#[must_use = "dropping the guard gives its bytes back"]
+pub(crate) struct HeldBytes {
+    held: Rc<Cell<u128>>,
+    len: usize,
 }
 
 impl QueueBytes {
     /// None held, at most `max`.
     pub fn new(max: usize) -> QueueBytes {
-        QueueBytes { held: 0, max }
+        QueueBytes {
+            held: Rc::new(Cell::new(0)),
+            max,
+        }
     }
 
     /// Whether a body of `len` bytes fits.
     pub fn admits(&self, len: usize) -> bool {
-        self.held.saturating_add(len) <= self.max
+        self.held.get() + len as u128 <= self.max as u128
     }
 
-    /// A task of `len` bytes of body entered.
-    pub fn add(&mut self, len: usize) {
-        self.held = self.held.saturating_add(len);
-    }
-
-    /// A task of `len` bytes of body left (answered).
-    pub fn remove(&mut self, len: usize) {
-        self.held = self.held.saturating_sub(len);
-    }
-
-    /// Every task left at once.
-    pub fn clear(&mut self) {
-        self.held = 0;
+    /// A task of `len` bytes of body entered: held until the guard drops
+    /// (whether or not it fit: a task taken in at shutdown is held too).
+    pub fn hold(&self, len: usize) -> HeldBytes {
+        self.held.set(self.held.get() + len as u128);
+        HeldBytes {
+            held: self.held.clone(),
+            len,
+        }
     }
 
     /// Bytes held now.
     #[cfg(test)]
-    pub fn held(&self) -> usize {
-        self.held
+    pub fn held(&self) -> u128 {
+        self.held.get()
+    }
+}
+
+impl Drop for HeldBytes {
+    fn drop(&mut self) {
+        // This guard added `len` and nothing else took it back: the sum
+        // holds it.
+        self.held.set(self.held.get() - self.len as u128);
     }
 }
 
@@ -55,23 +81,23 @@ mod tests {
 
     #[test]
     fn bodies_are_admitted_up_to_the_bound_and_freed_when_answered() {
-        let mut b = QueueBytes::new(10);
+        let b = QueueBytes::new(10);
         assert!(b.admits(10));
         assert!(!b.admits(11), "a body larger than the bound alone");
-        b.add(6);
+        let six = b.hold(6);
         assert!(b.admits(4));
         assert!(!b.admits(5));
-        b.add(4);
+        let four = b.hold(4);
         assert!(b.admits(0), "an empty body always fits while within");
-        b.remove(6);
+        drop(six);
         assert_eq!(b.held(), 4);
         assert!(b.admits(6));
-        b.remove(100);
-        assert_eq!(b.held(), 0, "never below zero");
-        b.add(usize::MAX);
-        b.add(1);
-        assert!(!b.admits(1), "saturates, never wraps");
-        b.clear();
+        drop(four);
+        assert_eq!(b.held(), 0, "each guard gives back exactly its own");
+        let huge = b.hold(usize::MAX);
+        let one = b.hold(1);
+        assert!(!b.admits(1), "never wraps");
+        drop((huge, one));
         assert_eq!(b.held(), 0);
     }
 }

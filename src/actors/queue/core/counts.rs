@@ -59,7 +59,7 @@ impl QueueCounts {
 
     /// A task was answered `outcome` after `total`; `unsubmitted` if it
     /// was never counted as submitted (refused at the door, or answered
-    /// while parked).
+    /// while waiting).
     pub fn answered(&mut self, outcome: &Outcome, total: Duration, unsubmitted: bool) {
         if unsubmitted {
             self.counters.submitted += 1;

@@ -21,7 +21,7 @@ impl QueueCore {
     /// Sends ready tasks to the balancer while there is credit: all of
     /// them in the turn's one message to the balancer.
     pub(super) fn pump(&mut self) {
-        if self.tasks.counts().parked > 0 {
+        if self.tasks.counts().waiting > 0 {
             self.admit_waiting();
         }
         let now = self.now();
@@ -131,7 +131,7 @@ impl QueueCore {
                 }
             }
         }
-        if self.tasks.counts().parked > 0 {
+        if self.tasks.counts().waiting > 0 {
             self.admit_waiting();
         }
         self.deadline_turn(sent.iter().sum(), now);

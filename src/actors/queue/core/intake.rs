@@ -1,4 +1,4 @@
-//! Intake: a new task enters the map (ready, or parked in the bounded wait
+//! Intake: a new task enters the map (ready, or waiting in the bounded wait
 //! list), or is answered at once (closed, past its deadline, gate shut,
 //! queue and wait list full, shed at intake): its result goes to the
 //! output without entering the table.
@@ -20,7 +20,7 @@ impl QueueCore {
     /// refused for room).
     pub fn has_room(&self) -> bool {
         let c = self.tasks.counts();
-        c.queued < self.cfg.queue.capacity && c.parked == 0
+        c.queued < self.cfg.queue.capacity && c.waiting == 0
     }
 
     /// Takes one task in without handing anything over: true if it joined
@@ -53,9 +53,9 @@ impl QueueCore {
         let class = msg.task.job().priority;
         self.classes.seen(class, now);
         self.due.on_arrival();
-        // A full queue with no line of parked tasks makes room for a more
+        // A full queue with no line of waiting tasks makes room for a more
         // important task: the oldest ready task of a lower class goes.
-        if !self.has_room() && self.tasks.counts().parked == 0 {
+        if !self.has_room() && self.tasks.counts().waiting == 0 {
             if let Some(victim) = self.tasks.displaceable(class, flow) {
                 self.shed(victim, Shed::Displaced, now);
             }
@@ -63,7 +63,7 @@ impl QueueCore {
         if !self.has_room() {
             let wait = msg.wait || self.cfg.queue.on_full == OnFull::Wait;
             // The wait list is bounded too (`queue.max_waiting`).
-            if wait && self.tasks.counts().parked < self.cfg.queue.max_waiting {
+            if wait && self.tasks.counts().waiting < self.cfg.queue.max_waiting {
                 self.enter(msg, true);
                 return false;
             }
@@ -138,15 +138,16 @@ impl QueueCore {
         !d.admits_in(class, ahead, of_class, now, shielded)
     }
 
-    /// Puts a new task in the table, parked or ready (and its deadline in
+    /// Puts a new task in the table, waiting or ready (and its deadline in
     /// the timers).
-    pub(super) fn enter(&mut self, msg: Submit, parked: bool) -> TaskNo {
+    pub(super) fn enter(&mut self, msg: Submit, waiting: bool) -> TaskNo {
         let now = self.now();
         let deadline = msg.task.job().deadline;
-        self.bytes.add(msg.task.job().task.body_bytes().len());
+        let held = self.bytes.hold(msg.task.job().task.body_bytes().len());
         let mut p = Pending::new(msg.task, self.epoch.stamp(now));
         p.patient = msg.wait;
-        let no = self.tasks.enter(p, parked);
+        p.bytes = Some(held);
+        let no = self.tasks.enter(p, waiting);
         if let Some(d) = deadline {
             self.push_timer(d, no, Timer::Deadline);
         }
@@ -202,16 +203,16 @@ impl QueueCore {
         }
     }
 
-    /// Lets parked tasks in, in order, while there is room.
+    /// Lets waiting tasks in, in order, while there is room.
     pub(super) fn admit_waiting(&mut self) {
         while self.tasks.counts().queued < self.cfg.queue.capacity {
-            if self.tasks.admit_parked().is_none() {
+            if self.tasks.admit_waiting().is_none() {
                 break;
             }
             self.submitted();
         }
         let c = self.tasks.counts();
-        if self.full && c.queued < self.cfg.queue.capacity && c.parked == 0 {
+        if self.full && c.queued < self.cfg.queue.capacity && c.waiting == 0 {
             self.full = false;
             log::info!("service {}: queue has room again", self.service);
         }

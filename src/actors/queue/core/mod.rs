@@ -9,7 +9,7 @@
 //! sends the output.
 //!
 //! Read it as: **take** (`intake`: a new task enters the map, ready or
-//! parked in the bounded wait list, or is answered at once), **hand over
+//! waiting in the bounded wait list, or is answered at once), **hand over
 //! against credit** (`dispatch`: `pump`, hedges, bounces), **ask the
 //! policy** when an attempt ends ([`crate::algo::policy`]), **answer**
 //! (`answers`: `finish`, the only place a result is made); `timing` holds
@@ -270,8 +270,8 @@ impl QueueCore {
                 self.finish(no, Outcome::Rejected(reason))
             }));
         }
+        // Dropping the entries gives their bodies' bytes back.
         self.tasks.clear();
-        self.bytes.clear();
         self.out.turn.routes.clear();
         self.timers = TimerStore::default();
         self.out.wake = None;
@@ -337,7 +337,7 @@ impl QueueCore {
         QueueStats {
             queued: c.queued as u64,
             in_flight: c.in_flight as u64,
-            waiting: c.parked as u64,
+            waiting: c.waiting as u64,
             submitted: n.submitted,
             succeeded: n.succeeded,
             failed: n.failed,

@@ -75,12 +75,7 @@ fn ended(seq: Seq, status: u16, retry_after: Option<Duration>, at: Instant) -> T
             report: AttemptReport {
                 outcome: AttemptOutcome::Status(status),
                 latency: ms(20),
-                reply: Some(crate::transport::HttpReply {
-                    status,
-                    headers: Default::default(),
-                    body: Default::default(),
-                    protocol: None,
-                }),
+                reply: Some(crate::transport::HttpReply::new(status)),
                 retry_after,
                 detail: None,
                 stream: None,

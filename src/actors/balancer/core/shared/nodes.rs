@@ -10,8 +10,13 @@
 //! route paid for goes back through the handler, pinned to its node, and
 //! one that is not goes back to the queue. No route is ever dropped.
 
-use super::*;
-use crate::actors::share::NodesGranted;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::super::{Effect, Placement, StoreCall};
+use crate::actors::protocol::{NodeId, Route};
+use crate::actors::share::{Admit, NodeTokens, NodesGranted};
 
 impl Placement {
     /// Shared node buckets: the route `msg`, placed on node `i`, takes a

@@ -2,12 +2,12 @@
 //! lists it waits in and the counts by state, in one type that is the only
 //! place a task changes state.
 //!
-//! A task enters parked (`Waiting`: no room yet, `on_full: wait`) or
+//! A task enters waiting (`Waiting`: no room yet, `on_full: wait`) or
 //! `Ready`, goes `InFlight` when it is handed to the balancer, and from
 //! there back to `Ready` (a bounce, at the front), to `Backoff` (a retry
 //! waiting out its delay, then `Ready` at the front), or out of the table
 //! (answered). The counts the queue reports (`queued` = ready + backing off,
-//! `in_flight`, `parked`) change with these transitions and nowhere else,
+//! `in_flight`, `waiting`) change with these transitions and nowhere else,
 //! and a property test checks that they always agree with the table and
 //! that every task leaves exactly once.
 //!
@@ -47,8 +47,8 @@ pub(in crate::actors) struct Counts {
     pub ready: usize,
     /// Handed to the balancer, not yet answered.
     pub in_flight: usize,
-    /// Parked for room (`on_full: wait`, `feed`).
-    pub parked: usize,
+    /// Waiting for room (`on_full: wait`, `feed`).
+    pub waiting: usize,
     /// Of every task held, those whose caller asked to wait (`feed`,
     /// `submit_wait`, a durable stream's entries).
     pub patient: usize,
@@ -77,7 +77,7 @@ pub(in crate::actors) struct TaskTable {
     ready: FairClasses<TaskNo>,
     /// The tenants tracked, their flows and counts.
     book: TenantBook,
-    /// Parked tasks, in arrival order.
+    /// Waiting tasks, in arrival order.
     waiting: VecDeque<TaskNo>,
     counts: Counts,
     /// The arrival count the next task gets.
@@ -183,9 +183,13 @@ impl TaskTable {
         self.book.counts_mut(f)
     }
 
-    /// A new task enters: parked, or ready at the back.
-    pub fn enter(&mut self, mut p: Pending, parked: bool) -> TaskNo {
-        p.state = if parked { State::Waiting } else { State::Ready };
+    /// A new task enters: waiting, or ready at the back.
+    pub fn enter(&mut self, mut p: Pending, waiting: bool) -> TaskNo {
+        p.state = if waiting {
+            State::Waiting
+        } else {
+            State::Ready
+        };
         p.tenant = match p.job().task.tenant_shared() {
             None => crate::algo::tenants::UNNAMED,
             Some(key) => {
@@ -197,9 +201,9 @@ impl TaskTable {
         self.counts.patient += usize::from(p.patient);
         let no = self.tasks.insert(self.next, p);
         self.next += 1;
-        if parked {
+        if waiting {
             self.waiting.push_back(no);
-            self.counts.parked += 1;
+            self.counts.waiting += 1;
         } else {
             self.push_ready(no, false);
             self.counts.queued += 1;
@@ -225,9 +229,9 @@ impl TaskTable {
         self.ready.unlive(class, flow);
     }
 
-    /// The oldest parked task joins the ready tasks; its number, or `None`
-    /// when none is parked.
-    pub fn admit_parked(&mut self) -> Option<TaskNo> {
+    /// The oldest waiting task joins the ready tasks; its number, or `None`
+    /// when none is waiting.
+    pub fn admit_waiting(&mut self) -> Option<TaskNo> {
         while let Some(no) = self.waiting.pop_front() {
             if let Some(p) = self
                 .tasks
@@ -235,7 +239,7 @@ impl TaskTable {
                 .filter(|p| p.state == State::Waiting)
             {
                 p.state = State::Ready;
-                self.counts.parked -= 1;
+                self.counts.waiting -= 1;
                 self.counts.queued += 1;
                 self.push_ready(no, false);
                 return Some(no);
@@ -244,9 +248,9 @@ impl TaskTable {
         None
     }
 
-    /// The oldest parked task, taken off the wait list (still parked: the
+    /// The oldest waiting task, taken off the wait list (still waiting: the
     /// caller answers it).
-    pub fn next_parked(&mut self) -> Option<TaskNo> {
+    pub fn next_waiting(&mut self) -> Option<TaskNo> {
         while let Some(no) = self.waiting.pop_front() {
             if self
                 .tasks
@@ -430,7 +434,7 @@ impl TaskTable {
         self.counts.patient -= usize::from(p.patient);
         self.book.release(p.tenant);
         match p.state {
-            State::Waiting => self.counts.parked -= 1,
+            State::Waiting => self.counts.waiting -= 1,
             State::Ready => {
                 self.counts.queued -= 1;
                 self.unready(p.job().priority, p.tenant);
@@ -459,10 +463,10 @@ impl TaskTable {
             self.ready
                 .retain(|_, _, no| tasks.get(no).is_some_and(|p| p.state == State::Ready));
         }
-        if c.parked == 0 {
+        if c.waiting == 0 {
             self.waiting.clear();
         } else {
-            retain_if_bloated(&mut self.waiting, c.parked, |no| {
+            retain_if_bloated(&mut self.waiting, c.waiting, |no| {
                 tasks.get(no).is_some_and(|p| p.state == State::Waiting)
             });
         }

@@ -23,7 +23,7 @@ use super::state::{Pending, TaskNo};
 /// No slot: the end of the free list.
 const NONE: u32 = u32::MAX;
 
-enum Slot {
+enum SlabEntry {
     /// Free; the next free slot.
     Free(u32),
     Taken(Pending),
@@ -31,7 +31,7 @@ enum Slot {
 
 /// Every task the queue holds, by number.
 pub(super) struct Tasks {
-    slots: Vec<Slot>,
+    slots: Vec<SlabEntry>,
     /// The first free slot.
     free: u32,
     len: usize,
@@ -65,15 +65,15 @@ impl Tasks {
         let i = if self.free != NONE {
             let i = self.free;
             let next = match self.slots[i as usize] {
-                Slot::Free(next) => next,
-                Slot::Taken(_) => unreachable!("the free list holds free slots"),
+                SlabEntry::Free(next) => next,
+                SlabEntry::Taken(_) => unreachable!("the free list holds free slots"),
             };
             self.free = next;
-            self.slots[i as usize] = Slot::Taken(p);
+            self.slots[i as usize] = SlabEntry::Taken(p);
             i
         } else {
             let i = u32::try_from(self.slots.len()).expect("fewer than 2^32 tasks held");
-            self.slots.push(Slot::Taken(p));
+            self.slots.push(SlabEntry::Taken(p));
             i
         };
         self.len += 1;
@@ -82,14 +82,14 @@ impl Tasks {
 
     pub fn get(&self, no: &TaskNo) -> Option<&Pending> {
         match self.slots.get(slot(*no)) {
-            Some(Slot::Taken(p)) if p.arrival == arrival(*no) => Some(p),
+            Some(SlabEntry::Taken(p)) if p.arrival == arrival(*no) => Some(p),
             _ => None,
         }
     }
 
     pub fn get_mut(&mut self, no: &TaskNo) -> Option<&mut Pending> {
         match self.slots.get_mut(slot(*no)) {
-            Some(Slot::Taken(p)) if p.arrival == arrival(*no) => Some(p),
+            Some(SlabEntry::Taken(p)) if p.arrival == arrival(*no) => Some(p),
             _ => None,
         }
     }
@@ -97,7 +97,8 @@ impl Tasks {
     pub fn remove(&mut self, no: &TaskNo) -> Option<Pending> {
         self.get(no)?;
         let i = slot(*no);
-        let Slot::Taken(p) = std::mem::replace(&mut self.slots[i], Slot::Free(self.free)) else {
+        let SlabEntry::Taken(p) = std::mem::replace(&mut self.slots[i], SlabEntry::Free(self.free))
+        else {
             unreachable!("checked above");
         };
         self.free = i as u32;
@@ -123,8 +124,8 @@ impl Tasks {
     /// Every task, in slot order.
     pub fn iter(&self) -> impl Iterator<Item = (TaskNo, &Pending)> {
         self.slots.iter().enumerate().filter_map(|(i, s)| match s {
-            Slot::Taken(p) => Some(((u64::from(p.arrival) << 32) | i as u64, p)),
-            Slot::Free(_) => None,
+            SlabEntry::Taken(p) => Some(((u64::from(p.arrival) << 32) | i as u64, p)),
+            SlabEntry::Free(_) => None,
         })
     }
 

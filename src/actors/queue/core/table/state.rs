@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::actors::protocol::NodeId;
+use crate::actors::queue::core::bytes::HeldBytes;
 use crate::algo::time;
 use crate::outcome::{Attempt, AttemptOutcome, Response};
 use crate::task::{Job, ReplyTx};
@@ -18,7 +19,7 @@ pub(in crate::actors) type TaskNo = u64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(in crate::actors) enum State {
-    /// Parked until the queue has room (not yet counted as submitted).
+    /// Waiting until the queue has room (not yet counted as submitted).
     Waiting,
     Ready,
     Backoff,
@@ -53,6 +54,9 @@ pub(in crate::actors) struct Pending {
     pub(in crate::actors::queue) patient: bool,
     /// Whether an attempt of this round failed (else the round bounced).
     pub(in crate::actors::queue) round_failed: bool,
+    /// Its body's bytes, counted against `queue.max_bytes` until the task
+    /// leaves (`None` only for an entry built outside the queue's intake).
+    pub(in crate::actors::queue) bytes: Option<HeldBytes>,
 }
 
 /// An instant as nanoseconds since the queue's [`Epoch`]: 8 bytes in a
@@ -118,10 +122,11 @@ impl Pending {
             hedged: false,
             patient: false,
             round_failed: false,
+            bytes: None,
         }
     }
 
-    /// Where the task is: parked, ready, backing off or in flight.
+    /// Where the task is: waiting, ready, backing off or in flight.
     pub(in crate::actors) fn state(&self) -> State {
         self.state
     }

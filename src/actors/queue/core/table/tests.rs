@@ -68,7 +68,7 @@ fn model_counts(model: &Model) -> Counts {
     let mut c = Counts::default();
     for (s, class) in model.values() {
         match s {
-            State::Waiting => c.parked += 1,
+            State::Waiting => c.waiting += 1,
             State::Ready => {
                 c.queued += 1;
                 c.ready += 1;
@@ -119,7 +119,7 @@ proptest! {
                 }
                 Op::AdmitParked => {
                     let oldest = model.iter().find(|(_, (s, _))| *s == State::Waiting).map(|(no, _)| *no);
-                    let got = t.admit_parked();
+                    let got = t.admit_waiting();
                     prop_assert_eq!(got, oldest, "the oldest parked task first");
                     if let Some(no) = got {
                         set(&mut model, no, State::Ready);
@@ -144,7 +144,7 @@ proptest! {
                 }
                 Op::AnswerNextParked => {
                     let oldest = model.iter().find(|(_, (s, _))| *s == State::Waiting).map(|(no, _)| *no);
-                    let got = t.next_parked();
+                    let got = t.next_waiting();
                     prop_assert_eq!(got, oldest);
                     if let Some(no) = got {
                         prop_assert!(t.remove(no).is_some());
