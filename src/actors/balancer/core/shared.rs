@@ -242,9 +242,13 @@ impl Placement {
                 .min()
         });
         match next {
-            Some(t) => Gate::Reject(Rejection::RateLimited {
-                retry_after: t.saturating_duration_since(now),
-            }),
+            // Each refusal says the time left at its own `now`.
+            Some(t) => Gate::until(
+                Rejection::RateLimited {
+                    retry_after: Duration::ZERO,
+                },
+                t,
+            ),
             None => gate,
         }
     }
