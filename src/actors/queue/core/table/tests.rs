@@ -423,3 +423,17 @@ fn tenants_alternate_and_the_most_over_gives_way() {
         vec![(Some("t0"), 4), (Some("t1"), 2), (Some("t2"), 0)]
     );
 }
+
+#[test]
+fn a_patient_task_counts_while_it_is_held_and_not_after() {
+    let mut t = TaskTable::default();
+    let mut p = pending(Priority::Default, 0);
+    p.patient = true;
+    let patient = t.enter(p, false);
+    let parked = t.enter(pending(Priority::Default, 1), true);
+    assert_eq!(t.counts().patient, 1);
+    assert!(t.remove(parked).is_some());
+    assert_eq!(t.counts().patient, 1, "the other was not patient");
+    assert!(t.remove(patient).is_some());
+    assert_eq!(t.counts(), Counts::default());
+}
