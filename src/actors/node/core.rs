@@ -857,4 +857,14 @@ mod tests {
         assert_eq!(r.done.len(), 1);
         assert_eq!(r.done[0].seq, seq);
     }
+
+    #[test]
+    fn restarts_and_report_versions_count_up_one_at_a_time() {
+        let t0 = Instant::now();
+        let mut c = core(10, t0);
+        assert_eq!((c.report().version, c.report().version), (1, 2));
+        assert_eq!((c.restarted(), c.restarted()), (1, 2));
+        let r = c.report();
+        assert_eq!((r.version, r.restarts), (3, 2));
+    }
 }

@@ -778,3 +778,35 @@ fn a_task_tried_once_and_still_held_at_its_deadline_fails_with_its_last_answer()
     let s = q.stats(t0);
     assert_eq!((s.failed, s.queued, s.retried), (1, 0, 1));
 }
+
+#[test]
+fn a_gate_closed_by_the_balancer_answers_the_ready_and_the_parked_and_refuses_new_ones() {
+    use crate::actors::protocol::Gate;
+    let t0 = Instant::now();
+    let mut q = core(
+        r#"{"services":[{"name":"svc","endpoints":[{"address":"http://127.0.0.1:9/"}],
+            "queue":{"capacity":1,"on_full":"wait"}}]}"#,
+        t0,
+    );
+    submit(&mut q, &job(Task::get("svc", "/x"), 1, t0), t0);
+    submit(&mut q, &job(Task::get("svc", "/y"), 2, t0), t0);
+    let s = q.stats(t0);
+    assert_eq!((s.queued, s.waiting), (1, 1), "one ready, one parked");
+    let closed = Room {
+        credit: 0,
+        reserve: 0,
+        gate: Some(Gate::Reject(Rejection::ShuttingDown)),
+    };
+    turn(&mut q, vec![ToQueue::Room(closed)], t0 + ms(5));
+    let r = results(&mut q);
+    let ids: Vec<_> = r.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, vec![1, 2]);
+    assert!(r
+        .iter()
+        .all(|(_, r)| matches!(r.outcome, Outcome::Rejected(Rejection::ShuttingDown))));
+    submit(&mut q, &job(Task::get("svc", "/z"), 3, t0), t0 + ms(6));
+    assert_eq!(results(&mut q).len(), 1, "refused at once");
+    let s = q.stats(t0);
+    assert_eq!((s.submitted, s.rejected, s.queued, s.waiting), (3, 3, 0, 0));
+    assert!(q.output().drained);
+}

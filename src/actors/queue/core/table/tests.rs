@@ -437,3 +437,19 @@ fn a_patient_task_counts_while_it_is_held_and_not_after() {
     assert!(t.remove(patient).is_some());
     assert_eq!(t.counts(), Counts::default());
 }
+
+#[test]
+fn a_cleared_table_holds_nothing_in_any_state() {
+    let mut t = TaskTable::default();
+    let ready = t.enter(pending(Priority::Critical, 0), false);
+    t.enter(pending(Priority::Default, 1), false);
+    t.enter(pending(Priority::Sheddable, 2), true);
+    assert!(t.send(ready).is_some());
+    assert_eq!(t.len(), 3);
+    t.clear();
+    assert_eq!((t.len(), t.is_empty()), (0, true));
+    assert_eq!(t.counts(), Counts::default());
+    assert_eq!(t.next_ready(Order::Fifo), None);
+    assert_eq!(t.next_parked(), None);
+    assert!(t.get(&ready).is_none());
+}
