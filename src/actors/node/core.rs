@@ -569,14 +569,17 @@ mod tests {
     use crate::config::Config;
 
     fn core(max: u32, now: Instant) -> NodeCore {
-        let cfg = Config::from_json(
-            r#"{"services":[{"name":"svc",
-                "endpoints":[{"address":"http://127.0.0.1:9/","max_concurrent":2}],
-                "breaker":{"consecutive_failures":3,"open_for":"5s"}}]}"#,
-        )
-        .unwrap()
-        .services
-        .remove(0);
+        core_with("", max, now)
+    }
+
+    /// A node of a service whose JSON has `extra` fields too.
+    fn core_with(extra: &str, max: u32, now: Instant) -> NodeCore {
+        let json = format!(
+            r#"{{"services":[{{"name":"svc",{extra}
+                "endpoints":[{{"address":"http://127.0.0.1:9/","max_concurrent":2}}],
+                "breaker":{{"consecutive_failures":3,"open_for":"5s"}}}}]}}"#
+        );
+        let cfg = Config::from_json(&json).unwrap().services.remove(0);
         NodeCore::new(
             CoreSpec {
                 id: NodeId(0),
@@ -593,6 +596,19 @@ mod tests {
 
     fn failed() -> Result<HttpReply, TransportError> {
         Err(TransportError::new(ErrorKind::Connect, "refused"))
+    }
+
+    fn ok(status: u16) -> Result<HttpReply, TransportError> {
+        Ok(HttpReply {
+            status,
+            headers: Default::default(),
+            body: Default::default(),
+            protocol: None,
+        })
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
     }
 
     #[test]
@@ -641,5 +657,214 @@ mod tests {
         let (permit, _slot) = c.admit(true, t0).expect("bypass");
         assert!(permit.is_none());
         assert_eq!(c.in_flight(), 1);
+    }
+
+    #[test]
+    fn an_attempt_not_sent_or_cut_counts_but_says_nothing_of_the_node_and_a_cancel_not_even_that() {
+        let t0 = Instant::now();
+        let mut c = core(10, t0);
+        for (k, kind) in [ErrorKind::NotSent, ErrorKind::Deadline]
+            .into_iter()
+            .enumerate()
+        {
+            let held = c.admit(false, t0).expect("closed");
+            let seq = Seq {
+                task: k as u64,
+                round: 1,
+            };
+            let err = Err(TransportError::new(kind, "x"));
+            let e = c.finish(seq, false, held, ms(40), err, t0);
+            assert_eq!(e.report.outcome, AttemptOutcome::Error(kind));
+        }
+        let r = c.report();
+        assert_eq!((r.total, r.errors), (2, 0), "counted, never an error");
+        assert_eq!((r.latency_ewma, r.last_latency), (0.0, Duration::ZERO));
+        assert_eq!(r.last_error, None);
+        // A cancelled twin is not even an attempt of the node's.
+        let cancelled = AttemptOutcome::Error(ErrorKind::Cancelled);
+        c.account(&cancelled, None, ms(40), 1, None, t0);
+        let r = c.report();
+        assert_eq!((r.total, r.errors, r.last_latency), (2, 0, Duration::ZERO));
+        // A failure of the node's own counts, with its words.
+        let detail: Arc<str> = "refused".into();
+        let refused = AttemptOutcome::Error(ErrorKind::Connect);
+        c.account(&refused, None, ms(40), 1, Some(&detail), t0);
+        let r = c.report();
+        assert_eq!((r.total, r.errors, r.last_latency), (3, 1, ms(40)));
+        assert_eq!(r.last_error.as_deref(), Some("connect error: refused"));
+    }
+
+    #[test]
+    fn the_throttle_counts_what_the_backend_took_and_skips_what_never_reached_it() {
+        let t0 = Instant::now();
+        let mut c = core_with(r#""throttle":{"k":2,"window":"30s"},"#, 10, t0);
+        let outcomes = [
+            AttemptOutcome::Status(200), // taken
+            AttemptOutcome::Status(429), // pushback
+            AttemptOutcome::Status(503), // pushback
+            AttemptOutcome::Status(500), // taken (an answer, not pushback)
+            AttemptOutcome::Error(ErrorKind::Connect),
+            AttemptOutcome::Error(ErrorKind::Reset),
+            AttemptOutcome::Error(ErrorKind::Body), // taken: says nothing bad
+            AttemptOutcome::Error(ErrorKind::Cancelled), // none of these count
+            AttemptOutcome::Error(ErrorKind::NotSent),
+            AttemptOutcome::Error(ErrorKind::Deadline),
+        ];
+        for o in &outcomes {
+            c.account(o, None, ms(10), 1, None, t0);
+        }
+        let (t, _) = c.throttle.as_ref().expect("throttle on");
+        assert_eq!(t.counts(t0), (7, 3), "(requests, accepts)");
+    }
+
+    #[test]
+    fn a_shared_open_breaker_refuses_until_its_end_unless_bypassed() {
+        let t0 = Instant::now();
+        let mut c = core(10, t0);
+        let (permit, slot) = c.admit(false, t0).expect("closed");
+        assert!(permit.is_some(), "a local breaker's permit");
+        drop(slot);
+        c.set_shared_open(Some(t0 + ms(1000)));
+        assert!(c.admit(false, t0).is_err(), "open for the cluster");
+        assert!(c.admit(false, t0 + ms(999)).is_err());
+        let (permit, slot) = c.admit(true, t0).expect("a bypass ignores it");
+        assert!(permit.is_none());
+        drop(slot);
+        assert_eq!(c.in_flight(), 0, "a refusal takes no slot");
+        let (permit, _slot) = c.admit(false, t0 + ms(1000)).expect("open until then");
+        assert!(permit.is_some());
+        assert_eq!(c.in_flight(), 1);
+    }
+
+    #[test]
+    fn an_attempt_that_ends_drops_its_own_cancel_switch_only() {
+        use tokio::sync::oneshot::error::TryRecvError;
+        let t0 = Instant::now();
+        let mut c = core(10, t0);
+        let seq = Seq { task: 4, round: 2 };
+        let mut first = c.cancel_switch(seq, false);
+        let mut hedge = c.cancel_switch(seq, true);
+        let held = c.admit(false, t0).expect("closed");
+        let e = c.finish(seq, false, held, ms(30), ok(200), t0);
+        assert_eq!((e.seq, e.hedge), (seq, false));
+        assert_eq!(
+            first.try_recv(),
+            Err(TryRecvError::Closed),
+            "its switch is gone"
+        );
+        assert_eq!(
+            hedge.try_recv(),
+            Err(TryRecvError::Empty),
+            "the twin's is kept"
+        );
+        c.cancel(seq);
+        assert_eq!(hedge.try_recv(), Ok(()), "the twin is told to stop");
+    }
+
+    #[test]
+    fn a_streamed_attempt_holds_its_slot_from_its_head_to_its_body_end() {
+        use tokio::sync::oneshot::error::TryRecvError;
+        let t0 = Instant::now();
+        let mut c = core(10, t0);
+        let seq = Seq { task: 9, round: 1 };
+        let mut switch = c.cancel_switch(seq, true);
+        let mut other = c.cancel_switch(seq, false);
+        let (permit, slot) = c.admit(false, t0).expect("closed");
+        let Ok(head) = ok(200) else { unreachable!() };
+        let body = BodyStream::new(tokio::sync::mpsc::channel(1).1);
+        let r = c.stream_head(seq, true, ms(20), head, body, t0 + ms(20));
+        assert_eq!((r.node, r.at, r.streams_ended), (NodeId(0), t0 + ms(20), 0));
+        assert_eq!(r.done.len(), 1);
+        let d = &r.done[0];
+        assert_eq!((d.seq, d.hedge), (seq, true));
+        assert_eq!(d.report.outcome, AttemptOutcome::Status(200));
+        assert_eq!(d.report.latency, ms(20));
+        assert!(d.report.stream.is_some() && d.report.reply.is_some());
+        assert_eq!(
+            switch.try_recv(),
+            Err(TryRecvError::Closed),
+            "the race is over"
+        );
+        assert_eq!(other.try_recv(), Err(TryRecvError::Empty));
+        assert_eq!(c.in_flight(), 1, "the body holds the slot");
+        assert_eq!(c.report().total, 0, "accounted at the body's end");
+
+        let failed = AttemptOutcome::Error(ErrorKind::Reset);
+        let r = c.stream_ended(permit, slot, ms(20), failed, t0 + ms(90));
+        assert_eq!((r.node, r.at, r.streams_ended), (NodeId(0), t0 + ms(90), 1));
+        assert!(r.done.is_empty() && r.refused.is_empty());
+        assert_eq!(c.in_flight(), 0);
+        assert_eq!(
+            (r.load.total, r.load.errors, r.load.last_latency),
+            (1, 1, ms(20))
+        );
+    }
+
+    #[test]
+    fn a_turn_accounts_every_finished_attempt_and_reports_them_in_order() {
+        let t0 = Instant::now();
+        let mut c = core(10, t0);
+        let a = Seq { task: 1, round: 1 };
+        let b = Seq { task: 2, round: 3 };
+        let mut finished = Vec::new();
+        for (seq, hedge, sent, result) in [(a, false, t0, ok(503)), (b, true, t0 + ms(10), ok(200))]
+        {
+            let (permit, slot) = c.admit(false, t0).expect("closed");
+            finished.push(attempts::Finished {
+                seq,
+                hedge,
+                permit,
+                slot,
+                sent,
+                result,
+            });
+        }
+        assert_eq!(c.in_flight(), 2);
+        let r = c.finish_all(&mut finished, t0 + ms(30));
+        assert!(finished.is_empty());
+        let done: Vec<_> = r
+            .done
+            .iter()
+            .map(|d| (d.seq, d.hedge, d.report.outcome, d.report.latency))
+            .collect();
+        assert_eq!(
+            done,
+            vec![
+                (a, false, AttemptOutcome::Status(503), ms(30)),
+                (b, true, AttemptOutcome::Status(200), ms(20)),
+            ]
+        );
+        assert_eq!(
+            (r.node, r.at, r.leased, r.streams_ended),
+            (NodeId(0), t0 + ms(30), 0, 0)
+        );
+        assert_eq!((r.load.total, r.load.errors), (2, 1));
+        assert_eq!(c.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_lease_handed_out_is_reported_as_leased_with_its_answer() {
+        let t0 = Instant::now();
+        let mut c = core(10, t0);
+        let seq = Seq { task: 5, round: 1 };
+        let held = c.admit(false, t0).expect("closed");
+        let done = c.finish(seq, false, held, ms(10), ok(200), t0);
+        let r = c.report_leased(done, t0 + ms(10));
+        assert_eq!(
+            (r.node, r.at, r.leased, r.streams_ended),
+            (NodeId(0), t0 + ms(10), 1, 0)
+        );
+        assert_eq!(r.done.len(), 1);
+        assert_eq!(r.done[0].seq, seq);
+    }
+
+    #[test]
+    fn restarts_and_report_versions_count_up_one_at_a_time() {
+        let t0 = Instant::now();
+        let mut c = core(10, t0);
+        assert_eq!((c.report().version, c.report().version), (1, 2));
+        assert_eq!((c.restarted(), c.restarted()), (1, 2));
+        let r = c.report();
+        assert_eq!((r.version, r.restarts), (3, 2));
     }
 }

@@ -12,7 +12,7 @@ use crate::actors::protocol::{
     ToQueue,
 };
 use crate::config::Config;
-use crate::outcome::{AttemptOutcome, Outcome, Rejection, TaskResult};
+use crate::outcome::{AttemptOutcome, ErrorKind, Outcome, Rejection, TaskResult};
 use crate::task::{Job, Task};
 
 fn ms(n: u64) -> Duration {
@@ -294,4 +294,514 @@ fn a_panic_recovery_answers_every_task_internal_and_voids_the_timers() {
     let out = q.output();
     assert_eq!((out.wake, out.disarm, out.drained), (None, true, true));
     assert!(q.is_empty());
+}
+
+/// Attempt `seq` (the hedge if `hedge`) ended at `at` on node `node` with
+/// `outcome` (a reply if it is a status).
+fn ended_on(node: u32, seq: Seq, hedge: bool, outcome: AttemptOutcome, at: Instant) -> ToQueue {
+    let reply = match outcome {
+        AttemptOutcome::Status(status) => Some(crate::transport::HttpReply {
+            status,
+            headers: Default::default(),
+            body: Default::default(),
+            protocol: None,
+        }),
+        AttemptOutcome::Error(_) => None,
+    };
+    ToQueue::Ended(NodeAnswers {
+        node: NodeId(node),
+        address: format!("http://node{node}/").into(),
+        at,
+        done: vec![AttemptEnded {
+            seq,
+            hedge,
+            report: AttemptReport {
+                outcome,
+                latency: ms(20),
+                reply,
+                retry_after: None,
+                detail: None,
+                stream: None,
+            },
+        }],
+    })
+}
+
+/// The routes of the output (taken), whole.
+fn full_routes(q: &mut QueueCore) -> Vec<crate::actors::protocol::Route> {
+    std::mem::take(&mut q.output().turn.routes)
+}
+
+/// Each attempt of a result as (node, outcome, hedge, latency).
+fn attempts_of(r: &TaskResult) -> Vec<(String, AttemptOutcome, bool, Duration)> {
+    r.attempts
+        .iter()
+        .map(|a| (a.node.to_string(), a.outcome, a.hedge, a.latency))
+        .collect()
+}
+
+#[test]
+fn a_late_answer_of_an_earlier_round_is_stale_in_the_backoff_and_in_the_retry() {
+    let t0 = Instant::now();
+    let mut q = core(ONE, t0);
+    let j = job(Task::get("svc", "/x"), 7, t0);
+    turn(&mut q, vec![Room::credit(1)], t0);
+    submit(&mut q, &j, t0);
+    let first = routes(&mut q)[0];
+    let at = t0 + ms(10);
+    turn(
+        &mut q,
+        vec![ended(first, 503, Some(ms(50)), at), Room::credit(1)],
+        at,
+    );
+    // A copy of the first answer while the task backs off.
+    turn(
+        &mut q,
+        vec![ended(first, 200, None, at + ms(5))],
+        at + ms(5),
+    );
+    assert_eq!(results(&mut q).len(), 0, "stale: the task backs off");
+    q.on_timer(at + ms(50));
+    let retry = routes(&mut q);
+    assert_eq!(
+        retry,
+        vec![Seq {
+            task: first.task,
+            round: 2
+        }]
+    );
+    // A copy of the first round's answer while the second is out.
+    turn(
+        &mut q,
+        vec![ended(first, 200, None, at + ms(55))],
+        at + ms(55),
+    );
+    assert_eq!(results(&mut q).len(), 0, "stale: round 2 is out");
+    let p = q.tasks.get(&first.task).expect("held");
+    assert_eq!(
+        (p.state(), p.outstanding, p.attempts.len()),
+        (State::InFlight, 1, 1)
+    );
+    turn(
+        &mut q,
+        vec![ended(retry[0], 200, None, at + ms(70))],
+        at + ms(70),
+    );
+    let r = results(&mut q);
+    assert_eq!(r.len(), 1);
+    let statuses: Vec<_> = r[0].1.attempts.iter().map(|a| a.outcome).collect();
+    assert_eq!(
+        statuses,
+        vec![AttemptOutcome::Status(503), AttemptOutcome::Status(200)]
+    );
+    let s = q.stats(t0);
+    assert_eq!(
+        (s.submitted, s.succeeded, s.retried, s.in_flight),
+        (1, 1, 1, 0)
+    );
+}
+
+#[test]
+fn a_failed_node_is_avoided_by_the_retry_and_one_that_failed_its_handshake_excluded() {
+    let t0 = Instant::now();
+    let mut q = core(ONE, t0);
+    turn(&mut q, vec![Room::credit(2)], t0);
+    submit(&mut q, &job(Task::get("svc", "/a"), 1, t0), t0);
+    submit(&mut q, &job(Task::get("svc", "/b"), 2, t0), t0);
+    let sent = routes(&mut q);
+    assert_eq!(sent.len(), 2);
+    let at = t0 + ms(10);
+    turn(
+        &mut q,
+        vec![
+            ended_on(3, sent[0], false, AttemptOutcome::Status(503), at),
+            ended_on(4, sent[1], false, AttemptOutcome::Error(ErrorKind::Tls), at),
+            Room::credit(2),
+        ],
+        at,
+    );
+    // Both backoffs are at most 1 ms.
+    q.on_timer(at + ms(2));
+    let mut retries: Vec<_> = full_routes(&mut q)
+        .into_iter()
+        .map(|r| (r.seq, r.avoid, r.exclude, r.hedge))
+        .collect();
+    // Each goes back to the front when its (jittered) backoff ends.
+    retries.sort_by_key(|r| r.0);
+    assert_eq!(
+        retries,
+        vec![
+            (
+                Seq {
+                    task: sent[0].task,
+                    round: 2
+                },
+                vec![NodeId(3)],
+                vec![],
+                false
+            ),
+            (
+                Seq {
+                    task: sent[1].task,
+                    round: 2
+                },
+                vec![NodeId(4)],
+                vec![NodeId(4)],
+                false
+            ),
+        ]
+    );
+}
+
+#[test]
+fn a_failed_answer_for_a_caller_who_left_ends_the_task_cancelled_and_a_success_still_answers() {
+    let t0 = Instant::now();
+    let mut q = core(ONE, t0);
+    turn(&mut q, vec![Room::credit(2)], t0);
+    let fails = job(Task::get("svc", "/a"), 1, t0);
+    let works = job(Task::get("svc", "/b"), 2, t0);
+    submit(&mut q, &fails, t0);
+    submit(&mut q, &works, t0);
+    let sent = routes(&mut q);
+    fails.reply.abandon();
+    works.reply.abandon();
+    let at = t0 + ms(10);
+    turn(
+        &mut q,
+        vec![
+            ended(sent[0], 503, None, at),
+            ended(sent[1], 200, None, at),
+            Room::credit(2),
+        ],
+        at,
+    );
+    assert_eq!(routes(&mut q), vec![], "no retry for a caller who left");
+    let r = results(&mut q);
+    assert_eq!(r.len(), 2);
+    assert_eq!(r[0].0, 1);
+    assert!(matches!(
+        r[0].1.outcome,
+        Outcome::Rejected(Rejection::Cancelled)
+    ));
+    assert_eq!(r[1].0, 2);
+    assert!(r[1].1.is_success(), "{:?}", r[1].1.outcome);
+    let s = q.stats(t0);
+    assert_eq!(
+        (s.cancelled, s.rejected, s.succeeded, s.retried, s.in_flight),
+        (1, 1, 1, 0, 0)
+    );
+}
+
+#[test]
+fn latencies_are_kept_only_where_a_deadline_an_slo_or_a_percentile_hedge_reads_them() {
+    let t0 = Instant::now();
+    for (k, (json, deadline, kept)) in [
+        (ONE.to_string(), false, false),
+        (ONE.to_string(), true, true),
+        (
+            ONE.replace(
+                r#""timeout":"60s","#,
+                r#""timeout":"60s","queue":{"slo":"1s"},"#,
+            ),
+            false,
+            true,
+        ),
+        (
+            ONE.replace(
+                r#""timeout":"60s","#,
+                r#""timeout":"60s","hedge":{"percentile":90},"#,
+            ),
+            false,
+            true,
+        ),
+        (
+            ONE.replace(
+                r#""timeout":"60s","#,
+                r#""timeout":"60s","hedge":{"after":"5s"},"#,
+            ),
+            false,
+            false,
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut q = core(&json, t0);
+        // The window's mean shows once 16 answers are in.
+        for id in 0..16 {
+            let mut task = Task::get("svc", "/x");
+            if deadline {
+                task = task.deadline_in(ms(1000));
+            }
+            let at = t0 + ms(30 * id);
+            turn(&mut q, vec![Room::credit(1)], at);
+            submit(&mut q, &job(task, id, at), at);
+            let sent = routes(&mut q);
+            turn(
+                &mut q,
+                vec![ended(sent[0], 200, None, at + ms(20))],
+                at + ms(20),
+            );
+            assert_eq!(results(&mut q).len(), 1);
+        }
+        let mean = q.latencies.mean();
+        assert_eq!(mean, kept.then_some(ms(20)), "case {k}");
+    }
+}
+
+const HEDGED: &str = r#"{"services":[{"name":"svc","timeout":"60s",
+    "endpoints":[{"address":"http://127.0.0.1:9/"}],"hedge":{"after":"20ms"},
+    "retry":{"max_retries":1,"backoff_base":"1ms","backoff_max":"1ms"}}]}"#;
+
+/// A hedged race of one task in `q` at `t0`: its seq and job, the hedge
+/// sent at `t0 + 20 ms` and placed (first on node 1, hedge on node 2).
+fn race(q: &mut QueueCore, task: Task, t0: Instant) -> (Seq, Arc<Job>) {
+    turn(q, vec![Room::credit(2)], t0);
+    let j = job(task, 1, t0);
+    submit(q, &j, t0);
+    let seq = routes(q)[0];
+    assert_eq!(
+        q.output().wake.take(),
+        Some(t0 + ms(20)),
+        "the hedge's timer"
+    );
+    q.on_timer(t0 + ms(20));
+    let hedge: Vec<_> = full_routes(q)
+        .into_iter()
+        .map(|r| (r.seq, r.hedge))
+        .collect();
+    assert_eq!(hedge, vec![(seq, true)]);
+    assert_eq!(q.stats(t0).hedged, 1);
+    let placed = crate::actors::protocol::Placed {
+        seq,
+        first: "http://node1/".into(),
+        hedge: "http://node2/".into(),
+    };
+    turn(q, vec![ToQueue::Placed(placed)], t0 + ms(21));
+    (seq, j)
+}
+
+#[test]
+fn a_hedged_task_answered_first_lists_its_twin_cancelled_and_tells_its_node() {
+    let t0 = Instant::now();
+    let mut q = core(HEDGED, t0);
+    let (seq, _job) = race(&mut q, Task::get("svc", "/x"), t0);
+    turn(
+        &mut q,
+        vec![ended_on(
+            1,
+            seq,
+            false,
+            AttemptOutcome::Status(200),
+            t0 + ms(30),
+        )],
+        t0 + ms(30),
+    );
+    let r = results(&mut q);
+    assert_eq!(r.len(), 1);
+    assert!(r[0].1.is_success());
+    let cancelled = AttemptOutcome::Error(ErrorKind::Cancelled);
+    assert_eq!(
+        attempts_of(&r[0].1),
+        vec![
+            (
+                "http://node1/".into(),
+                AttemptOutcome::Status(200),
+                false,
+                ms(20)
+            ),
+            ("http://node2/".into(), cancelled, true, ms(10)),
+        ]
+    );
+    assert_eq!(std::mem::take(&mut q.output().turn.cancels), vec![seq]);
+    // The hedge's own answer comes too late: no second result.
+    turn(
+        &mut q,
+        vec![ended_on(
+            2,
+            seq,
+            true,
+            AttemptOutcome::Status(200),
+            t0 + ms(35),
+        )],
+        t0 + ms(35),
+    );
+    assert_eq!(results(&mut q).len(), 0);
+    assert_eq!(q.stats(t0).succeeded, 1);
+}
+
+#[test]
+fn a_race_whose_both_attempts_ended_cancels_nothing() {
+    let t0 = Instant::now();
+    let mut q = core(HEDGED, t0);
+    let (seq, _job) = race(&mut q, Task::get("svc", "/x"), t0);
+    turn(
+        &mut q,
+        vec![ended_on(
+            2,
+            seq,
+            true,
+            AttemptOutcome::Status(503),
+            t0 + ms(25),
+        )],
+        t0 + ms(25),
+    );
+    assert_eq!(results(&mut q).len(), 0, "the first is still out");
+    turn(
+        &mut q,
+        vec![ended_on(
+            1,
+            seq,
+            false,
+            AttemptOutcome::Status(200),
+            t0 + ms(30),
+        )],
+        t0 + ms(30),
+    );
+    let r = results(&mut q);
+    assert_eq!(r.len(), 1);
+    assert_eq!(
+        attempts_of(&r[0].1),
+        vec![
+            (
+                "http://node2/".into(),
+                AttemptOutcome::Status(503),
+                true,
+                ms(20)
+            ),
+            (
+                "http://node1/".into(),
+                AttemptOutcome::Status(200),
+                false,
+                ms(20)
+            ),
+        ]
+    );
+    assert_eq!(q.output().turn.cancels, vec![], "nothing is out");
+
+    // A task of the same service answered before its hedge: nothing to
+    // cancel either.
+    turn(&mut q, vec![Room::credit(1)], t0 + ms(40));
+    submit(&mut q, &job(Task::get("svc", "/y"), 2, t0), t0 + ms(40));
+    let sent = routes(&mut q);
+    turn(
+        &mut q,
+        vec![ended(sent[0], 200, None, t0 + ms(45))],
+        t0 + ms(45),
+    );
+    assert_eq!(results(&mut q).len(), 1);
+    assert_eq!(q.output().turn.cancels, vec![]);
+}
+
+#[test]
+fn a_caller_who_left_when_the_hedge_failed_gets_the_first_attempt_listed_cancelled() {
+    let t0 = Instant::now();
+    let mut q = core(HEDGED, t0);
+    let (seq, j) = race(&mut q, Task::get("svc", "/x"), t0);
+    j.reply.abandon();
+    turn(
+        &mut q,
+        vec![ended_on(
+            2,
+            seq,
+            true,
+            AttemptOutcome::Status(503),
+            t0 + ms(25),
+        )],
+        t0 + ms(25),
+    );
+    let r = results(&mut q);
+    assert_eq!(r.len(), 1);
+    assert!(matches!(
+        r[0].1.outcome,
+        Outcome::Rejected(Rejection::Cancelled)
+    ));
+    let cancelled = AttemptOutcome::Error(ErrorKind::Cancelled);
+    assert_eq!(
+        attempts_of(&r[0].1),
+        vec![
+            (
+                "http://node2/".into(),
+                AttemptOutcome::Status(503),
+                true,
+                ms(20)
+            ),
+            ("http://node1/".into(), cancelled, false, ms(25)),
+        ]
+    );
+    assert_eq!(std::mem::take(&mut q.output().turn.cancels), vec![seq]);
+    let s = q.stats(t0);
+    assert_eq!((s.cancelled, s.in_flight, s.queued), (1, 0, 0));
+}
+
+#[test]
+fn a_task_tried_once_and_still_held_at_its_deadline_fails_with_its_last_answer() {
+    let t0 = Instant::now();
+    let mut q = core(ONE, t0);
+    turn(&mut q, vec![Room::credit(1)], t0);
+    submit(
+        &mut q,
+        &job(Task::get("svc", "/x").deadline_in(ms(100)), 1, t0),
+        t0,
+    );
+    let sent = routes(&mut q);
+    turn(
+        &mut q,
+        vec![ended(sent[0], 503, None, t0 + ms(10))],
+        t0 + ms(10),
+    );
+    // Its backoff (at most 1 ms) ends; no credit: it waits, ready.
+    q.on_timer(t0 + ms(12));
+    assert_eq!(routes(&mut q), vec![]);
+    assert_eq!(
+        q.tasks.get(&sent[0].task).map(|p| p.state()),
+        Some(State::Ready)
+    );
+    q.on_timer(t0 + ms(100));
+    let r = results(&mut q);
+    assert_eq!(r.len(), 1);
+    assert!(
+        matches!(
+            &r[0].1.outcome,
+            Outcome::Failure(f) if f.reason == crate::outcome::FailReason::DeadlineExceeded
+                && f.last == Some(AttemptOutcome::Status(503))
+                && f.response.as_ref().map(|r| r.status) == Some(503)
+        ),
+        "{:?}",
+        r[0].1.outcome
+    );
+    let s = q.stats(t0);
+    assert_eq!((s.failed, s.queued, s.retried), (1, 0, 1));
+}
+
+#[test]
+fn a_gate_closed_by_the_balancer_answers_the_ready_and_the_parked_and_refuses_new_ones() {
+    use crate::actors::protocol::Gate;
+    let t0 = Instant::now();
+    let mut q = core(
+        r#"{"services":[{"name":"svc","endpoints":[{"address":"http://127.0.0.1:9/"}],
+            "queue":{"capacity":1,"on_full":"wait"}}]}"#,
+        t0,
+    );
+    submit(&mut q, &job(Task::get("svc", "/x"), 1, t0), t0);
+    submit(&mut q, &job(Task::get("svc", "/y"), 2, t0), t0);
+    let s = q.stats(t0);
+    assert_eq!((s.queued, s.waiting), (1, 1), "one ready, one parked");
+    let closed = Room {
+        credit: 0,
+        reserve: 0,
+        gate: Some(Gate::Reject(Rejection::ShuttingDown)),
+    };
+    turn(&mut q, vec![ToQueue::Room(closed)], t0 + ms(5));
+    let r = results(&mut q);
+    let ids: Vec<_> = r.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, vec![1, 2]);
+    assert!(r
+        .iter()
+        .all(|(_, r)| matches!(r.outcome, Outcome::Rejected(Rejection::ShuttingDown))));
+    submit(&mut q, &job(Task::get("svc", "/z"), 3, t0), t0 + ms(6));
+    assert_eq!(results(&mut q).len(), 1, "refused at once");
+    let s = q.stats(t0);
+    assert_eq!((s.submitted, s.rejected, s.queued, s.waiting), (3, 3, 0, 0));
+    assert!(q.output().drained);
 }

@@ -423,3 +423,119 @@ fn tenants_alternate_and_the_most_over_gives_way() {
         vec![(Some("t0"), 4), (Some("t1"), 2), (Some("t2"), 0)]
     );
 }
+
+#[test]
+fn a_patient_task_counts_while_it_is_held_and_not_after() {
+    let mut t = TaskTable::default();
+    let mut p = pending(Priority::Default, 0);
+    p.patient = true;
+    let patient = t.enter(p, false);
+    let parked = t.enter(pending(Priority::Default, 1), true);
+    assert_eq!(t.counts().patient, 1);
+    assert!(t.remove(parked).is_some());
+    assert_eq!(t.counts().patient, 1, "the other was not patient");
+    assert!(t.remove(patient).is_some());
+    assert_eq!(t.counts(), Counts::default());
+}
+
+#[test]
+fn a_cleared_table_holds_nothing_in_any_state() {
+    let mut t = TaskTable::default();
+    let ready = t.enter(pending(Priority::Critical, 0), false);
+    t.enter(pending(Priority::Default, 1), false);
+    let parked = t.enter(pending(Priority::Sheddable, 2), true);
+    assert!(t.send(ready).is_some());
+    assert_eq!(t.len(), 3);
+    t.clear();
+    assert_eq!((t.len(), t.is_empty()), (0, true));
+    assert_eq!(t.counts(), Counts::default());
+    assert_eq!(t.next_ready(Order::Fifo), None);
+    assert!(t.get(&ready).is_none() && t.get(&parked).is_none());
+}
+
+#[test]
+fn the_task_shed_first_is_the_oldest_ready_of_its_class_and_taking_it_moves_on() {
+    let mut t = TaskTable::default();
+    let d = Priority::Default;
+    let a = t.enter(pending(d, 0), false);
+    let b = t.enter(pending(d, 1), false);
+    let c = t.enter(pending(Priority::Critical, 2), false);
+    let (flow, no) = t.sheddable_in(d).expect("two ready");
+    assert_eq!(no, a);
+    t.take_sheddable(d, flow);
+    assert_eq!(t.sheddable_in(d).map(|(_, no)| no), Some(b));
+    assert_eq!(
+        t.sheddable_in(Priority::Critical).map(|(_, no)| no),
+        Some(c)
+    );
+    assert_eq!(t.sheddable_in(Priority::Sheddable), None);
+    // One sent is no longer there to shed.
+    assert!(t.send(b).is_some());
+    assert_eq!(t.sheddable_in(d), None);
+}
+
+#[test]
+fn a_newcomer_whose_tenant_would_not_be_less_over_displaces_nothing_of_its_class() {
+    let mut t = TaskTable::default();
+    let d = Priority::Default;
+    let a: Vec<TaskNo> = (0..3)
+        .map(|i| t.enter(pending_of(d, Some(0), i), false))
+        .collect();
+    for i in 0..2 {
+        t.enter(pending_of(d, Some(1), 10 + i), false);
+    }
+    let fb = t.flow_of(Some("t1"));
+    let fc = t.flow_of(Some("t2"));
+    // t0 holds 3, t1 2: a third of t1 would be as over as t0, not less.
+    assert_eq!(t.displaceable(d, fb), None);
+    assert_eq!(t.displaceable(d, fc), Some(a[0]));
+}
+
+#[test]
+fn compaction_drops_the_stale_numbers_once_they_outnumber_the_live_ones() {
+    let mut t = TaskTable::default();
+    let d = Priority::Default;
+    let sent: Vec<TaskNo> = (0..1025).map(|i| t.enter(pending(d, i), false)).collect();
+    let kept = t.enter(pending(d, 2000), false);
+    for no in &sent {
+        assert!(t.send(*no).is_some());
+    }
+    assert_eq!(t.ready_listed(), 1026, "a sent task's number stays listed");
+    // At twice the live ones plus 1024, not yet.
+    t.compact();
+    assert_eq!(t.ready_listed(), 1026);
+    let one_more = t.enter(pending(d, 2001), false);
+    assert!(t.send(one_more).is_some());
+    t.compact();
+    assert_eq!(t.ready_listed(), 1);
+    assert_eq!(t.next_ready(Order::Fifo), Some(kept));
+}
+
+#[test]
+fn compaction_drops_the_stale_numbers_of_the_parked_too() {
+    let mut t = TaskTable::default();
+    let d = Priority::Default;
+    let gone: Vec<TaskNo> = (0..1025).map(|i| t.enter(pending(d, i), true)).collect();
+    let last = t.enter(pending(d, 2000), true);
+    for no in &gone {
+        assert!(t.remove(*no).is_some());
+    }
+    assert_eq!(
+        t.waiting.len(),
+        1026,
+        "an answered task's number stays listed"
+    );
+    t.compact();
+    assert_eq!(
+        t.waiting.len(),
+        1026,
+        "at twice the live ones plus 1024, not yet"
+    );
+    let one_more = t.enter(pending(d, 2001), true);
+    assert!(t.remove(one_more).is_some());
+    t.compact();
+    assert_eq!(t.waiting.len(), 1);
+    assert!(t.remove(last).is_some());
+    t.compact();
+    assert!(t.waiting.is_empty());
+}
