@@ -13,7 +13,9 @@
 //!   at two thirds (the backend's `workers` command), the run three levels
 //!   long;
 //! - `bursts`: 3 x 4 workers, exponential; on/off bursts, 2x capacity for
-//!   500 ms then nothing for 500 ms.
+//!   500 ms then nothing for 500 ms;
+//! - `bursts-bimodal`: the same bursts on servers of 2, 4 and 8 workers
+//!   with the bimodal service (the simulator's hardest class).
 //!
 //! The steady workloads run 0.7x, 1x, 2x (a fifth of the tasks critical,
 //! the rest sheddable) and 4x capacity, one level after the other on the
@@ -160,6 +162,12 @@ pub fn workloads(smoke: bool) -> Vec<Workload> {
             service: Service::Exp,
             loads: vec![Load::Bursts],
         },
+        Workload {
+            name: "bursts-bimodal",
+            workers: vec![2, 4, 8],
+            service: Service::Bimodal,
+            loads: vec![Load::Bursts],
+        },
     ];
     if smoke {
         all.into_iter()
@@ -182,7 +190,8 @@ pub fn selected(cli: &Cli) -> Result<Vec<Workload>, String> {
     let names: Vec<&str> = list.split(',').map(str::trim).collect();
     if let Some(bad) = names.iter().find(|n| !all.iter().any(|w| w.name == **n)) {
         return Err(format!(
-            "--workloads: {bad:?}: expected exp, bimodal, sizes, change, bursts or none"
+            "--workloads: {bad:?}: expected exp, bimodal, sizes, change, bursts, \
+             bursts-bimodal or none"
         ));
     }
     Ok(all
@@ -612,8 +621,8 @@ pub fn tables(all: &[WorkloadResult]) -> String {
     let mut md = String::from(
         "\n### Workloads with deadlines\n\nEvery task carries a 250 ms deadline (the engine is \
          told it); goodput counts the successes within it. Capacity: the servers' workers / \
-         20 ms mean service (`exp`, `bimodal`, `bursts`: 600/s; `sizes`: 700/s; `change`: 600/s, \
-         300/s while halved).\n\n",
+         20 ms mean service (`exp`, `bimodal`, `bursts`: 600/s; `sizes`, `bursts-bimodal`: \
+         700/s; `change`: 600/s, 300/s while halved).\n\n",
     );
     md.push_str(&table(
         &[
