@@ -12,6 +12,7 @@ use std::time::Duration;
 use actix_dispatch::{AttemptOutcome, Dispatcher, ErrorKind, FailReason, Outcome, Rejection, Task};
 use support::capacity::Capped;
 use support::init_logs;
+use support::open_loop::open_loop;
 
 /// Three backends serving 2 requests at once for 40 ms each: 150 tasks/s.
 fn three_capped() -> Vec<Capped> {
@@ -30,29 +31,6 @@ fn config_over(bs: &[Capped], extra: &str) -> actix_dispatch::Config {
         eps.join(",")
     );
     actix_dispatch::Config::from_json(&json).unwrap_or_else(|e| panic!("{e}\n{json}"))
-}
-
-/// Offers `per_tick` tasks every 10 ms for `ticks` ticks, each built by
-/// `task`, without waiting for answers (open loop); returns every result.
-async fn open_loop(
-    d: &Dispatcher,
-    ticks: usize,
-    per_tick: usize,
-    task: impl Fn(usize) -> Task,
-) -> Vec<actix_dispatch::TaskResult> {
-    let mut pending = Vec::with_capacity(ticks * per_tick);
-    let mut tick = actix_rt::time::interval(Duration::from_millis(10));
-    for t in 0..ticks {
-        tick.tick().await;
-        for i in 0..per_tick {
-            pending.push(actix_rt::spawn(d.submit(task(t * per_tick + i))));
-        }
-    }
-    let mut results = Vec::with_capacity(pending.len());
-    for p in pending {
-        results.push(p.await.expect("the submit task ran"));
-    }
-    results
 }
 
 /// The collapse of the overload issue: at twice the backends' capacity with

@@ -5,6 +5,8 @@
 //! exactly, and the runs take no real time. `tests/overload.rs` keeps a
 //! shorter real-socket run of each, with wide margins.
 
+#[path = "support/open_loop.rs"]
+mod open_loop;
 mod sim;
 
 use std::rc::Rc;
@@ -14,6 +16,7 @@ use actix_dispatch::{
     AttemptOutcome, Config, Dispatcher, ErrorKind, FailReason, Instant, Outcome, Priority,
     Rejection, Task, TaskResult,
 };
+use open_loop::{noisy_and_quiet, open_loop};
 use sim::model::{BackendSpec, Backends, ServiceTime};
 
 /// Three backends serving 2 requests at once for 40 ms each: 150 tasks/s.
@@ -39,29 +42,6 @@ fn start(specs: &[BackendSpec], endpoint: &str, extra: &str) -> (Rc<Backends>, D
         .start()
         .unwrap();
     (backends, d)
-}
-
-/// Offers `per_tick` tasks every 10 ms for `ticks` ticks, each built by
-/// `task`, without waiting for answers (open loop); returns every result.
-async fn open_loop(
-    d: &Dispatcher,
-    ticks: usize,
-    per_tick: usize,
-    task: impl Fn(usize) -> Task,
-) -> Vec<TaskResult> {
-    let mut pending = Vec::with_capacity(ticks * per_tick);
-    let mut tick = tokio::time::interval(Duration::from_millis(10));
-    for t in 0..ticks {
-        tick.tick().await;
-        for i in 0..per_tick {
-            pending.push(actix_rt::spawn(d.submit(task(t * per_tick + i))));
-        }
-    }
-    let mut results = Vec::with_capacity(pending.len());
-    for p in pending {
-        results.push(p.await.expect("the submit task ran"));
-    }
-    results
 }
 
 /// How the tasks of a run ended.
@@ -337,35 +317,7 @@ async fn tenants_run(ticks: usize) -> (Vec<(String, u32, u32)>, actix_dispatch::
         r#","max_concurrent":2"#,
         r#","mode":"p2c""#,
     );
-    let deadline = Duration::from_millis(500);
-    let mut pending = Vec::new();
-    let mut tick = tokio::time::interval(Duration::from_millis(10));
-    for t in 0..ticks {
-        tick.tick().await;
-        let mut send = |tenant: String| {
-            let task = Task::get("svc", format!("/{tenant}/{t}"))
-                .tenant(tenant.clone())
-                .deadline_in(deadline);
-            pending.push((tenant, actix_rt::spawn(d.submit(task))));
-        };
-        for _ in 0..3 {
-            send("noisy".into());
-        }
-        if t % 5 == 0 {
-            for q in 0..4 {
-                send(format!("quiet{q}"));
-            }
-        }
-    }
-    let mut ok = std::collections::BTreeMap::<String, (u32, u32)>::new();
-    for (tenant, p) in pending {
-        let r = p.await.unwrap();
-        let e = ok.entry(tenant).or_default();
-        e.0 += 1;
-        if r.is_success() && r.total <= deadline {
-            e.1 += 1;
-        }
-    }
+    let ok = noisy_and_quiet(&d, ticks, Duration::from_millis(500)).await;
     let st = d.stats().await.services.remove(0);
     assert!(st.is_balanced());
     d.shutdown(Duration::from_secs(1)).await;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use actix_dispatch::{Dispatcher, Outcome, Task};
 use support::capacity::Capped;
 use support::init_logs;
+use support::open_loop::noisy_and_quiet;
 
 /// Three backends serving 2 requests at once for 40 ms each: 150 tasks/s,
 /// each node limited to its 2 workers so that tasks wait in the queue.
@@ -39,36 +40,7 @@ async fn quiet_tenants_are_served_beside_a_noisy_one() {
     init_logs();
     let (bs, cfg) = three_capped();
     let d = Dispatcher::start(cfg).unwrap();
-    let deadline = Duration::from_millis(500);
-    let mut pending = Vec::new();
-    let mut tick = actix_rt::time::interval(Duration::from_millis(10));
-    for t in 0..150usize {
-        tick.tick().await;
-        let mut send = |tenant: String| {
-            let task = Task::get("svc", format!("/{tenant}/{t}"))
-                .tenant(tenant.clone())
-                .deadline_in(deadline);
-            let sub = d.submit(task);
-            pending.push((tenant, actix_rt::spawn(sub)));
-        };
-        for _ in 0..3 {
-            send("noisy".into());
-        }
-        if t % 5 == 0 {
-            for q in 0..4 {
-                send(format!("quiet{q}"));
-            }
-        }
-    }
-    let mut ok = std::collections::BTreeMap::<String, (u32, u32)>::new();
-    for (tenant, p) in pending {
-        let r = p.await.unwrap();
-        let e = ok.entry(tenant).or_default();
-        e.0 += 1;
-        if matches!(r.outcome, Outcome::Success(_)) && r.total <= deadline {
-            e.1 += 1;
-        }
-    }
+    let ok = noisy_and_quiet(&d, 150, Duration::from_millis(500)).await;
     println!("(offered, in time) per tenant: {ok:?}");
     // Real time on a machine that may be busy: wide margins. The quiet
     // tenants are served at least half (nearly all on a quiet machine),

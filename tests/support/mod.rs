@@ -37,6 +37,7 @@ pub mod capacity;
 pub mod cfg;
 pub mod echo;
 pub mod logs;
+pub mod open_loop;
 #[cfg(feature = "tls")]
 pub mod pki;
 pub mod wait;
