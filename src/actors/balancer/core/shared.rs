@@ -243,12 +243,7 @@ impl Placement {
         });
         match next {
             // Each refusal says the time left at its own `now`.
-            Some(t) => Gate::until(
-                Rejection::RateLimited {
-                    retry_after: Duration::ZERO,
-                },
-                t,
-            ),
+            Some(t) => Gate::until(Rejection::rate_limited(Duration::ZERO), t),
             None => gate,
         }
     }
