@@ -809,7 +809,7 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
          {:.1} s of each level. Capacity: {BACKENDS} backends x {WORKERS} workers / {SERVICE_MS} ms \
          = {capacity:.0} tasks/s, the rest queueing inside the backends. Goodput: successes within \
          {} ms per second. Refused: the engine's rejections, HAProxy's 503 (its queue timeout), \
-         tower's Overloaded. The client gives a task up after {:.0} s (the engine keeps it). \
+         tower's Overloaded. The client gives a task up after {:.0} s (dropping its handle: the engine cuts the task's attempt, while the backend may still be working on it). \
          'Sender lag': how far behind its schedule the client fell at worst (a busy machine \
          shows here first). 'From the call': the refusal p99 from the moment the sender made \
          the call to the answer, without its lag behind the schedule (tower's call runs at its \
