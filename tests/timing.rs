@@ -750,11 +750,14 @@ async fn hedging_cuts_a_slow_nodes_latency_and_never_duplicates_posts() {
         worst >= Duration::from_millis(41) && worst <= Duration::from_millis(43),
         "{worst:?}"
     );
-    // Round robin: the first task goes to A; every later one to B first
-    // (its hedge took A's turn), so 11 of the 12 are hedged.
+    // Round robin: the first task goes to A; the later ones to B first
+    // (its hedge took A's turn). A hedged attempt that lost keeps its slot
+    // at B until B answers (600 ms, longer than the whole run), so B's 10
+    // slots are full after 10 of them and the last task goes to A alone:
+    // 10 of the 12 are hedged.
     let q = hedged.stats().await.services[0].queue.clone();
-    assert_eq!(q.hedged, 11);
-    assert_eq!(b.count(B, "/hg/"), 11);
+    assert_eq!(q.hedged, 10);
+    assert_eq!(b.count(B, "/hg/"), 10);
     assert_eq!(b.count(A, "/hg/"), 12);
     // Non-idempotent tasks are never sent twice.
     for i in 0..6 {
@@ -765,7 +768,7 @@ async fn hedging_cuts_a_slow_nodes_latency_and_never_duplicates_posts() {
         assert_eq!(r.attempts.len(), 1);
     }
     assert_eq!(b.count(A, "/post/") + b.count(B, "/post/"), 6);
-    assert_eq!(hedged.stats().await.services[0].queue.hedged, 11);
+    assert_eq!(hedged.stats().await.services[0].queue.hedged, 10);
     hedged.shutdown(Duration::from_secs(1)).await;
 }
 
@@ -797,7 +800,8 @@ async fn hedging_after_a_latency_percentile() {
         0,
         "hedged at the p90 of recent latency"
     );
-    // As above: 11 of the 12 went to B first and were hedged.
-    assert_eq!(d.stats().await.services[0].queue.hedged, 11);
+    // As above: 10 of the 12 went to B first and were hedged, until the
+    // lost attempts filled B's 10 slots.
+    assert_eq!(d.stats().await.services[0].queue.hedged, 10);
     d.shutdown(Duration::from_secs(1)).await;
 }

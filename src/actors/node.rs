@@ -415,6 +415,9 @@ pub(super) struct AttemptDeadline {
     /// about the node (a task that waited long in an overloaded queue must
     /// not open a healthy node's breaker).
     pub by_task: bool,
+    /// The node's own timeout (`at` when it is not `by_task`): a cut
+    /// attempt's backend is waited for until then (see `attempts`).
+    pub timeout_at: Instant,
 }
 
 impl AttemptDeadline {
@@ -447,11 +450,13 @@ fn attempt_deadline(
             AttemptDeadline {
                 at: end.min(d),
                 by_task: d < end,
+                timeout_at: end,
             }
         }
         None => AttemptDeadline {
             at: end,
             by_task: false,
+            timeout_at: end,
         },
     }
 }
@@ -607,8 +612,17 @@ mod tests {
         // whole 1 s timeout.
         let sent = decided + Duration::from_secs(3);
         let t = Duration::from_secs(1);
-        let node = |at| AttemptDeadline { at, by_task: false };
-        let task = |at| AttemptDeadline { at, by_task: true };
+        let end = time::add(sent, t);
+        let node = |at| AttemptDeadline {
+            at,
+            by_task: false,
+            timeout_at: at,
+        };
+        let task = |at| AttemptDeadline {
+            at,
+            by_task: true,
+            timeout_at: end,
+        };
         assert_eq!(attempt_deadline(sent, t, None), node(sent + t));
         // The task's deadline still caps it, and says so ...
         let d = sent + Duration::from_millis(300);

@@ -353,9 +353,13 @@ pub(crate) struct NodeReport {
     /// their tasks are answered, their slots stay taken until the leases
     /// are returned (counted in `streams_ended` then).
     pub leased: u32,
+    /// Of `done`, the attempts cut (their task's deadline, a hedged twin's
+    /// answer) while their backend still works: their
+    /// slots stay taken until it answers (counted in `streams_ended` then).
+    pub held: u32,
     /// Streamed bodies that ended (read whole, broken, over the limit, or
-    /// dropped by their reader) and leases returned: the slots they held
-    /// are free.
+    /// dropped by their reader), leases returned and cut attempts' backends
+    /// done: the slots they held are free.
     pub streams_ended: u32,
     pub load: LoadReport,
     /// When it ended (the node reads the clock once per turn).

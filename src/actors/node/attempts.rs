@@ -70,6 +70,24 @@ pub(super) struct Attempt {
     /// Its waker is in the task's reply slot (its slot's waker never
     /// changes, so once is enough).
     watching: bool,
+    /// Cut (its task answered), its backend still working: it keeps its
+    /// slot until the backend answers or the node's timeout passes.
+    tail: bool,
+}
+
+/// How a poll of an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum End {
+    /// The backend answered, failed, or the node's timeout passed: the task
+    /// has its answer and the slot is free.
+    Answer,
+    /// A cut (the task's deadline, a hedged twin's answer) with the request
+    /// out: the task has its answer, the slot stays taken
+    /// by the attempt's tail.
+    Cut,
+    /// The tail of a cut attempt ended (the backend answered, or the node's
+    /// timeout passed): its slot is free; nobody waits for the answer.
+    Tail,
 }
 
 /// What an attempt gave, for the node to account and report.
@@ -77,9 +95,11 @@ pub(super) struct Finished {
     pub seq: Seq,
     pub hedge: bool,
     pub permit: Option<Permit>,
-    pub slot: InFlightGuard,
+    /// `None` for a cut: the tail keeps it.
+    pub slot: Option<InFlightGuard>,
     pub sent: Instant,
     pub result: Result<HttpReply, TransportError>,
+    pub end: End,
 }
 
 impl Attempt {
@@ -119,17 +139,49 @@ impl Attempt {
             cancel,
             expired: false,
             watching: false,
+            tail: false,
         }
     }
 
     fn done(&mut self, result: Result<HttpReply, TransportError>) -> Poll<Finished> {
+        let end = if self.tail { End::Tail } else { End::Answer };
         Poll::Ready(Finished {
             seq: self.seq,
             hedge: self.hedge,
             permit: self.permit.take(),
-            slot: self.slot.take().expect("an attempt finishes once"),
+            slot: Some(self.slot.take().expect("an attempt finishes once")),
             sent: self.sent,
             result,
+            end,
+        })
+    }
+
+    /// Cut by `why` (the task's deadline, a hedged twin's answer): the
+    /// task's answer now. The backend, healthy and busy, goes on working on
+    /// the request whatever the engine does with the connection (most
+    /// cannot stop a request under way), so the attempt keeps its slot and
+    /// waits for the answer until the node's own timeout: freed at once, the
+    /// slot would let one request more into a backend still busy with this
+    /// one, and under overload those pile up inside it. The answer, when it
+    /// comes, gives the backend's true latency, which the cut would hide
+    /// from the learned limit; the connection is then reused.
+    fn cut(&mut self, why: TransportError) -> Poll<Finished> {
+        if self.send.is_none() {
+            return self.done(Err(why));
+        }
+        self.tail = true;
+        self.cancel = None;
+        self.expired = false;
+        self.deadline.at = self.deadline.timeout_at;
+        self.deadline.by_task = false;
+        Poll::Ready(Finished {
+            seq: self.seq,
+            hedge: self.hedge,
+            permit: self.permit.take(),
+            slot: None,
+            sent: self.sent,
+            result: Err(why),
+            end: End::Cut,
         })
     }
 
@@ -162,9 +214,17 @@ impl Future for Attempt {
                 Err(p) => return this.done(Err(panicked(p))),
             }
         }
+        if this.tail {
+            // Nobody waits for this answer: only the node's timeout ends it.
+            if this.expired {
+                let e = this.deadline.error(this.sent);
+                return this.done(Err(e));
+            }
+            return Poll::Pending;
+        }
         if let Some(rx) = this.cancel.as_mut() {
             match Pin::new(rx).poll(cx) {
-                Poll::Ready(Ok(())) => return this.done(Err(twin_answered())),
+                Poll::Ready(Ok(())) => return this.cut(twin_answered()),
                 // The switch was dropped unused: the attempt runs on.
                 Poll::Ready(Err(_)) => this.cancel = None,
                 Poll::Pending => {}
@@ -177,11 +237,18 @@ impl Future for Attempt {
             this.job.reply.poll_abandoned(cx)
         };
         if left {
+            // An explicit cancel: closing the connection is how the backend
+            // learns it (dropping the future closes it), and the slot is
+            // free at once, as a proxy frees it when its client resets.
             return this.done(Err(caller_left()));
         }
         if this.expired {
             let e = this.deadline.error(this.sent);
-            return this.done(Err(e));
+            return if this.deadline.by_task {
+                this.cut(e)
+            } else {
+                this.done(Err(e))
+            };
         }
         Poll::Pending
     }
@@ -350,10 +417,17 @@ impl Attempts {
             let Some(a) = s.attempt.as_mut() else {
                 continue; // a finished attempt's late wake
             };
-            if let Poll::Ready(f) = Pin::new(a).poll(&mut Context::from_waker(&s.waker)) {
-                s.attempt = None;
-                self.free.push(i);
-                self.len -= 1;
+            if let Poll::Ready(f) = Pin::new(&mut *a).poll(&mut Context::from_waker(&s.waker)) {
+                if f.end == End::Cut {
+                    // Its tail stays, with the node's timeout as deadline.
+                    if self.new_min.is_none_or(|m| a.deadline.at < m) {
+                        self.new_min = Some(a.deadline.at);
+                    }
+                } else {
+                    s.attempt = None;
+                    self.free.push(i);
+                    self.len -= 1;
+                }
                 out.push(f);
             }
         }
@@ -420,17 +494,27 @@ mod tests {
         Arc::new(job.expect("a valid task"))
     }
 
-    /// Polls the set until it is empty; each finished attempt with the
-    /// (paused) time it was seen at, in milliseconds since `t0`.
-    async fn run_all(mut set: Attempts, t0: Instant) -> Vec<(u64, Result<u16, ErrorKind>, u64)> {
-        let mut seen = Vec::new();
+    type Seen = Vec<(u64, Result<u16, ErrorKind>, u64)>;
+
+    /// Polls the set until it is empty; each task's answer with the
+    /// (paused) time it was seen at, in milliseconds since `t0`, sorted by
+    /// task; the ends of cut attempts' tails the same way.
+    async fn run_all(mut set: Attempts, t0: Instant) -> (Seen, Seen) {
+        let (mut seen, mut tails) = (Vec::new(), Vec::new());
         std::future::poll_fn(|cx| {
             let mut out = Vec::new();
             let more = set.poll(cx, &mut out);
             let now = Instant::now();
             for f in out {
                 let ms = now.saturating_duration_since(t0).as_millis() as u64;
-                seen.push((
+                // A cut keeps the slot, every other end frees it.
+                assert_eq!(f.slot.is_none(), f.end == End::Cut);
+                let to = if f.end == End::Tail {
+                    &mut tails
+                } else {
+                    &mut seen
+                };
+                to.push((
                     f.seq.task,
                     f.result.map(|r| r.status).map_err(|e| e.kind),
                     ms,
@@ -443,7 +527,9 @@ mod tests {
             }
         })
         .await;
-        seen
+        seen.sort_by_key(|s| s.0);
+        tails.sort_by_key(|s| s.0);
+        (seen, tails)
     }
 
     #[tokio::test(start_paused = true)]
@@ -457,6 +543,7 @@ mod tests {
             let deadline = AttemptDeadline {
                 at: ms(deadline_ms),
                 by_task: task == 6,
+                timeout_at: if task == 6 { ms(600) } else { ms(deadline_ms) },
             };
             let a = Attempt::new(
                 &Delayed,
@@ -484,8 +571,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(150)).await;
             let _ = tx.send(());
         };
-        let (mut seen, ()) = futures::join!(run_all(set, t0), cancel);
-        seen.sort_by_key(|s| s.0);
+        let ((seen, tails), ()) = futures::join!(run_all(set, t0), cancel);
         assert_eq!(
             seen,
             vec![
@@ -496,6 +582,13 @@ mod tests {
                 (5, Err(ErrorKind::Cancelled), 150),
                 (6, Err(ErrorKind::Deadline), 250),
             ]
+        );
+        // The cut ones wait for their backend: 5 until the node's timeout
+        // (400 ms, before its answer at 500), 6 for its answer at 500 (its
+        // timeout is at 600).
+        assert_eq!(
+            tails,
+            vec![(5, Err(ErrorKind::Timeout), 400), (6, Ok(200), 500)]
         );
     }
 
@@ -518,12 +611,14 @@ mod tests {
             AttemptDeadline {
                 at: t0 + Duration::from_millis(100),
                 by_task: false,
+                timeout_at: t0 + Duration::from_millis(100),
             },
             Some(rx),
         );
         set.push(a);
-        let seen = run_all(set, t0).await;
+        let (seen, tails) = run_all(set, t0).await;
         assert_eq!(seen, vec![(1, Ok(200), 100)]);
+        assert_eq!(tails, vec![]);
     }
 
     /// A caller that leaves cancels its attempt at once (without a hedge's
@@ -536,6 +631,7 @@ mod tests {
         let deadline = AttemptDeadline {
             at: t0 + Duration::from_secs(10),
             by_task: false,
+            timeout_at: t0 + Duration::from_secs(10),
         };
         let (stays, leaves, left) = (job(1), job(2), job(3));
         left.reply.abandon();
@@ -559,8 +655,9 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(100)).await;
             leaves.reply.abandon();
         };
-        let (mut seen, ()) = futures::join!(run_all(set, t0), leave);
-        seen.sort_by_key(|s| s.0);
+        let ((seen, tails), ()) = futures::join!(run_all(set, t0), leave);
+        // An explicit cancel: no tail.
+        assert_eq!(tails, vec![]);
         assert_eq!(
             seen,
             vec![

@@ -245,6 +245,7 @@ impl NodeCore {
             done,
             refused,
             leased: 0,
+            held: 0,
             streams_ended,
             load: self.report(),
             at: now,
@@ -380,17 +381,20 @@ impl NodeCore {
     /// Accounts what one call that ended says about the node (an attempt,
     /// or an outcome a lease reported): the learned limit, the metrics,
     /// totals, EWMAs and breaker, and the last error. `in_flight` counts
-    /// the call; `detail` is its error in words.
+    /// the call (`None`: no sample for the learned limit, a cut attempt's
+    /// tail gives it); `detail` is its error in words.
     pub(super) fn account(
         &mut self,
         outcome: &AttemptOutcome,
         permit: Option<Permit>,
         latency: Duration,
-        in_flight: u32,
+        in_flight: Option<u32>,
         detail: Option<&Arc<str>>,
         now: Instant,
     ) {
-        self.learn(outcome, latency, in_flight, now);
+        if let Some(in_flight) = in_flight {
+            self.learn(outcome, latency, in_flight, now);
+        }
         if let Some((t, _)) = &mut self.throttle {
             // What the backend took: any answer but pushback. What never
             // reached it, or says nothing of it, is no request here.
@@ -425,20 +429,59 @@ impl NodeCore {
     }
 
     /// Accounts the attempts that finished in one turn (at `now`); their
-    /// report, in one message.
+    /// report, in one message. A cut attempt's task is answered, its slot
+    /// kept (`held`); a tail's end frees the slot and teaches the learned
+    /// limit what the backend took, with no answer to pass on.
     pub(super) fn finish_all(
         &mut self,
         finished: &mut Vec<attempts::Finished>,
         now: Instant,
     ) -> NodeReport {
-        let done = finished
-            .drain(..)
-            .map(|f| {
-                let latency = now.saturating_duration_since(f.sent);
-                self.finish(f.seq, f.hedge, (f.permit, f.slot), latency, f.result, now)
-            })
-            .collect();
-        self.report_turn(done, Vec::new(), 0, now)
+        let (mut held, mut freed) = (0, 0);
+        let mut done = Vec::with_capacity(finished.len());
+        for f in finished.drain(..) {
+            let latency = now.saturating_duration_since(f.sent);
+            match (f.end, f.slot) {
+                (attempts::End::Tail, Some(slot)) => {
+                    freed += 1;
+                    self.tail_ended(slot, latency, &f.result, now);
+                }
+                (end, slot) => {
+                    held += u32::from(end == attempts::End::Cut);
+                    done.push(self.finish(
+                        f.seq,
+                        f.hedge,
+                        (f.permit, slot),
+                        latency,
+                        f.result,
+                        now,
+                    ));
+                }
+            }
+        }
+        NodeReport {
+            held,
+            ..self.report_turn(done, Vec::new(), freed, now)
+        }
+    }
+
+    /// The tail of a cut attempt ended after `latency`: the backend answered
+    /// (or the node's timeout passed). Its slot is free; the learned limit
+    /// gets the latency the cut hid. Nothing else counts it: its attempt was
+    /// accounted when it was cut.
+    fn tail_ended(
+        &mut self,
+        slot: InFlightGuard,
+        latency: Duration,
+        result: &Result<HttpReply, TransportError>,
+        now: Instant,
+    ) {
+        let in_flight = slot.release();
+        let outcome = match result {
+            Ok(r) => AttemptOutcome::Status(r.status),
+            Err(e) => AttemptOutcome::Error(e.kind),
+        };
+        self.learn(&outcome, latency, in_flight, now);
     }
 
     /// Accounts one finished attempt (ended at `now`); its report, alone.
@@ -451,7 +494,7 @@ impl NodeCore {
         result: Result<HttpReply, TransportError>,
         now: Instant,
     ) -> NodeReport {
-        let done = self.finish(seq, hedge, (permit, slot), latency, result, now);
+        let done = self.finish(seq, hedge, (permit, Some(slot)), latency, result, now);
         self.report_turn(vec![done], Vec::new(), 0, now)
     }
 
@@ -461,12 +504,14 @@ impl NodeCore {
         &mut self,
         seq: Seq,
         hedge: bool,
-        (permit, slot): (Option<Permit>, InFlightGuard),
+        (permit, slot): (Option<Permit>, Option<InFlightGuard>),
         latency: Duration,
         result: Result<HttpReply, TransportError>,
         now: Instant,
     ) -> AttemptEnded {
-        let in_flight = slot.release();
+        // Without its slot, a cut whose tail goes on: the tail's end
+        // teaches the learned limit, not the cut.
+        let in_flight = slot.map(InFlightGuard::release);
         if !self.cancels.is_empty() {
             self.cancels.remove(&(seq, hedge));
         }
@@ -673,7 +718,7 @@ mod tests {
                 round: 1,
             };
             let err = Err(TransportError::new(kind, "x"));
-            let e = c.finish(seq, false, held, ms(40), err, t0);
+            let e = c.finish(seq, false, (held.0, Some(held.1)), ms(40), err, t0);
             assert_eq!(e.report.outcome, AttemptOutcome::Error(kind));
         }
         let r = c.report();
@@ -682,13 +727,13 @@ mod tests {
         assert_eq!(r.last_error, None);
         // A cancelled twin is not even an attempt of the node's.
         let cancelled = AttemptOutcome::Error(ErrorKind::Cancelled);
-        c.account(&cancelled, None, ms(40), 1, None, t0);
+        c.account(&cancelled, None, ms(40), Some(1), None, t0);
         let r = c.report();
         assert_eq!((r.total, r.errors, r.last_latency), (2, 0, Duration::ZERO));
         // A failure of the node's own counts, with its words.
         let detail: Arc<str> = "refused".into();
         let refused = AttemptOutcome::Error(ErrorKind::Connect);
-        c.account(&refused, None, ms(40), 1, Some(&detail), t0);
+        c.account(&refused, None, ms(40), Some(1), Some(&detail), t0);
         let r = c.report();
         assert_eq!((r.total, r.errors, r.last_latency), (3, 1, ms(40)));
         assert_eq!(r.last_error.as_deref(), Some("connect error: refused"));
@@ -711,7 +756,7 @@ mod tests {
             AttemptOutcome::Error(ErrorKind::Deadline),
         ];
         for o in &outcomes {
-            c.account(o, None, ms(10), 1, None, t0);
+            c.account(o, None, ms(10), Some(1), None, t0);
         }
         let (t, _) = c.throttle.as_ref().expect("throttle on");
         assert_eq!(t.counts(t0), (7, 3), "(requests, accepts)");
@@ -745,7 +790,7 @@ mod tests {
         let mut first = c.cancel_switch(seq, false);
         let mut hedge = c.cancel_switch(seq, true);
         let held = c.admit(false, t0).expect("closed");
-        let e = c.finish(seq, false, held, ms(30), ok(200), t0);
+        let e = c.finish(seq, false, (held.0, Some(held.1)), ms(30), ok(200), t0);
         assert_eq!((e.seq, e.hedge), (seq, false));
         assert_eq!(
             first.try_recv(),
@@ -814,9 +859,10 @@ mod tests {
                 seq,
                 hedge,
                 permit,
-                slot,
+                slot: Some(slot),
                 sent,
                 result,
+                end: attempts::End::Answer,
             });
         }
         assert_eq!(c.in_flight(), 2);
@@ -848,7 +894,7 @@ mod tests {
         let mut c = core(10, t0);
         let seq = Seq { task: 5, round: 1 };
         let held = c.admit(false, t0).expect("closed");
-        let done = c.finish(seq, false, held, ms(10), ok(200), t0);
+        let done = c.finish(seq, false, (held.0, Some(held.1)), ms(10), ok(200), t0);
         let r = c.report_leased(done, t0 + ms(10));
         assert_eq!(
             (r.node, r.at, r.leased, r.streams_ended),

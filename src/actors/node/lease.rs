@@ -106,7 +106,7 @@ impl NodeActor {
         {
             // The lease still holds its slot: it counts in flight.
             let in_flight = core.in_flight();
-            core.account(&outcome, permit, latency, in_flight, None, now);
+            core.account(&outcome, permit, latency, Some(in_flight), None, now);
         }
         if end {
             core.lease_ended();

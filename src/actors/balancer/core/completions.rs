@@ -32,6 +32,7 @@ impl Placement {
             done,
             refused,
             leased,
+            held,
             streams_ended,
             load,
             at,
@@ -66,8 +67,11 @@ impl Placement {
         }
         let address = self.nodes.node(i).address.clone();
         // A streamed answer's head keeps its slot until its body ends, a
-        // lease handed out until it is returned.
-        let heads = done.iter().filter(|d| d.report.stream.is_some()).count() + leased as usize;
+        // lease handed out until it is returned, a cut attempt until its
+        // backend is done.
+        let heads = done.iter().filter(|d| d.report.stream.is_some()).count()
+            + leased as usize
+            + held as usize;
         let freed = (done.len().saturating_sub(heads) + refused.len()) as u32 + streams_ended;
         // Every attempt that ended frees its slot; one report for them all.
         self.free_slots(i, freed, Some(load), now);

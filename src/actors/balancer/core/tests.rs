@@ -96,6 +96,7 @@ fn answered(node: u32, task: u64, at: Instant) -> NodeReport {
         }],
         refused: Vec::new(),
         leased: 0,
+        held: 0,
         streams_ended: 0,
         load: LoadReport {
             version: 1,
