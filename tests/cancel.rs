@@ -134,6 +134,45 @@ async fn a_dropped_submission_cancels_its_attempt_and_frees_the_slot() {
     d.shutdown(Duration::ZERO).await;
 }
 
+/// The other way an attempt ends before its answer: its task's deadline.
+/// The backend (one worker, 600 ms a request) goes on serving the cut
+/// request, so the attempt keeps the node's one slot until the backend
+/// answers: the next task waits in the engine's queue, not inside the
+/// backend behind the cut one (freed at the cut, the slot let it in at
+/// once, and under overload such requests piled up inside backends).
+#[actix_rt::test]
+async fn a_cut_attempt_keeps_its_slot_until_the_backend_answers() {
+    use actix_dispatch::{AttemptOutcome, ErrorKind};
+    let b = support::capacity::Capped::start(1, Duration::from_millis(600));
+    let json = format!(
+        r#"{{"services":[{{"name":"svc","timeout":"10s",
+            "endpoints":[{{"address":"{}","max_concurrent":1}}]}}]}}"#,
+        b.url()
+    );
+    let d = Dispatcher::start(Config::from_json(&json).unwrap()).expect("inside a System");
+    let cut = d
+        .submit(Task::get("svc", "/cut/1").deadline_in(Duration::from_millis(100)))
+        .await;
+    assert!(!cut.is_success(), "{cut:?}");
+    assert_eq!(
+        cut.attempts.iter().map(|a| a.outcome).collect::<Vec<_>>(),
+        vec![AttemptOutcome::Error(ErrorKind::Deadline)]
+    );
+    // Answered at 100 ms; the backend answers at 600 ms: the slot is held.
+    let s = d.stats().await;
+    assert_eq!(s.services[0].nodes[0].in_flight, 1, "{:?}", s.services[0]);
+    let next = d.submit(Task::get("svc", "/next/1")).await;
+    assert!(next.is_success(), "{next:?}");
+    // It found the backend's worker free: sent after the cut one ended.
+    assert_eq!(b.waited("next"), 0);
+    assert_eq!((b.served(), b.peak_busy()), (2, 1));
+    let s = stats_until(&d, |s| s.services[0].nodes[0].in_flight == 0).await;
+    let n = &s.services[0].nodes[0];
+    // The cut counts as an attempt, never as the node's error.
+    assert_eq!((n.errors, n.breaker), (0, BreakerStatus::Closed));
+    d.shutdown(Duration::ZERO).await;
+}
+
 /// A streamed task waits for its answer's head in a task of its own: a
 /// caller that leaves before the head cancels it the same way.
 #[actix_rt::test]
