@@ -22,6 +22,8 @@
 //!   own time as the interval). Oldest first is what serves the most tasks
 //!   in time when all have the same time (the newest only serves them
 //!   sooner), so a queue that drains, after a burst, drains in order.
+//!   A queue that has stood three times as long stays newest first until
+//!   it empties: in order, a lull would serve its oldest tasks, late.
 //!   A window after newest first began, the queue keeps only what the
 //!   backends take in one attempt's time ([`DeadlineControl::depth`]): a
 //!   task deeper than that would be served only if arrivals paused, late;
@@ -126,9 +128,11 @@ impl DeadlineControl {
 
     /// Whether to serve the newest first: the queue has stood at least
     /// twice as long as the latest task's time from submission to due, and
-    /// grows.
+    /// grows; or it has stood three times as long (a lull of random
+    /// arrivals in a standing overload, which in order would serve the
+    /// tasks that waited longest, late, before the new ones).
     pub fn lifo(&self, now: Instant) -> bool {
-        self.growing && self.stood(now, STANDING_WINDOWS)
+        (self.growing && self.stood(now, STANDING_WINDOWS)) || self.stood(now, STANDING_WINDOWS + 1)
     }
 
     /// Whether the queue has stood for `windows` times the tasks' time.
@@ -279,10 +283,16 @@ mod tests {
         assert!(c.lifo(t0 + MS * 250));
         // Arrivals stop: the queue drains, oldest first, once a whole
         // period has shown it.
-        for ms in (260..=460).step_by(10) {
+        for ms in (260..=370).step_by(10) {
             turn(&mut c, ms, true, 0);
         }
-        assert!(!c.lifo(t0 + MS * 460));
+        assert!(!c.lifo(t0 + MS * 370));
+        // Standing three windows (375 ms), it is newest first again, grown
+        // or not.
+        assert!(c.lifo(t0 + MS * 375));
+        for ms in (380..=460).step_by(10) {
+            turn(&mut c, ms, true, 0);
+        }
         // Empty once: the count starts anew.
         turn(&mut c, 470, false, 2);
         for ms in (480..=700).step_by(10) {
@@ -298,12 +308,17 @@ mod tests {
         assert!((c.rate().unwrap() - 100.0).abs() < 5.0, "{:?}", c.rate());
         assert_eq!(c.depth(MS * 20, t0 + MS * 855), Some(2));
         assert_eq!(c.depth(MS, t0 + MS * 855), Some(1));
-        // A period without arrivals: in order again, no depth.
+        // A period without arrivals: no depth, but a queue that has stood
+        // three windows stays newest first until it empties (a lull in a
+        // standing overload serves the newest, not the oldest, which have
+        // waited longest).
         for ms in (860..=890).step_by(10) {
             turn(&mut c, ms, true, 0);
         }
-        assert!(!c.lifo(t0 + MS * 890));
+        assert!(c.lifo(t0 + MS * 890));
         assert_eq!(c.depth(MS * 20, t0 + MS * 890), None);
+        turn(&mut c, 900, false, 0);
+        assert!(!c.lifo(t0 + MS * 900), "empty: in order again");
     }
 
     #[test]
