@@ -13,7 +13,9 @@
 //! - **no knee seen** (flat up to the highest level): the limit doubles;
 //! - **every level past the knee**, or not ruled out for a steady service
 //!   time (its levels lie on one line, which fits any `k` up to the lowest
-//!   level): it falls to 60 % of the lowest level, to find a flat one;
+//!   level): it falls to 60 % of the lowest level, to find a flat one,
+//!   unless the service time known from before a change of the backend
+//!   says the lowest is flat (a steady service time only);
 //! - **knee found**: halfway from the fit to the top of its interval,
 //!   rounded up (noise errs towards a request more, never an idle worker).
 //!
@@ -550,6 +552,7 @@ impl LearnedLimit {
             // interval reaches below the lowest level from noise alone.)
             Some(k)
                 if k.low.is_none()
+                    && !self.flat_at(&record, lowest)
                     && (k.k <= f64::from(lowest) + 0.01 || record.cv2() < STEADY_CV2) =>
             {
                 self.phase = Phase::Avoidance;
@@ -596,6 +599,20 @@ impl LearnedLimit {
     fn cut_says_queueing(&self, rtt: Duration) -> bool {
         let secs = rtt.as_secs_f64();
         self.last_rtt.is_some_and(|m| rtt >= m) && self.service.is_none_or(|s| secs >= 2.0 * s)
+    }
+
+    /// Whether `level` of `record`, for a steady service time, answers in
+    /// the service time last known (within 10 %), so has no queue: a flat
+    /// level, the knee at or above it, where the record alone cannot tell
+    /// (a steady service time's levels past the knee lie on one line, which
+    /// any `k` up to the lowest fits). Known from before a change of the
+    /// backend, it saves the window below the knee that would otherwise
+    /// find a flat level. Not for a noisy service time: its fitted service
+    /// time is itself noisy, and a level past the knee can come within it.
+    fn flat_at(&self, record: &Levels, level: u32) -> bool {
+        let mean = record.get(level).map(|a| a.mean);
+        record.cv2() < STEADY_CV2
+            && matches!((self.service, mean), (Some(s), Some(m)) if m <= s * 1.1)
     }
 
     /// How far above the limit a probe goes: far enough that, were the
@@ -890,6 +907,24 @@ mod tests {
             let near = late.iter().filter(|&&x| x <= 6).count();
             assert!(near * 10 >= late.len() * 7, "{exponential}: {late:?}");
         }
+    }
+
+    /// A steady backend that loses half its workers: its levels past the
+    /// new knee lie on one line that any `k` up to the lowest fits, but the
+    /// service time known from before says which level is flat, so the
+    /// limit falls to the new knee and not below it (a window at 1 idled
+    /// one of the two workers).
+    #[test]
+    fn a_known_service_time_keeps_the_limit_off_the_floor_after_a_fall() {
+        let t0 = Instant::now();
+        let mut l = LearnedLimit::with_seed(cfg(), 4, t0);
+        let mut b = Backend::new(4, 20_000.0, false);
+        let run = backlog(&mut l, &mut b, 8, Some((3_000_000, 2)), t0);
+        let after = &run.limits[30..];
+        assert_eq!(below(after, 2), 0.0, "{after:?}");
+        // Within 2 s at the knee, probes a step above aside.
+        assert!(share(&run, 50, 80, 2, 20_000.0) >= 0.97);
+        assert!(run.limits[50..].iter().all(|&x| x <= 3), "{after:?}");
     }
 
     #[test]
