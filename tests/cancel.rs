@@ -1,5 +1,6 @@
 //! A caller that leaves before its answer (issue 23): dropping a
-//! `Submission` cancels its attempt at once, for every task. The backend
+//! `Submission` cancels its attempt at once, for every task (its slot
+//! free once the answer's expected time has passed). The backend
 //! here is a raw socket server that reads each request and never answers,
 //! so only a cancel can end an attempt before its 60 s timeout; it counts
 //! the connections it saw closed. A gateway client that disconnects
@@ -113,7 +114,13 @@ async fn a_dropped_submission_cancels_its_attempt_and_frees_the_slot() {
         "connections closed: {}",
         b.closed()
     );
-    let s = stats_until(&d, |s| s.services[0].queue.cancelled == 15).await;
+    // The slots stay taken for the time their answers were expected to
+    // take (the node's latency estimate: 30 ms, with no answer yet), then
+    // are free.
+    let s = stats_until(&d, |s| {
+        s.services[0].queue.cancelled == 15 && s.services[0].nodes[0].in_flight == 0
+    })
+    .await;
     let (q, n) = (&s.services[0].queue, &s.services[0].nodes[0]);
     assert_eq!(q.cancelled, 15, "{q:?}");
     assert_eq!(q.rejected, 15);
@@ -129,8 +136,11 @@ async fn a_dropped_submission_cancels_its_attempt_and_frees_the_slot() {
     let next = d.submit(Task::get("svc", "/next"));
     assert!(until(|| b.got() == 11).await);
     drop(next);
-    let s = stats_until(&d, |s| s.services[0].queue.cancelled == 16).await;
-    assert_eq!(s.services[0].nodes[0].in_flight, 0);
+    let s = stats_until(&d, |s| {
+        s.services[0].queue.cancelled == 16 && s.services[0].nodes[0].in_flight == 0
+    })
+    .await;
+    assert_eq!(s.services[0].queue.cancelled, 16);
     d.shutdown(Duration::ZERO).await;
 }
 
@@ -242,7 +252,11 @@ mod gateway {
             "backend connections closed: {} of 50",
             b.closed()
         );
-        let s = stats_until(&d, |s| s.services[0].queue.cancelled == 50).await;
+        // Free once the answers' expected time (30 ms) has passed.
+        let s = stats_until(&d, |s| {
+            s.services[0].queue.cancelled == 50 && s.services[0].nodes[0].in_flight == 0
+        })
+        .await;
         let (q, n) = (&s.services[0].queue, &s.services[0].nodes[0]);
         assert_eq!(q.cancelled, 50, "{q:?}");
         assert_eq!(n.in_flight, 0);

@@ -272,6 +272,7 @@ impl NodeActor {
         }
         let job = msg.job;
         let timeout = job.task.attempt_timeout().unwrap_or(core.cfg().timeout);
+        let expected = core.latency_estimate();
         let task_deadline = job.deadline;
         let mut url = String::with_capacity(core.address().len() + job.path().len());
         url.push_str(core.address());
@@ -306,7 +307,7 @@ impl NodeActor {
             .transport
             .as_ref()
             .expect("transport made in started()");
-        let deadline = attempt_deadline(sent, timeout, task_deadline);
+        let deadline = attempt_deadline(sent, timeout, task_deadline, expected);
         if job.task.is_stream() {
             actix::spawn(stream::attempt(
                 self.core.clone(),
@@ -418,6 +419,10 @@ pub(super) struct AttemptDeadline {
     /// The node's own timeout (`at` when it is not `by_task`): a cut
     /// attempt's backend is waited for until then (see `attempts`).
     pub timeout_at: Instant,
+    /// When its answer is expected (the node's latency estimate when it was
+    /// sent; at most `timeout_at`): a cancelled attempt's slot stays taken
+    /// until then (see `attempts`).
+    pub expected_at: Instant,
 }
 
 impl AttemptDeadline {
@@ -442,8 +447,10 @@ fn attempt_deadline(
     sent: Instant,
     timeout: Duration,
     task_deadline: Option<Instant>,
+    expected: Duration,
 ) -> AttemptDeadline {
     let end = time::add(sent, timeout);
+    let expected_at = time::add(sent, expected).min(end);
     match task_deadline {
         Some(d) => {
             let d = d.max(time::add(sent, Duration::from_millis(1)));
@@ -451,12 +458,14 @@ fn attempt_deadline(
                 at: end.min(d),
                 by_task: d < end,
                 timeout_at: end,
+                expected_at,
             }
         }
         None => AttemptDeadline {
             at: end,
             by_task: false,
             timeout_at: end,
+            expected_at,
         },
     }
 }
@@ -617,38 +626,51 @@ mod tests {
             at,
             by_task: false,
             timeout_at: at,
+            expected_at: sent,
         };
         let task = |at| AttemptDeadline {
             at,
             by_task: true,
             timeout_at: end,
+            expected_at: sent,
         };
-        assert_eq!(attempt_deadline(sent, t, None), node(sent + t));
+        assert_eq!(
+            attempt_deadline(sent, t, None, Duration::ZERO),
+            node(sent + t)
+        );
         // The task's deadline still caps it, and says so ...
         let d = sent + Duration::from_millis(300);
-        assert_eq!(attempt_deadline(sent, t, Some(d)), task(d));
+        assert_eq!(attempt_deadline(sent, t, Some(d), Duration::ZERO), task(d));
         assert_eq!(
-            attempt_deadline(sent, t, Some(sent + t * 5)),
+            attempt_deadline(sent, t, Some(sent + t * 5), Duration::ZERO),
             node(sent + t)
         );
         // ... a deadline equal to the timeout is the node's timeout ...
-        assert_eq!(attempt_deadline(sent, t, Some(sent + t)), node(sent + t));
+        assert_eq!(
+            attempt_deadline(sent, t, Some(sent + t), Duration::ZERO),
+            node(sent + t)
+        );
         // ... and a deadline already passed leaves 1 ms, not a panic.
         assert_eq!(
-            attempt_deadline(sent, t, Some(decided)),
+            attempt_deadline(sent, t, Some(decided), Duration::ZERO),
             task(sent + Duration::from_millis(1))
         );
         // Extreme timeouts saturate.
-        assert!(attempt_deadline(sent, Duration::MAX, None).at > sent);
+        assert!(attempt_deadline(sent, Duration::MAX, None, Duration::ZERO).at > sent);
     }
 
     #[test]
     fn a_cut_by_the_tasks_deadline_is_not_a_timeout_of_the_node() {
         let sent = Instant::now();
         let t = Duration::from_secs(1);
-        let cut = attempt_deadline(sent, t, Some(sent + Duration::from_millis(250)));
+        let cut = attempt_deadline(
+            sent,
+            t,
+            Some(sent + Duration::from_millis(250)),
+            Duration::ZERO,
+        );
         assert_eq!(cut.error(sent).kind, ErrorKind::Deadline);
-        let timed_out = attempt_deadline(sent, t, None);
+        let timed_out = attempt_deadline(sent, t, None, Duration::ZERO);
         assert_eq!(timed_out.error(sent).kind, ErrorKind::Timeout);
     }
 }

@@ -156,6 +156,34 @@ impl Attempt {
         })
     }
 
+    /// Its caller left: an explicit cancel. Closing the connection (the
+    /// transport's future dropped) is how a backend hears of it, and one
+    /// that listens stops; one that does not goes on with the request. So
+    /// the slot stays taken for the time the answer was expected to take
+    /// (the node's latency estimate when it was sent), no longer: freed at
+    /// once, every cancel under load let one request more into a backend
+    /// still busy with the one given up, and they piled up inside it.
+    fn cancel_and_hold(&mut self) -> Poll<Finished> {
+        let until = self.deadline.expected_at;
+        if self.send.take().is_none() || until <= Instant::now() {
+            return self.done(Err(caller_left()));
+        }
+        self.tail = true;
+        self.cancel = None;
+        self.expired = false;
+        self.deadline.at = until;
+        self.deadline.by_task = false;
+        Poll::Ready(Finished {
+            seq: self.seq,
+            hedge: self.hedge,
+            permit: self.permit.take(),
+            slot: None,
+            sent: self.sent,
+            result: Err(caller_left()),
+            end: End::Cut,
+        })
+    }
+
     /// Cut by `why` (the task's deadline, a hedged twin's answer): the
     /// task's answer now. The backend, healthy and busy, goes on working on
     /// the request whatever the engine does with the connection (most
@@ -215,9 +243,13 @@ impl Future for Attempt {
             }
         }
         if this.tail {
-            // Nobody waits for this answer: only the node's timeout ends it.
+            // Nobody waits for this answer: only the node's timeout ends it
+            // (or, the request given up, the time it was expected to take).
             if this.expired {
-                let e = this.deadline.error(this.sent);
+                let e = match this.send {
+                    Some(_) => this.deadline.error(this.sent),
+                    None => caller_left(),
+                };
                 return this.done(Err(e));
             }
             return Poll::Pending;
@@ -237,10 +269,7 @@ impl Future for Attempt {
             this.job.reply.poll_abandoned(cx)
         };
         if left {
-            // An explicit cancel: closing the connection is how the backend
-            // learns it (dropping the future closes it), and the slot is
-            // free at once, as a proxy frees it when its client resets.
-            return this.done(Err(caller_left()));
+            return this.cancel_and_hold();
         }
         if this.expired {
             let e = this.deadline.error(this.sent);
@@ -544,6 +573,7 @@ mod tests {
                 at: ms(deadline_ms),
                 by_task: task == 6,
                 timeout_at: if task == 6 { ms(600) } else { ms(deadline_ms) },
+                expected_at: ms(deadline_ms),
             };
             let a = Attempt::new(
                 &Delayed,
@@ -612,6 +642,7 @@ mod tests {
                 at: t0 + Duration::from_millis(100),
                 by_task: false,
                 timeout_at: t0 + Duration::from_millis(100),
+                expected_at: t0 + Duration::from_millis(100),
             },
             Some(rx),
         );
@@ -632,6 +663,7 @@ mod tests {
             at: t0 + Duration::from_secs(10),
             by_task: false,
             timeout_at: t0 + Duration::from_secs(10),
+            expected_at: t0 + Duration::from_millis(300),
         };
         let (stays, leaves, left) = (job(1), job(2), job(3));
         left.reply.abandon();
@@ -656,8 +688,10 @@ mod tests {
             leaves.reply.abandon();
         };
         let ((seen, tails), ()) = futures::join!(run_all(set, t0), leave);
-        // An explicit cancel: no tail.
-        assert_eq!(tails, vec![]);
+        // Answered at once; its slot is held for the 300 ms its answer was
+        // expected to take (its request given up at 100 ms, not the 500 ms
+        // the backend would have answered in).
+        assert_eq!(tails, vec![(2, Err(ErrorKind::Cancelled), 300)]);
         assert_eq!(
             seen,
             vec![

@@ -260,6 +260,12 @@ impl NodeCore {
         }
     }
 
+    /// How long an answer of the node is expected to take: its latency
+    /// estimate (a peak EWMA, which rises at once with a slow answer).
+    pub(super) fn latency_estimate(&self) -> Duration {
+        Duration::from_secs_f64(self.rtt.get_secs().clamp(0.0, 3600.0))
+    }
+
     /// Attempts it may have in flight now.
     pub(super) fn limit(&self) -> u32 {
         match &self.learned {
