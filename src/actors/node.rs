@@ -272,7 +272,7 @@ impl NodeActor {
         }
         let job = msg.job;
         let timeout = job.task.attempt_timeout().unwrap_or(core.cfg().timeout);
-        let expected = core.latency_estimate();
+        let expected = core.latency_estimate_ns();
         let task_deadline = job.deadline;
         let mut url = String::with_capacity(core.address().len() + job.path().len());
         url.push_str(core.address());
@@ -419,13 +419,19 @@ pub(super) struct AttemptDeadline {
     /// The node's own timeout (`at` when it is not `by_task`): a cut
     /// attempt's backend is waited for until then (see `attempts`).
     pub timeout_at: Instant,
-    /// When its answer is expected (the node's latency estimate when it was
-    /// sent; at most `timeout_at`): a cancelled attempt's slot stays taken
-    /// until then (see `attempts`).
-    pub expected_at: Instant,
+    /// How long its answer is expected to take (the node's latency
+    /// estimate when it was sent), in nanoseconds: a cancelled attempt's
+    /// slot stays taken until then, at most until `timeout_at` (see
+    /// `attempts`). Raw, as only a cancel reads it.
+    pub expected_ns: u64,
 }
 
 impl AttemptDeadline {
+    /// When an attempt sent at `sent` is expected to have its answer.
+    pub(super) fn expected_at(&self, sent: Instant) -> Instant {
+        time::add(sent, Duration::from_nanos(self.expected_ns)).min(self.timeout_at)
+    }
+
     /// The error an attempt cut here ends with, `sent` being when it left.
     pub(super) fn error(&self, sent: Instant) -> TransportError {
         let after = self.at.saturating_duration_since(sent);
@@ -447,10 +453,9 @@ fn attempt_deadline(
     sent: Instant,
     timeout: Duration,
     task_deadline: Option<Instant>,
-    expected: Duration,
+    expected_ns: u64,
 ) -> AttemptDeadline {
     let end = time::add(sent, timeout);
-    let expected_at = time::add(sent, expected).min(end);
     match task_deadline {
         Some(d) => {
             let d = d.max(time::add(sent, Duration::from_millis(1)));
@@ -458,14 +463,14 @@ fn attempt_deadline(
                 at: end.min(d),
                 by_task: d < end,
                 timeout_at: end,
-                expected_at,
+                expected_ns,
             }
         }
         None => AttemptDeadline {
             at: end,
             by_task: false,
             timeout_at: end,
-            expected_at,
+            expected_ns,
         },
     }
 }
@@ -626,51 +631,40 @@ mod tests {
             at,
             by_task: false,
             timeout_at: at,
-            expected_at: sent,
+            expected_ns: 0,
         };
         let task = |at| AttemptDeadline {
             at,
             by_task: true,
             timeout_at: end,
-            expected_at: sent,
+            expected_ns: 0,
         };
-        assert_eq!(
-            attempt_deadline(sent, t, None, Duration::ZERO),
-            node(sent + t)
-        );
+        assert_eq!(attempt_deadline(sent, t, None, 0), node(sent + t));
         // The task's deadline still caps it, and says so ...
         let d = sent + Duration::from_millis(300);
-        assert_eq!(attempt_deadline(sent, t, Some(d), Duration::ZERO), task(d));
+        assert_eq!(attempt_deadline(sent, t, Some(d), 0), task(d));
         assert_eq!(
-            attempt_deadline(sent, t, Some(sent + t * 5), Duration::ZERO),
+            attempt_deadline(sent, t, Some(sent + t * 5), 0),
             node(sent + t)
         );
         // ... a deadline equal to the timeout is the node's timeout ...
-        assert_eq!(
-            attempt_deadline(sent, t, Some(sent + t), Duration::ZERO),
-            node(sent + t)
-        );
+        assert_eq!(attempt_deadline(sent, t, Some(sent + t), 0), node(sent + t));
         // ... and a deadline already passed leaves 1 ms, not a panic.
         assert_eq!(
-            attempt_deadline(sent, t, Some(decided), Duration::ZERO),
+            attempt_deadline(sent, t, Some(decided), 0),
             task(sent + Duration::from_millis(1))
         );
         // Extreme timeouts saturate.
-        assert!(attempt_deadline(sent, Duration::MAX, None, Duration::ZERO).at > sent);
+        assert!(attempt_deadline(sent, Duration::MAX, None, 0).at > sent);
     }
 
     #[test]
     fn a_cut_by_the_tasks_deadline_is_not_a_timeout_of_the_node() {
         let sent = Instant::now();
         let t = Duration::from_secs(1);
-        let cut = attempt_deadline(
-            sent,
-            t,
-            Some(sent + Duration::from_millis(250)),
-            Duration::ZERO,
-        );
+        let cut = attempt_deadline(sent, t, Some(sent + Duration::from_millis(250)), 0);
         assert_eq!(cut.error(sent).kind, ErrorKind::Deadline);
-        let timed_out = attempt_deadline(sent, t, None, Duration::ZERO);
+        let timed_out = attempt_deadline(sent, t, None, 0);
         assert_eq!(timed_out.error(sent).kind, ErrorKind::Timeout);
     }
 }

@@ -164,7 +164,7 @@ impl Attempt {
     /// once, every cancel under load let one request more into a backend
     /// still busy with the one given up, and they piled up inside it.
     fn cancel_and_hold(&mut self) -> Poll<Finished> {
-        let until = self.deadline.expected_at;
+        let until = self.deadline.expected_at(self.sent);
         if self.send.take().is_none() || until <= Instant::now() {
             return self.done(Err(caller_left()));
         }
@@ -573,7 +573,7 @@ mod tests {
                 at: ms(deadline_ms),
                 by_task: task == 6,
                 timeout_at: if task == 6 { ms(600) } else { ms(deadline_ms) },
-                expected_at: ms(deadline_ms),
+                expected_ns: 0,
             };
             let a = Attempt::new(
                 &Delayed,
@@ -642,7 +642,7 @@ mod tests {
                 at: t0 + Duration::from_millis(100),
                 by_task: false,
                 timeout_at: t0 + Duration::from_millis(100),
-                expected_at: t0 + Duration::from_millis(100),
+                expected_ns: 0,
             },
             Some(rx),
         );
@@ -663,7 +663,7 @@ mod tests {
             at: t0 + Duration::from_secs(10),
             by_task: false,
             timeout_at: t0 + Duration::from_secs(10),
-            expected_at: t0 + Duration::from_millis(300),
+            expected_ns: 300_000_000,
         };
         let (stays, leaves, left) = (job(1), job(2), job(3));
         left.reply.abandon();

@@ -260,10 +260,11 @@ impl NodeCore {
         }
     }
 
-    /// How long an answer of the node is expected to take: its latency
-    /// estimate (a peak EWMA, which rises at once with a slow answer).
-    pub(super) fn latency_estimate(&self) -> Duration {
-        Duration::from_secs_f64(self.rtt.get_secs().clamp(0.0, 3600.0))
+    /// How long an answer of the node is expected to take, in
+    /// nanoseconds: its latency estimate (a peak EWMA, which rises at once
+    /// with a slow answer). `as` saturates.
+    pub(super) fn latency_estimate_ns(&self) -> u64 {
+        (self.rtt.get_secs() * 1e9) as u64
     }
 
     /// Attempts it may have in flight now.
