@@ -23,7 +23,10 @@
 //!   in time when all have the same time (the newest only serves them
 //!   sooner), so a queue that drains, after a burst, drains in order.
 //!   A queue that has stood three times as long stays newest first until
-//!   it empties: in order, a lull would serve its oldest tasks, late.
+//!   it empties: in order, a lull would serve its oldest tasks, late. For
+//!   the order, "empty" means empty for a whole growth period: a turn that
+//!   happened to send all that was ready is no end of an overload (the
+//!   depth below counts strictly).
 //!   A window after newest first began, the queue keeps only what the
 //!   backends take in one attempt's time ([`DeadlineControl::depth`]): a
 //!   task deeper than that would be served only if arrivals paused, late;
@@ -71,6 +74,12 @@ pub struct DeadlineControl {
     shed_at: Option<Instant>,
     /// Since when tasks have been waiting at every turn's end.
     standing_since: Option<Instant>,
+    /// The same, but for moments empty shorter than a growth period (a
+    /// turn that happened to send all that was ready): the order follows
+    /// this, the depth the strict count.
+    busy_since: Option<Instant>,
+    /// Since when no task has been waiting at a turn's end.
+    empty_since: Option<Instant>,
     /// The time the latest task with a due time had, from submission to due.
     window: Option<Duration>,
     /// Arrivals and sends of the current 25 ms, and since when.
@@ -103,10 +112,18 @@ impl DeadlineControl {
             self.period_sends = 0;
             self.period_start = Some(now);
         }
-        match (waiting, self.standing_since) {
-            (true, None) => self.standing_since = Some(now),
-            (false, _) => self.standing_since = None,
-            _ => {}
+        if waiting {
+            self.empty_since = None;
+            self.standing_since.get_or_insert(now);
+            self.busy_since.get_or_insert(now);
+        } else {
+            self.standing_since = None;
+            // Empty for a moment (a turn that sent what was ready) is no
+            // end of an overload: only a whole growth period empty is.
+            let since = *self.empty_since.get_or_insert(now);
+            if now.saturating_duration_since(since) >= GROWTH_PERIOD {
+                self.busy_since = None;
+            }
         }
         if self.busy >= PERIOD {
             let r = self.sends as f64 / self.busy.as_secs_f64();
@@ -132,12 +149,22 @@ impl DeadlineControl {
     /// arrivals in a standing overload, which in order would serve the
     /// tasks that waited longest, late, before the new ones).
     pub fn lifo(&self, now: Instant) -> bool {
-        (self.growing && self.stood(now, STANDING_WINDOWS)) || self.stood(now, STANDING_WINDOWS + 1)
+        let stood = |windows| Self::stood_since(self.busy_since, self.window, now, windows);
+        (self.growing && stood(STANDING_WINDOWS)) || stood(STANDING_WINDOWS + 1)
     }
 
     /// Whether the queue has stood for `windows` times the tasks' time.
     fn stood(&self, now: Instant, windows: u32) -> bool {
-        match (self.standing_since, self.window) {
+        Self::stood_since(self.standing_since, self.window, now, windows)
+    }
+
+    fn stood_since(
+        since: Option<Instant>,
+        window: Option<Duration>,
+        now: Instant,
+        windows: u32,
+    ) -> bool {
+        match (since, window) {
             (Some(since), Some(w)) => {
                 now.saturating_duration_since(since) >= w.saturating_mul(windows)
             }
@@ -290,35 +317,45 @@ mod tests {
         // Standing three windows (375 ms), it is newest first again, grown
         // or not.
         assert!(c.lifo(t0 + MS * 375));
-        for ms in (380..=460).step_by(10) {
+        for ms in (380..=440).step_by(10) {
             turn(&mut c, ms, true, 0);
         }
-        // Empty once: the count starts anew.
-        turn(&mut c, 470, false, 2);
-        for ms in (480..=700).step_by(10) {
+        // Empty for a moment (a turn that sent all that was ready): the
+        // order holds ...
+        turn(&mut c, 445, false, 0);
+        turn(&mut c, 450, true, 0);
+        assert!(c.lifo(t0 + MS * 450));
+        // ... empty for a whole growth period (25 ms): the count starts anew.
+        turn(&mut c, 455, false, 0);
+        turn(&mut c, 480, false, 2);
+        for ms in (490..=710).step_by(10) {
             turn(&mut c, ms, true, 2);
         }
-        turn(&mut c, 720, true, 2);
-        assert!(!c.lifo(t0 + MS * 729));
-        assert_eq!(c.depth(MS * 20, t0 + MS * 729), None);
-        assert!(c.lifo(t0 + MS * 730));
+        turn(&mut c, 730, true, 2);
+        assert!(!c.lifo(t0 + MS * 739));
+        assert_eq!(c.depth(MS * 20, t0 + MS * 739), None);
+        assert!(c.lifo(t0 + MS * 740));
         // The depth one window later: about one send per 10 ms (100/s, the
-        // lull counted); one attempt of 20 ms: a depth of 2.
-        assert_eq!(c.depth(MS * 20, t0 + MS * 730), None);
+        // lull counted); one attempt of 15 ms: a depth of 2.
+        assert_eq!(c.depth(MS * 15, t0 + MS * 740), None);
         assert!((c.rate().unwrap() - 100.0).abs() < 5.0, "{:?}", c.rate());
-        assert_eq!(c.depth(MS * 20, t0 + MS * 855), Some(2));
-        assert_eq!(c.depth(MS, t0 + MS * 855), Some(1));
-        // A period without arrivals: no depth, but a queue that has stood
-        // three windows stays newest first until it empties (a lull in a
-        // standing overload serves the newest, not the oldest, which have
-        // waited longest).
-        for ms in (860..=890).step_by(10) {
+        assert_eq!(c.depth(MS * 15, t0 + MS * 865), Some(2));
+        assert_eq!(c.depth(MS, t0 + MS * 865), Some(1));
+        // A moment empty ends the depth (its count is strict) ...
+        turn(&mut c, 866, false, 2);
+        turn(&mut c, 867, true, 2);
+        assert_eq!(c.depth(MS * 15, t0 + MS * 867), None);
+        // ... not the order. A period without arrivals: a queue that has
+        // stood three windows stays newest first until it empties (a lull
+        // in a standing overload serves the newest, not the oldest, which
+        // have waited longest).
+        for ms in (870..=900).step_by(10) {
             turn(&mut c, ms, true, 0);
         }
-        assert!(c.lifo(t0 + MS * 890));
-        assert_eq!(c.depth(MS * 20, t0 + MS * 890), None);
-        turn(&mut c, 900, false, 0);
-        assert!(!c.lifo(t0 + MS * 900), "empty: in order again");
+        assert!(c.lifo(t0 + MS * 900));
+        turn(&mut c, 910, false, 0);
+        turn(&mut c, 935, false, 0);
+        assert!(!c.lifo(t0 + MS * 935), "empty: in order again");
     }
 
     #[test]
