@@ -237,22 +237,27 @@ async fn a_refused_stream_is_retried_as_not_sent_on_the_same_connection() {
 ///   180 KB decoded, about 113 KB as HPACK sends it);
 /// - `/slow`: no answer; the reason of the stream's reset is kept;
 /// - `/fast`: `200 for /fast` after 300 ms;
+/// - `/late`: `200 for /late` after 1 s, counted in `late_done` once sent
+///   whole (a stream reset before then is not);
 /// - anything else: `200 for {path}`.
 struct H2 {
     addr: SocketAddr,
     accepted: Arc<AtomicUsize>,
     resets: Arc<Mutex<Vec<String>>>,
+    late_done: Arc<AtomicUsize>,
 }
 
 impl H2 {
     fn start() -> H2 {
         let resets = Arc::new(Mutex::new(Vec::new()));
-        let r = resets.clone();
-        let (addr, accepted) = listen(move |conn, _| serve_h2(conn, r.clone()));
+        let late_done = Arc::new(AtomicUsize::new(0));
+        let (r, l) = (resets.clone(), late_done.clone());
+        let (addr, accepted) = listen(move |conn, _| serve_h2(conn, r.clone(), l.clone()));
         H2 {
             addr,
             accepted,
             resets,
+            late_done,
         }
     }
 
@@ -264,12 +269,13 @@ impl H2 {
     }
 }
 
-async fn serve_h2(conn: TcpStream, resets: Arc<Mutex<Vec<String>>>) {
+async fn serve_h2(conn: TcpStream, resets: Arc<Mutex<Vec<String>>>, late: Arc<AtomicUsize>) {
     let Ok(mut h2) = h2::server::handshake(conn).await else {
         return;
     };
     while let Some(Ok((req, respond))) = h2.accept().await {
-        tokio::task::spawn_local(answer(req.uri().path().to_owned(), respond, resets.clone()));
+        let path = req.uri().path().to_owned();
+        tokio::task::spawn_local(answer(path, respond, resets.clone(), late.clone()));
     }
 }
 
@@ -277,6 +283,7 @@ async fn answer(
     path: String,
     mut respond: h2::server::SendResponse<Bytes>,
     resets: Arc<Mutex<Vec<String>>>,
+    late: Arc<AtomicUsize>,
 ) {
     let _ = match path.as_str() {
         "/big-head" => {
@@ -304,6 +311,14 @@ async fn answer(
         "/fast" => {
             tokio::time::sleep(Duration::from_millis(300)).await;
             ok(&mut respond, "for /fast")
+        }
+        "/late" => {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let sent = ok(&mut respond, "for /late");
+            if sent.is_ok() {
+                late.fetch_add(1, Ordering::SeqCst);
+            }
+            sent
         }
         _ => ok(&mut respond, &format!("for {path}")),
     };
@@ -354,6 +369,31 @@ async fn a_dropped_attempt_resets_only_its_own_stream() {
     assert_eq!(b.resets(), ["CANCEL"]);
     let r = d.submit(Task::get("svc", "/next")).await;
     assert_eq!(body(&r), "for /next");
+    assert_eq!(b.accepted.load(Ordering::SeqCst), 1, "one connection");
+    d.shutdown(Duration::ZERO).await;
+}
+
+/// An attempt cut by its task's deadline answers the task at once but keeps
+/// its stream open and its slot taken until the backend answers (the
+/// backend is still working on it): the stream is not reset, its answer
+/// arrives whole, and only then is the node's one slot free.
+#[actix_rt::test]
+async fn a_cut_attempt_keeps_its_stream_and_slot_until_the_answer() {
+    let b = H2::start();
+    let d = dispatcher(b.addr, 1, 0);
+    let cut = d
+        .submit(Task::get("svc", "/late").deadline_in(Duration::from_millis(100)))
+        .await;
+    let (kind, words) = attempt_error(&cut, 0);
+    assert_eq!(kind, ErrorKind::Deadline, "{words}");
+    // Answered at 100 ms, the backend answers at 1 s: the slot is held.
+    let s = d.stats().await;
+    assert_eq!(s.services[0].nodes[0].in_flight, 1);
+    let next = d.submit(Task::get("svc", "/next")).await;
+    assert_eq!(body(&next), "for /next");
+    // The next task went out once the late answer had come, whole.
+    assert_eq!(b.late_done.load(Ordering::SeqCst), 1);
+    assert!(b.resets().is_empty(), "{:?}", b.resets());
     assert_eq!(b.accepted.load(Ordering::SeqCst), 1, "one connection");
     d.shutdown(Duration::ZERO).await;
 }
