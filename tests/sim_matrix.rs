@@ -14,6 +14,15 @@ use sim::run::{Limit, Scenario};
 
 const LENGTH: Duration = Duration::from_secs(8);
 
+/// The scenario of the matrix called `name`, `length` long.
+fn named(name: &str, length: Duration) -> Scenario {
+    scenarios(length)
+        .into_iter()
+        .map(|(s, _)| s)
+        .find(|s| s.name == name)
+        .expect("in the matrix")
+}
+
 /// The whole matrix for `seed`.
 async fn matrix(seed: u64) -> Vec<(Scenario, Row)> {
     let mut rows = Vec::new();
@@ -135,10 +144,7 @@ async fn the_matrix_meets_the_overload_targets() {
 /// The same seed gives the same run, task by task.
 #[actix_rt::test(system = "sim::PausedSystem")]
 async fn a_run_is_deterministic() {
-    let (s, _) = scenarios(Duration::from_secs(3))
-        .into_iter()
-        .find(|(s, _)| s.name == "mixed/exp/2x")
-        .expect("in the matrix");
+    let s = named("mixed/exp/2x", Duration::from_secs(3));
     let a = sim::run::run_engine(&s, Limit::Auto, 7).await;
     let b = sim::run::run_engine(&s, Limit::Auto, 7).await;
     assert_eq!(a.records, b.records);
@@ -233,22 +239,6 @@ async fn one_scenario() {
         }
         let limits: Vec<_> = e.limits.iter().step_by(5).map(|(_, l)| l.clone()).collect();
         println!("limits every 500 ms {limits:?}");
-        for sec in 0..8 {
-            let mut l: Vec<u128> = e
-                .records
-                .iter()
-                .filter(|r| r.kind == sim::run::Kind::Success && r.at.as_secs() == sec)
-                .map(|r| (r.done - r.at).as_millis())
-                .collect();
-            l.sort();
-            if let (Some(p50), Some(p99)) = (l.get(l.len() / 2), l.get(l.len() * 99 / 100)) {
-                println!(
-                    "second {sec}: {} served, p50 {p50} ms, p99 {p99} ms",
-                    l.len()
-                );
-            }
-        }
-        println!("queue {:?}", e.stats.queue);
         if let Ok(path) = std::env::var("SIM_DUMP") {
             let lines: Vec<String> = e.records.iter().map(|r| format!("{r:?}")).collect();
             std::fs::write(path, lines.join("\n")).expect("the dump is written");
@@ -273,10 +263,7 @@ async fn one_scenario() {
 /// refused or shed, and what is served is served within about that.
 #[actix_rt::test(system = "sim::PausedSystem")]
 async fn a_service_latency_target_sheds_tasks_without_deadlines() {
-    let (mut s, _) = scenarios(Duration::from_secs(4))
-        .into_iter()
-        .find(|(s, _)| s.name == "equal/exp/4x")
-        .expect("in the matrix");
+    let mut s = named("equal/exp/4x", Duration::from_secs(4));
     s.deadline = None;
     s.extra = r#","queue":{"slo":"250ms"}"#.into();
     let e = sim::run::run_engine(&s, Limit::Auto, 5).await;
@@ -298,10 +285,7 @@ async fn a_service_latency_target_sheds_tasks_without_deadlines() {
 /// empty for a whole growth period.
 #[actix_rt::test(system = "sim::PausedSystem")]
 async fn a_moment_empty_does_not_turn_a_standing_queue_back_to_oldest_first() {
-    let (mut s, _) = scenarios(LENGTH)
-        .into_iter()
-        .find(|(s, _)| s.name == "equal/fixed/2x")
-        .expect("in the matrix");
+    let mut s = named("equal/fixed/2x", LENGTH);
     s.deadline = None;
     s.extra = r#","queue":{"slo":"250ms"},"concurrency":{"initial":2}"#.into();
     let e = sim::run::run_engine(&s, Limit::Auto, 1).await;

@@ -168,20 +168,7 @@ impl Attempt {
         if self.send.take().is_none() || until <= Instant::now() {
             return self.done(Err(caller_left()));
         }
-        self.tail = true;
-        self.cancel = None;
-        self.expired = false;
-        self.deadline.at = until;
-        self.deadline.by_task = false;
-        Poll::Ready(Finished {
-            seq: self.seq,
-            hedge: self.hedge,
-            permit: self.permit.take(),
-            slot: None,
-            sent: self.sent,
-            result: Err(caller_left()),
-            end: End::Cut,
-        })
+        self.into_tail(until, caller_left())
     }
 
     /// Cut by `why` (the task's deadline, a hedged twin's answer): the
@@ -197,10 +184,18 @@ impl Attempt {
         if self.send.is_none() {
             return self.done(Err(why));
         }
+        let until = self.deadline.timeout_at;
+        self.into_tail(until, why)
+    }
+
+    /// Answers the task with `why` and keeps the slot in a tail that ends
+    /// at `until` at the latest (earlier if the request, still out, is
+    /// answered).
+    fn into_tail(&mut self, until: Instant, why: TransportError) -> Poll<Finished> {
         self.tail = true;
         self.cancel = None;
         self.expired = false;
-        self.deadline.at = self.deadline.timeout_at;
+        self.deadline.at = until;
         self.deadline.by_task = false;
         Poll::Ready(Finished {
             seq: self.seq,

@@ -277,9 +277,10 @@ impl NodeCore {
 
     /// Teaches the learned limit (if any) what an attempt that ended after
     /// `latency` says; `in_flight` counts it. Pushback (429, 503) lowers the
-    /// limit; an attempt cut by the task's deadline ran at least that long;
-    /// what says nothing about the node (cancelled, not sent, a body error)
-    /// is no sample.
+    /// limit; a streamed attempt cut by the task's deadline ran at least
+    /// that long (any other cut attempt teaches it from its tail, with the
+    /// backend's answer); what says nothing about the node (cancelled, not
+    /// sent, a body error) is no sample.
     fn learn(&mut self, outcome: &AttemptOutcome, latency: Duration, in_flight: u32, now: Instant) {
         let Some(l) = &mut self.learned else {
             return;
