@@ -168,7 +168,7 @@ impl Attempt {
         if self.send.take().is_none() || until <= Instant::now() {
             return self.done(Err(caller_left()));
         }
-        self.into_tail(until, caller_left())
+        self.begin_tail(until, caller_left())
     }
 
     /// Cut by `why` (the task's deadline, a hedged twin's answer): the
@@ -185,13 +185,13 @@ impl Attempt {
             return self.done(Err(why));
         }
         let until = self.deadline.timeout_at;
-        self.into_tail(until, why)
+        self.begin_tail(until, why)
     }
 
     /// Answers the task with `why` and keeps the slot in a tail that ends
     /// at `until` at the latest (earlier if the request, still out, is
     /// answered).
-    fn into_tail(&mut self, until: Instant, why: TransportError) -> Poll<Finished> {
+    fn begin_tail(&mut self, until: Instant, why: TransportError) -> Poll<Finished> {
         self.tail = true;
         self.cancel = None;
         self.expired = false;
