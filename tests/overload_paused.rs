@@ -254,7 +254,7 @@ async fn a_learned_limit_grows_to_what_the_backend_takes() {
     // settles on its 8 workers.
     assert_eq!(
         limits,
-        vec![2, 2, 2, 2, 4, 8, 16, 16, 8, 9, 8, 8, 8, 8, 8, 8, 8, 8, 8, 9, 8, 8, 8, 8, 8, 8]
+        vec![2, 2, 2, 2, 4, 8, 16, 16, 8, 9, 8, 8, 8, 8, 8, 8, 8, 8, 9, 8, 8, 8, 8, 8, 8, 8]
     );
     assert_eq!(b.counts(0).peak_inside, 16);
     d.shutdown(Duration::from_secs(1)).await;

@@ -20,10 +20,14 @@
 //!   rounded up (noise errs towards a request more, never an idle worker).
 //!
 //! Once a `probe_interval` a short window runs a step above (as large as
-//! the record's spread needs), so a backend that gained workers is seen. A
-//! level whose latencies differ from its record or the fit by 4 standard
-//! errors (of the record's pooled spread) and 20 % (30 %) means the backend
-//! changed: the record is dropped and the limit moves by Little's law.
+//! the record's spread needs), so a backend that gained workers is seen.
+//! Past the knee every answer of a probe waits in the backend, so it takes
+//! as few answers as that spread allows (8 for a steady service time, up
+//! to 32). A level whose latencies differ from its record or the fit by 3
+//! standard errors (of the record's pooled spread, or either side's own if
+//! larger) and 20 % (30 %) means the backend changed, as does, for a steady
+//! service time, a level expected to queue that answers in the service
+//! time: the record is dropped and the limit moves by Little's law.
 //! Pushback (429, 503), a window mostly of timeouts, and attempts cut by
 //! their task's deadline after a mean's time (counted as timeouts) multiply
 //! it by `backoff`.
@@ -55,8 +59,9 @@ const MIN_WINDOW_SAMPLES: u32 = 32;
 const MAX_WINDOW_SAMPLES: u32 = 64;
 /// A level's record keeps at most this many samples' weight.
 const LEVEL_CAP: f64 = 512.0;
-/// Answers a probe's window takes.
+/// Answers a probe's window takes at most, and at least.
 const PROBE_SAMPLES: u32 = 32;
+const MIN_PROBE_SAMPLES: u32 = 8;
 /// A record whose pooled squared coefficient of variation is below this
 /// has a steady service time.
 const STEADY_CV2: f64 = 0.05;
@@ -373,7 +378,7 @@ impl LearnedLimit {
         }
         // A probe's window is half as long: it costs latency while it runs.
         let needed = match self.probe {
-            Some(_) => PROBE_SAMPLES,
+            Some(p) => self.probe_samples(p),
             None => (2 * self.limit()).clamp(MIN_WINDOW_SAMPLES, MAX_WINDOW_SAMPLES),
         };
         let long = now.saturating_duration_since(self.window_start) >= MAX_WINDOW;
@@ -489,7 +494,10 @@ impl LearnedLimit {
         fresh.merge(&w.latencies);
         let changed = self
             .expected(level)
-            .filter(|(old, rel)| old.differs(&fresh, 3.0, *rel, self.levels.cv2()))
+            .filter(|(old, rel)| {
+                old.differs(&fresh, 3.0, *rel, self.levels.cv2())
+                    || self.grew_flat(old.mean, fresh.mean)
+            })
             .map(|(old, _)| old);
         if let Some(old) = changed {
             // The backend changed: what was known is stale, this level's
@@ -615,6 +623,32 @@ impl LearnedLimit {
             && matches!((self.service, mean), (Some(s), Some(m)) if m <= s * 1.1)
     }
 
+    /// Whether a level expected to answer in `expected` (a queue above
+    /// the service time) answered in `fresh`, within the service time, for
+    /// a steady service time: the backend gained workers. The means alone
+    /// cannot always tell: one request more than the knee makes only one
+    /// answer in `k + 1` wait, and a probe's few answers spread that wide.
+    fn grew_flat(&self, expected: f64, fresh: f64) -> bool {
+        self.levels.cv2() < STEADY_CV2
+            && self
+                .service
+                .is_some_and(|s| fresh <= s * 1.05 && expected > s * 1.1)
+    }
+
+    /// Answers a probe's window at `probe` takes: as many as its mean needs
+    /// to stand 3.5 standard errors (of the record's pooled spread) from
+    /// the queue the step adds, were the limit at the knee; between 8 and
+    /// 32. A steady service time tells one request more from a few answers,
+    /// and every answer of a probe past the knee waits in the backend.
+    fn probe_samples(&self, probe: u32) -> u32 {
+        let rise = (f64::from(probe) / f64::from(self.limit.max(1))).ln();
+        if rise <= 0.0 {
+            return PROBE_SAMPLES;
+        }
+        let n = (3.5 * self.levels.cv2().sqrt() / rise).powi(2).ceil();
+        (n as u32).clamp(MIN_PROBE_SAMPLES, PROBE_SAMPLES)
+    }
+
     /// How far above the limit a probe goes: far enough that, were the
     /// backend to serve it all at once now, the mean of a probe's window
     /// would stand 3.5 standard errors below the queue it had before (the
@@ -629,16 +663,17 @@ impl LearnedLimit {
     }
 
     /// What the latencies at `level` should be, and by how much more than
-    /// 4 standard errors they must differ to mean a change of the backend:
-    /// its record (20 %), or else what the fitted knee predicts (taken as
-    /// exact; 30 %, the fit's own error aside). Four, not two or three:
-    /// the sample variance of a heavy-tailed service time is itself low
-    /// more often than not.
+    /// 3 standard errors they must differ to mean a change of the backend:
+    /// its record once it has a fit's worth of samples (20 %), or else what
+    /// the fitted knee predicts (taken as exact; 30 %, the fit's own error
+    /// aside). The errors are of the largest spread of the record's pooled
+    /// one and either side's own: the sample variance of a heavy-tailed
+    /// service time is itself low more often than not.
     fn expected(&self, level: u32) -> Option<(Acc, f64)> {
         if let Some(a) = self
             .levels
             .get(level)
-            .filter(|a| a.n >= f64::from(MIN_WINDOW_SAMPLES))
+            .filter(|a| a.n >= crate::algo::knee::MIN_SAMPLES)
         {
             return Some((*a, 0.2));
         }
@@ -760,6 +795,9 @@ mod tests {
         answers: Vec<u64>,
         /// The limit at the end of each 100 ms.
         limits: Vec<u32>,
+        /// Answers per 100 ms that took over 1.5 times the mean service
+        /// time (waited for a worker, for a fixed service time).
+        waited: Vec<u64>,
     }
 
     /// A backlog that always fills the limit, for `secs`; `change` sets the
@@ -775,6 +813,7 @@ mod tests {
         let mut run = Run {
             answers: vec![0; (secs * 10) as usize],
             limits: vec![0; (secs * 10) as usize],
+            waited: vec![0; (secs * 10) as usize],
         };
         let mut pending: BinaryHeap<Reverse<(u64, u64)>> = BinaryHeap::new();
         let mut in_flight = 0;
@@ -792,6 +831,9 @@ mod tests {
                 }
             }
             run.answers[(at / 100_000) as usize] += 1;
+            if (at - from) as f64 > 1.5 * b.mean_us {
+                run.waited[(at / 100_000) as usize] += 1;
+            }
             let now = t0 + Duration::from_micros(at);
             l.on_sample(
                 Duration::from_micros(at - from),
@@ -839,6 +881,26 @@ mod tests {
         let k = l.knee().unwrap();
         assert!((k.k - 4.0).abs() < 0.2, "{k:?}");
         assert_eq!(l.base_rtt().map(|d| d.as_millis()), Some(20));
+    }
+
+    /// A probe a step above the knee makes one answer in `k + 1` wait for
+    /// a worker while it runs: for a steady service time it needs few
+    /// answers to tell, so it runs briefly (8 answers, not 32: 5 % of the
+    /// answers wait, not 17 %).
+    #[test]
+    fn a_steady_backends_probes_make_few_answers_wait() {
+        let t0 = Instant::now();
+        let mut l = LearnedLimit::with_seed(cfg(), 1, t0);
+        let mut b = Backend::new(2, 20_000.0, false);
+        let run = backlog(&mut l, &mut b, 20, None, t0);
+        let answers: u64 = run.answers[20..].iter().sum();
+        let waited: u64 = run.waited[20..].iter().sum();
+        assert!(
+            waited * 100 <= answers * 8,
+            "{waited} of {answers} answers waited: {:?}",
+            &run.limits[20..]
+        );
+        assert!(share(&run, 20, 200, 2, 20_000.0) >= 0.97);
     }
 
     #[test]

@@ -1,8 +1,17 @@
 //! Modelled backends: `k` workers each with a FIFO queue inside, a
 //! service-time distribution, a capacity that changes at chosen times,
 //! errors and hangs. Served to the engine as its [`Transport`].
+//!
+//! A request's service time is its task's own (common random numbers): it
+//! is drawn from the run's seed, the request's path and how many times that
+//! path was sent before, not from the order the backend sees requests in.
+//! The oracle draws the same time for the same task, so the engine and the
+//! oracle are compared on the same work, not on different luck (a
+//! heavy-tailed service's few long draws would otherwise land in different
+//! bursts of the two runs).
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +55,18 @@ impl ServiceTime {
         let mut v: Vec<Duration> = (0..100_000).map(|_| self.draw(&mut rng)).collect();
         v.sort();
         v[99_000].as_secs_f64() * 1000.0
+    }
+
+    /// The service time of the `n`th send (from 0) of the request for
+    /// `path` in a run seeded `seed`.
+    pub fn of_task(&self, seed: u64, path: &str, n: u32) -> Duration {
+        // FNV-1a: stable across Rust releases, unlike std's hasher.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in path.bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        let key = seed ^ h ^ u64::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.draw(&mut SmallRng::seed_from_u64(key))
     }
 
     /// One draw.
@@ -129,6 +150,9 @@ struct Model {
     workers: Arc<Semaphore>,
     rng: RefCell<SmallRng>,
     counts: Rc<RefCell<BackendCounts>>,
+    seed: u64,
+    /// Sends so far of each path, over all backends.
+    sends: Rc<RefCell<HashMap<String, u32>>>,
 }
 
 /// The backends of one run, addressed `http://127.0.0.1:{20000 + i}/` (never
@@ -147,6 +171,7 @@ impl Backends {
     /// The models for `specs`, their randomness from `seed`. Starts the
     /// capacity changes (each a timer on the current runtime's clock).
     pub fn start(specs: &[BackendSpec], seed: u64) -> Rc<Backends> {
+        let sends = Rc::new(RefCell::new(HashMap::new()));
         let models = specs
             .iter()
             .enumerate()
@@ -156,6 +181,8 @@ impl Backends {
                     workers: Arc::new(Semaphore::new(s.workers as usize)),
                     rng: RefCell::new(SmallRng::seed_from_u64(seed ^ (0x9E37 * (i as u64 + 1)))),
                     counts: Rc::default(),
+                    seed,
+                    sends: sends.clone(),
                 })
             })
             .collect::<Vec<_>>();
@@ -185,6 +212,15 @@ impl Backends {
     /// The endpoint address of backend `i`.
     pub fn address(i: usize) -> String {
         format!("http://127.0.0.1:{}/", 20000 + i)
+    }
+
+    /// The path of a request to one of the addresses, without its leading
+    /// slashes (`task/7` for `http://127.0.0.1:20000/task/7`).
+    pub fn path_of(url: &str) -> &str {
+        let rest = url.strip_prefix("http://").unwrap_or(url);
+        rest.find('/')
+            .map_or("", |i| &rest[i..])
+            .trim_start_matches('/')
     }
 
     /// What backend `i` saw.
@@ -237,14 +273,18 @@ impl Drop for Inside {
 }
 
 impl Transport for SimTransport {
-    fn send(
-        &self,
-        _req: HttpRequest,
-    ) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
+    fn send(&self, req: HttpRequest) -> LocalBoxFuture<'static, Result<HttpReply, TransportError>> {
         let m = self.model.clone();
         let (service, status, hang) = {
+            let path = Backends::path_of(&req.url);
+            let n = {
+                let mut sends = m.sends.borrow_mut();
+                let n = sends.entry(path.to_string()).or_insert(0);
+                *n += 1;
+                *n - 1
+            };
+            let service = m.spec.service.of_task(m.seed, path, n);
             let mut rng = m.rng.borrow_mut();
-            let service = m.spec.service.draw(&mut rng);
             let hang = m.spec.hang_rate > 0.0 && rng.random::<f64>() < m.spec.hang_rate;
             let error = m.spec.error_rate > 0.0 && rng.random::<f64>() < m.spec.error_rate;
             (service, if error { 500 } else { 200 }, hang)

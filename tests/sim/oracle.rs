@@ -10,9 +10,6 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
-use rand::rngs::SmallRng;
-use rand::SeedableRng;
-
 use super::load::Arrival;
 use super::model::BackendSpec;
 use super::run::{Kind, Record};
@@ -27,9 +24,6 @@ pub fn run(
     let mean = specs.iter().map(|s| s.service.mean_secs()).sum::<f64>() / specs.len() as f64;
     let queue_timeout =
         deadline.map(|d| d.saturating_sub(Duration::from_secs_f64(mean)).max(d / 10));
-    let mut rngs: Vec<SmallRng> = (0..specs.len())
-        .map(|i| SmallRng::seed_from_u64(seed ^ (0x5151 * (i as u64 + 1))))
-        .collect();
     let mut busy = vec![0u32; specs.len()];
     // Completions: (time, backend, record index).
     let mut done: BinaryHeap<Reverse<(Duration, usize, usize)>> = BinaryHeap::new();
@@ -83,7 +77,8 @@ pub fn run(
                 records[i].done = now;
                 continue;
             }
-            let s = specs[b].service.draw(&mut rngs[b]);
+            // The task's own service time, as the engine's run draws it.
+            let s = specs[b].service.of_task(seed, &i.to_string(), 0);
             busy[b] += 1;
             records[i].done = now + s;
             records[i].kind = Kind::Success;
