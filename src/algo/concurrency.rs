@@ -235,8 +235,10 @@ pub struct LearnedLimit {
     /// The limit outside probes.
     limit: u32,
     phase: Phase,
-    /// The level of the probe running, if any.
+    /// The level of the probe running, if any, and the answers its window
+    /// takes.
     probe: Option<u32>,
+    probe_needed: u32,
     /// Samples of requests sent before this judge another level (or the
     /// burst that filled it); `None` until the first answer.
     epoch: Option<Instant>,
@@ -283,6 +285,7 @@ impl LearnedLimit {
             rng,
             phase: Phase::SlowStart,
             probe: None,
+            probe_needed: PROBE_SAMPLES,
             epoch: None,
             draining: false,
             window_start: now,
@@ -378,7 +381,7 @@ impl LearnedLimit {
         }
         // A probe's window is half as long: it costs latency while it runs.
         let needed = match self.probe {
-            Some(p) => self.probe_samples(p),
+            Some(_) => self.probe_needed,
             None => (2 * self.limit()).clamp(MIN_WINDOW_SAMPLES, MAX_WINDOW_SAMPLES),
         };
         let long = now.saturating_duration_since(self.window_start) >= MAX_WINDOW;
@@ -589,6 +592,7 @@ impl LearnedLimit {
             self.phase = Phase::Probe;
             let at = self.limit + self.probe_step();
             self.set_level(self.limit, Some(at), now);
+            self.probe_needed = self.probe_samples(self.probe.unwrap_or(at));
             return;
         }
         if next != level || probing {
