@@ -132,8 +132,9 @@ pub fn run(cli: &Cli) -> Result<Report, String> {
     });
     rep.note(format!(
         "The real engine (actors and pure modules, one arbiter) on tokio's paused clock, each \
-         run in a System of its own; modelled backends (k workers, a FIFO queue inside, service \
-         time drawn from the seed); open-loop arrivals drawn from the seed; every task carries \
+         run in a System of its own; modelled backends (k workers, a FIFO queue inside, each \
+         task's service time drawn from the seed and the task, the same in the oracle's run); \
+         open-loop arrivals drawn from the seed; every task carries \
          a {} ms deadline. Oracle: `tests/sim/oracle.rs` (maxconn = the true workers, following \
          changes; a central queue, critical first; timeout queue = deadline less the mean \
          service time). Goodput: successes within the deadline. p99: successes that arrived \

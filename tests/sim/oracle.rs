@@ -3,7 +3,9 @@
 //! each backend's worker count: `maxconn` = the true workers (following
 //! capacity changes as they happen), a central queue served critical first
 //! then oldest first, `timeout queue` = the deadline less the mean service
-//! time, least connections among the backends with a free worker. A
+//! time, least connections among the backends with a free worker. Each
+//! task takes the service time the engine's run draws for it
+//! ([`ServiceTime::of_task`](super::model::ServiceTime::of_task)). A
 //! discrete-event simulation, exact and instant.
 
 use std::cmp::Reverse;
