@@ -120,11 +120,10 @@ fn misses(rows: &[(Scenario, Row)]) -> (Vec<String>, Vec<String>) {
 async fn the_matrix_meets_the_overload_targets() {
     let (mut target, mut floor) = (Vec::new(), Vec::new());
     let mut rows_all = Vec::new();
-    // `SIM_SEEDS=3,4,5` runs other seeds (a tool: the figures below are
-    // for seeds 1 and 2).
-    let seeds: Vec<u64> = std::env::var("SIM_SEEDS").map_or(vec![1, 2], |s| {
-        s.split(',').filter_map(|x| x.trim().parse().ok()).collect()
-    });
+    // `SIM_SEEDS=3,4,5` or `SIM_SEEDS=1-120` runs other seeds (a tool:
+    // the figures below are for seeds 1 and 2; many seeds show how often a
+    // class misses, in the summary printed last).
+    let seeds = std::env::var("SIM_SEEDS").map_or(vec![1, 2], |s| parse_seeds(&s));
     for seed in seeds {
         let rows = matrix(seed).await;
         let (t, f) = misses(&rows);
@@ -138,12 +137,38 @@ async fn the_matrix_meets_the_overload_targets() {
         target.len(),
         target.join("\n")
     );
+    println!("{}", sim::matrix::spread(&rows_all, &target));
     assert!(
         floor.is_empty(),
         "{} below the floor:\n{}",
         floor.len(),
         floor.join("\n")
     );
+}
+
+/// Seeds from `3,4,5`, `1-120` or both (`1-10,15`); what does not parse
+/// is left out.
+fn parse_seeds(s: &str) -> Vec<u64> {
+    s.split(',')
+        .flat_map(|part| {
+            let part = part.trim();
+            let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+            let range = match (lo.trim().parse::<u64>(), hi.trim().parse::<u64>()) {
+                // At most 10 000 seeds a part: a typo is not a day's run.
+                (Ok(lo), Ok(hi)) if lo <= hi => Some(lo..=hi.min(lo.saturating_add(9_999))),
+                _ => None,
+            };
+            range.into_iter().flatten()
+        })
+        .collect()
+}
+
+#[test]
+fn seeds_parse_from_lists_and_ranges() {
+    assert_eq!(parse_seeds("3,4,5"), vec![3, 4, 5]);
+    assert_eq!(parse_seeds("1-4, 9"), vec![1, 2, 3, 4, 9]);
+    assert_eq!(parse_seeds("x,7,5-3, 2 - 2"), vec![7, 2]);
+    assert_eq!(parse_seeds("1-99999999").len(), 10_000);
 }
 
 /// The same seed gives the same run, task by task.

@@ -202,6 +202,45 @@ pub fn table(rows: &[Row]) -> String {
     out
 }
 
+/// Per scenario over every seed run: the goodput ratio's least, tenth
+/// percentile and mean, and how many seeds missed a target (`short`: the
+/// lines of the targets missed, each starting with `scenario (seed`).
+pub fn spread(rows: &[Row], short: &[String]) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for r in rows {
+        if !names.contains(&r.scenario.as_str()) {
+            names.push(&r.scenario);
+        }
+    }
+    let mut out = String::from(
+        "| scenario | seeds | goodput ratio: least / 10th pct / mean | seeds short of a target |\n|---|---|---|---|\n",
+    );
+    for name in names {
+        let mut ratios: Vec<f64> = rows
+            .iter()
+            .filter(|r| r.scenario == name)
+            .map(Row::goodput_ratio)
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        let prefix = format!("{name} (seed ");
+        let mut seeds: Vec<&str> = short
+            .iter()
+            .filter_map(|l| l.strip_prefix(prefix.as_str()))
+            .filter_map(|l| l.split(')').next())
+            .collect();
+        seeds.dedup();
+        let mean = ratios.iter().sum::<f64>() / ratios.len().max(1) as f64;
+        out.push_str(&format!(
+            "| {name} | {} | {:.3} / {:.3} / {mean:.3} | {} |\n",
+            ratios.len(),
+            ratios.first().copied().unwrap_or(f64::NAN),
+            ratios.get(ratios.len() / 10).copied().unwrap_or(f64::NAN),
+            seeds.len(),
+        ));
+    }
+    out
+}
+
 /// The deadline every matrix task carries.
 pub const DEADLINE: Duration = Duration::from_millis(250);
 
