@@ -224,9 +224,14 @@ async fn one_scenario() {
     let _ = env_logger::builder().is_test(true).try_init();
     let want = std::env::var("SIM_ONE").unwrap_or_default();
     let seed = std::env::var("SIM_SEED").map_or(1, |s| s.parse().unwrap_or(1));
-    for (s, _) in scenarios(LENGTH) {
+    for (mut s, _) in scenarios(LENGTH) {
         if s.name != want {
             continue;
+        }
+        // `SIM_EXTRA=',"concurrency":{"min":4}'` adds members to the
+        // service's config (each starting with a comma).
+        if let Ok(extra) = std::env::var("SIM_EXTRA") {
+            s.extra = extra;
         }
         // `SIM_LIMIT=true` runs the engine with each backend's true
         // worker count as its limit instead of `"auto"`.
@@ -250,8 +255,14 @@ async fn one_scenario() {
             }
             v
         };
-        println!("engine good per 500 ms {:?}", good(&e.records));
-        println!("oracle good per 500 ms {:?}", good(&o));
+        let (eg, og) = (good(&e.records), good(&o));
+        println!("engine good per 500 ms {eg:?}");
+        println!("oracle good per 500 ms {og:?}");
+        let (eg, og): (u32, u32) = (eg.iter().sum(), og.iter().sum());
+        println!(
+            "goodput {eg} / {og}: {:.3} of the oracle's",
+            f64::from(eg) / f64::from(og.max(1))
+        );
         for sec in 0..LENGTH.as_secs() {
             let mut l: Vec<u128> = e
                 .records
