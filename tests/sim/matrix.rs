@@ -204,8 +204,8 @@ pub fn table(rows: &[Row]) -> String {
 
 /// Per scenario over every seed run: the goodput ratio's least, tenth
 /// percentile and mean, and how many seeds missed a target (`short`: the
-/// lines of the targets missed, each starting with `scenario (seed`).
-pub fn spread(rows: &[Row], short: &[String]) -> String {
+/// scenario and seed of each target missed; a row may miss several).
+pub fn spread(rows: &[Row], short: &[(&str, u64)]) -> String {
     let mut names: Vec<&str> = Vec::new();
     for r in rows {
         if !names.contains(&r.scenario.as_str()) {
@@ -222,13 +222,11 @@ pub fn spread(rows: &[Row], short: &[String]) -> String {
             .map(Row::goodput_ratio)
             .collect();
         ratios.sort_by(f64::total_cmp);
-        let prefix = format!("{name} (seed ");
-        let mut seeds: Vec<&str> = short
+        let seeds: std::collections::BTreeSet<u64> = short
             .iter()
-            .filter_map(|l| l.strip_prefix(prefix.as_str()))
-            .filter_map(|l| l.split(')').next())
+            .filter(|(n, _)| *n == name)
+            .map(|&(_, seed)| seed)
             .collect();
-        seeds.dedup();
         let mean = ratios.iter().sum::<f64>() / ratios.len().max(1) as f64;
         out.push_str(&format!(
             "| {name} | {} | {:.3} / {:.3} / {mean:.3} | {} |\n",
