@@ -186,7 +186,18 @@ impl Levels {
             .map(|(l, a)| (*l, a))
     }
 
-    /// Fits the knee; `None` with fewer than two levels known.
+    /// The squared coefficient of variation of the service time itself:
+    /// the larger of the pooled one and the lowest level's. Past the knee
+    /// an answer's latency is mostly its wait behind others, so its spread
+    /// is small, yet a window's mean there moves with the service times
+    /// of the answers before it: the noise of the service, not of the
+    /// latencies. The lowest level queues least, so its spread is the
+    /// service's own.
+    pub fn service_cv2(&self) -> f64 {
+        let lowest = self.known().next().map_or(0.0, |(_, a)| a.cv2());
+        self.cv2().max(lowest)
+    }
+
     /// The squared coefficient of variation of all the levels' samples
     /// together (0 with none): a level's own, from few samples, is often
     /// too small for a skewed service time.
@@ -361,6 +372,20 @@ mod tests {
         let few = acc(0.040, 0.0, 8);
         assert!(f.differs(&few, 3.0, 0.15, 0.0));
         assert!(!f.differs(&few, 3.0, 0.15, 9.0));
+    }
+
+    #[test]
+    fn the_service_spread_is_the_lowest_levels_when_queueing_hides_it() {
+        // A noisy service time (a CV of 1.5) answered flat at 2; past the
+        // knee the wait behind others makes the latencies spread little.
+        let mut l = Levels::default();
+        l.merge(2, &acc(0.020, 1.5, 32), 512.0);
+        l.merge(6, &acc(0.060, 0.1, 480), 512.0);
+        assert!(l.cv2() < 0.2, "{}", l.cv2());
+        assert!((l.service_cv2() - 2.25).abs() < 0.1, "{}", l.service_cv2());
+        // A steady one stays steady.
+        let f = levels(&[(4, 0.020), (6, 0.030)], 0.0, 64);
+        assert_eq!(f.service_cv2(), f.cv2());
     }
 
     #[test]
