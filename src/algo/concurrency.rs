@@ -748,14 +748,22 @@ mod tests {
         assert!(bad(|c| c.probe_jitter = -0.1).contains("probe_jitter"));
     }
 
-    /// A backend of `slots` workers (changed at chosen times) with a FIFO
-    /// queue in front, service times fixed or exponential (seeded).
-    struct Backend {
-        mean_us: f64,
-        exponential: bool,
+    /// How a modelled backend's service times are drawn (seeded), all of
+    /// mean `mean_us`.
+    #[derive(Clone, Copy)]
+    enum Service {
+        Fixed,
+        Exponential,
         /// One answer in ten takes 5.5 times the mean, the rest half of
         /// it (a cache miss, a slow query): a CV of 1.5.
-        bimodal: bool,
+        Bimodal,
+    }
+
+    /// A backend of `slots` workers (changed at chosen times) with a FIFO
+    /// queue in front.
+    struct Backend {
+        mean_us: f64,
+        service: Service,
         rng: SmallRng,
         slots: usize,
         /// When each busy worker frees, and requests waiting (sent at).
@@ -764,24 +772,32 @@ mod tests {
 
     impl Backend {
         fn new(slots: usize, mean_us: f64, exponential: bool) -> Self {
+            let service = if exponential {
+                Service::Exponential
+            } else {
+                Service::Fixed
+            };
+            Self::with(slots, mean_us, service, 42)
+        }
+
+        fn with(slots: usize, mean_us: f64, service: Service, seed: u64) -> Self {
             Backend {
                 mean_us,
-                exponential,
-                bimodal: false,
-                rng: SmallRng::seed_from_u64(42),
+                service,
+                rng: SmallRng::seed_from_u64(seed),
                 slots,
                 busy: BinaryHeap::new(),
             }
         }
 
         fn service(&mut self) -> u64 {
-            let x = if self.exponential {
-                -self.mean_us * (1.0 - self.rng.random::<f64>()).ln()
-            } else if self.bimodal {
-                let slow = self.rng.random::<f64>() < 0.1;
-                self.mean_us * if slow { 5.5 } else { 0.5 }
-            } else {
-                self.mean_us
+            let x = match self.service {
+                Service::Exponential => -self.mean_us * (1.0 - self.rng.random::<f64>()).ln(),
+                Service::Bimodal => {
+                    let slow = self.rng.random::<f64>() < 0.1;
+                    self.mean_us * if slow { 5.5 } else { 0.5 }
+                }
+                Service::Fixed => self.mean_us,
             };
             x.max(1.0) as u64
         }
@@ -978,9 +994,7 @@ mod tests {
         {
             let t0 = Instant::now();
             let mut l = LearnedLimit::with_seed(cfg(), seed, t0);
-            let mut b = Backend::new(slots, 20_000.0, false);
-            b.bimodal = true;
-            b.rng = SmallRng::seed_from_u64(seed);
+            let mut b = Backend::with(slots, 20_000.0, Service::Bimodal, seed);
             let run = backlog(&mut l, &mut b, 20, None, t0);
             changes += run.cleared;
             let got = share(&run, 20, 200, slots, 20_000.0);
