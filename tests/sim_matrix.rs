@@ -189,6 +189,76 @@ fn seeds_parse_from_lists_and_ranges() {
     assert_eq!(parse_seeds("1-99999999").len(), 1000);
 }
 
+/// Two workers kept busy from 0 to 6 s by a service of slow and fast
+/// answers in turns of 500 ms: four of 110 ms and six of 10 ms, then fifty
+/// of 10 ms (a mean of 16.7 ms). Each task starts as it arrives; on worker
+/// 1 the tasks of `idle` are refused instead of served.
+fn busy_pool(idle: std::ops::Range<Duration>) -> Vec<sim::run::Record> {
+    use sim::run::{Kind, Record};
+    let ms = Duration::from_millis;
+    let mut out = Vec::new();
+    for worker in 0..2 {
+        let mut t = Duration::ZERO;
+        for turn in 0..12 {
+            let services = if turn % 2 == 0 {
+                [vec![ms(110); 4], vec![ms(10); 6]].concat()
+            } else {
+                vec![ms(10); 50]
+            };
+            for service in services {
+                let refused = worker == 1 && idle.contains(&t);
+                out.push(Record {
+                    at: t,
+                    done: if refused { t } else { t + service },
+                    kind: if refused {
+                        Kind::Refused
+                    } else {
+                        Kind::Success
+                    },
+                    critical: false,
+                    service,
+                });
+                t += service;
+            }
+        }
+    }
+    out
+}
+
+/// Settling is judged by the work delivered in time, not by the answers
+/// counted: a pool that keeps every worker busy has settled, though its
+/// 500 ms of slow answers hold a third of the mean's count; one that
+/// leaves a worker idle for a second after the change has not.
+#[test]
+fn settle_counts_work_not_answers() {
+    use sim::run::settle_time;
+    let (s, length) = (Duration::from_secs, Duration::from_secs(6));
+    let dl = Some(DEADLINE);
+    // Capacity: 2 workers over the mean service time (1000 ms / 60 tasks).
+    let capacity = 2.0 * 60.0;
+    let none = Duration::ZERO..Duration::ZERO;
+    assert_eq!(
+        settle_time(&busy_pool(none), dl, s(2), capacity, length),
+        Some(Duration::from_millis(500))
+    );
+    // The first window at 0.9 of capacity: 2.9 s to 3.4 s (a tenth of a
+    // second of one worker idle, 95 %).
+    let gap = busy_pool(s(2)..s(3));
+    assert_eq!(
+        settle_time(&gap, dl, s(2), capacity, length),
+        Some(Duration::from_millis(1400))
+    );
+    // A window whose arrivals bring less than the target is held to them.
+    let quiet: Vec<_> = busy_pool(Duration::ZERO..Duration::ZERO)
+        .into_iter()
+        .filter(|r| r.at < s(2) || r.at >= s(3))
+        .collect();
+    assert_eq!(
+        settle_time(&quiet, dl, s(2), capacity, length),
+        Some(Duration::from_millis(500))
+    );
+}
+
 /// The same seed gives the same run, task by task.
 #[actix_rt::test(system = "sim::PausedSystem")]
 async fn a_run_is_deterministic() {

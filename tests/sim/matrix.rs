@@ -263,7 +263,7 @@ pub fn scenarios(length: Duration) -> Vec<(Scenario, Option<f64>)> {
             }
         }
     }
-    for svc in [SERVICES[0], SERVICES[1]] {
+    for svc in SERVICES {
         for f in [0.5, 2.0] {
             let s = scenario(
                 Pool::Equal,

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::load::Arrival;
 use super::model::BackendSpec;
-use super::run::{Kind, Record};
+use super::run::{own_service, Kind, Record};
 
 /// Runs the oracle over `arrivals` (sorted by time).
 pub fn run(
@@ -32,11 +32,13 @@ pub fn run(
     let mut queues: [VecDeque<usize>; 2] = [VecDeque::new(), VecDeque::new()];
     let mut records: Vec<Record> = arrivals
         .iter()
-        .map(|a| Record {
+        .enumerate()
+        .map(|(i, a)| Record {
             at: a.at,
             done: a.at,
             kind: Kind::Refused,
             critical: a.critical,
+            service: own_service(specs, seed, i),
         })
         .collect();
     let mut next = 0;
