@@ -23,10 +23,16 @@ fn named(name: &str, length: Duration) -> Scenario {
         .expect("in the matrix")
 }
 
-/// The whole matrix for `seed`.
+/// The whole matrix for `seed`; with `SIM_ONLY=cap x,bursts` (a tool, like
+/// `SIM_SEEDS`) only the scenarios whose name holds one of the parts.
 async fn matrix(seed: u64) -> Vec<(Scenario, Row)> {
+    let only = std::env::var("SIM_ONLY").unwrap_or_default();
+    let wanted = |name: &str| only.is_empty() || only.split(',').any(|p| name.contains(p));
     let mut rows = Vec::new();
     for (s, change) in scenarios(LENGTH) {
+        if !wanted(&s.name) {
+            continue;
+        }
         let row = run_row(&s, Limit::Auto, seed, change).await;
         rows.push((s, row));
     }
