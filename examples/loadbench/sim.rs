@@ -140,7 +140,9 @@ pub fn run(cli: &Cli) -> Result<Report, String> {
          service time). Goodput: successes within the deadline. Critical served: of the critical tasks whose own \
          service time fits the deadline (a Pareto service has a few that do not). p99: successes that arrived \
          from 3 s (half the run when shorter) to 0.5 s before the end. Settle: from the \
-         capacity change until goodput stays within 0.9 of min(offered, new capacity). \
+         capacity change until goodput stays within 0.9 of min(offered, new capacity), \
+         counted in work (each success in time adds its own service time; a count of answers \
+         swings with a noisy service's slow ones). \
          'Default' is the engine with no max_concurrent set.",
         DEADLINE.as_millis()
     ));
