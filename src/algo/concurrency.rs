@@ -488,7 +488,7 @@ impl LearnedLimit {
             // at most a fifth of the time. A noisy service's probe needs
             // many answers, and on a small backend they come slowly.
             let ran = now.saturating_duration_since(self.probe_start);
-            self.next_probe = self.next_probe.max(time::add(now, ran.saturating_mul(4)));
+            self.next_probe = self.next_probe.max(time::add(now, time::mul(ran, 4)));
         }
         if w.timeouts * 2 > w.outcomes() {
             // Mostly timeouts: the node hangs; back off as on pushback.
