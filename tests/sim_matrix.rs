@@ -318,7 +318,12 @@ async fn one_scenario() {
     let _ = env_logger::builder().is_test(true).try_init();
     let want = std::env::var("SIM_ONE").unwrap_or_default();
     let seed = std::env::var("SIM_SEED").map_or(1, |s| s.parse().unwrap_or(1));
-    for (mut s, _) in scenarios(LENGTH) {
+    // `SIM_SECS=10` runs the scenario as long as `loadbench sim` does.
+    let length = std::env::var("SIM_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(LENGTH, |s: u64| Duration::from_secs(s.clamp(1, 120)));
+    for (mut s, _) in scenarios(length) {
         if s.name != want {
             continue;
         }
@@ -342,7 +347,7 @@ async fn one_scenario() {
             seed,
         );
         let good = |rs: &[sim::run::Record]| {
-            let mut v = vec![0; 2 * LENGTH.as_secs() as usize + 2];
+            let mut v = vec![0; 2 * length.as_secs() as usize + 2];
             for r in rs {
                 if r.kind == sim::run::Kind::Success && r.done - r.at <= DEADLINE {
                     v[(r.done.as_millis() / 500) as usize] += 1;
@@ -358,7 +363,7 @@ async fn one_scenario() {
             "goodput {eg} / {og}: {:.3} of the oracle's",
             f64::from(eg) / f64::from(og.max(1))
         );
-        for sec in 0..LENGTH.as_secs() {
+        for sec in 0..length.as_secs() {
             let mut l: Vec<u128> = e
                 .records
                 .iter()
