@@ -1079,7 +1079,8 @@ mod tests {
     /// its noise in one window; every request of the step waits in the
     /// backend while it runs (on mixed/bimodal/bursts in the simulator, the
     /// 8-worker backend held 18 to 20 in flight). Half again at most, and
-    /// a doubled backend is still seen (the test after the next).
+    /// a doubled backend is still seen
+    /// (`settles_within_two_seconds_after_capacity_doubles`).
     #[test]
     fn a_noisy_backends_probes_go_half_the_limit_above_it_at_most() {
         let t0 = Instant::now();
@@ -1144,11 +1145,13 @@ mod tests {
     }
 
     /// The same for a noisy service time: after the halving, 2 and 3 in
-    /// flight read as one line from noise (19 and 31 ms on
-    /// mixed/exp/0.7x, seed 27, in the simulator), and the limit fell to 1
+    /// flight can read as one line from noise, and the limit falls to 1
     /// for 32 answers, a third of a second at half the backend. Over 12
     /// seeds, slots at 1: 5.3 % (7.5 % when only a steady service time's
-    /// lowest level could be known flat).
+    /// lowest level could be known flat). Only a known service time helps:
+    /// on mixed/exp/0.7x, seed 27, in the simulator, the 2-worker backend
+    /// fell to 1 after levels 2 and 3 read 19 and 31 ms, with no service
+    /// time known since its record was last cleared.
     #[test]
     fn a_known_service_time_keeps_a_noisy_backends_limit_off_the_floor_too() {
         let (mut below_knee, mut served) = (0.0, 0.0);
