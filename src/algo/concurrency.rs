@@ -19,7 +19,8 @@
 //! - **knee found**: halfway from the fit to the top of its interval,
 //!   rounded up (noise errs towards a request more, never an idle worker).
 //!
-//! Once a `probe_interval` a short window runs a step above (as large as
+//! Once a `probe_interval` (half of it for a steady service time, whose
+//! probes cost less, below) a short window runs a step above (as large as
 //! the record's spread needs, at most half the limit again), so a backend
 //! that gained workers is seen;
 //! after one that bound, the next waits at least four times as long as it
@@ -28,7 +29,10 @@
 //! backend).
 //! Past the knee every answer of a probe waits in the backend, so it takes
 //! as few answers as that spread allows (8 for a steady service time, up
-//! to 32). A level whose latencies differ from its record or the fit by 3
+//! to 32). A steady service time's probe ends at its first answer that
+//! waited for a worker (longer than the service time by 3.5 of its
+//! spreads, and by 10 % at least): at the knee only the step makes one
+//! wait, and a backend that gained workers makes none. A level whose latencies differ from its record or the fit by 3
 //! standard errors (of the service time's spread, or either side's own if
 //! larger) and 20 % (30 %) means the backend changed, as does, for a steady
 //! service time, a level expected to queue that answers in the service
@@ -70,6 +74,9 @@ const MIN_PROBE_SAMPLES: u32 = 8;
 /// A record whose pooled squared coefficient of variation is below this
 /// has a steady service time.
 const STEADY_CV2: f64 = 0.05;
+/// An answer of a probe this many service times long (a steady service
+/// time's spread is under 0.22 of it: 3.4 of those) waited for a worker.
+const QUEUED_IN_PROBE: f64 = 1.1;
 /// Pushback cuts are at least this far apart.
 const MIN_CUT_GAP: Duration = Duration::from_millis(10);
 /// Largest accepted `max`.
@@ -98,7 +105,8 @@ impl Default for LearnedLimitConfig {
     /// backend within a few windows), `backoff: 0.9` (AIMD's),
     /// `probe_interval: 1 s`, `probe_jitter: 0.15` (Envoy's). A probe is
     /// one short window a step above the limit: one a second sees a
-    /// doubled backend within two seconds.
+    /// doubled backend within two seconds. For a steady service time the
+    /// interval is halved: its probe ends at the first answer that waited.
     fn default() -> Self {
         LearnedLimitConfig {
             min: 1,
@@ -367,6 +375,17 @@ impl LearnedLimit {
             self.epoch = Some(now);
             return None;
         }
+        if kind == SampleKind::Success && self.queued_in_probe(rtt) {
+            log::trace!("learned limit: probe ended by an answer of {rtt:?}");
+            // The step waits in the backend: it gained no worker. Run on,
+            // the probe would make one answer wait each round.
+            let ran = now.saturating_duration_since(self.probe_start);
+            self.next_probe = self.next_probe.max(time::add(now, time::mul(ran, 4)));
+            let before = self.limit();
+            self.phase = Phase::Avoidance;
+            self.set_level(self.limit, None, now);
+            return (self.limit() != before).then_some(self.limit());
+        }
         let kind = match kind {
             SampleKind::Cut if self.cut_says_queueing(rtt) => SampleKind::Timeout,
             SampleKind::Cut => return None,
@@ -454,12 +473,21 @@ impl LearnedLimit {
         self.window = Window::default();
     }
 
+    /// When the next probe is due: a `probe_interval` (with its jitter)
+    /// from `now`, half of it for a steady service time, whose probe ends
+    /// at its first answer that waited (about two answers wait a fraction
+    /// of a service time each, where a noisy one's whole window may wait).
     fn draw_probe_time(&mut self, now: Instant) -> Instant {
         let j = self.config.probe_jitter;
         let factor = if j > 0.0 {
             self.rng.random_range(1.0 - j..=1.0 + j)
         } else {
             1.0
+        };
+        let factor = if self.known_steady() {
+            factor / 2.0
+        } else {
+            factor
         };
         time::add(now, self.config.probe_interval.mul_f64(factor))
     }
@@ -628,6 +656,31 @@ impl LearnedLimit {
     fn cut_says_queueing(&self, rtt: Duration) -> bool {
         let secs = rtt.as_secs_f64();
         self.last_rtt.is_some_and(|m| rtt >= m) && self.service.is_none_or(|s| secs >= 2.0 * s)
+    }
+
+    /// Whether the record shows a steady service time on enough answers
+    /// that a skewed one would have shown its slow answers (one in ten
+    /// slow: all of 128 fast one time in a million), with a service time
+    /// known.
+    fn known_steady(&self) -> bool {
+        let samples: f64 = self.levels.known().map(|(_, a)| a.n).sum();
+        self.service.is_some()
+            && samples >= f64::from(4 * MIN_WINDOW_SAMPLES)
+            && self.levels.cv2() < STEADY_CV2
+    }
+
+    /// Whether an answer that took `rtt` while a probe runs waited in the
+    /// backend for a whole service time, for a steady service time: at the
+    /// knee only the probe's step can make it wait, so the probe has found
+    /// no gain, and ends at once (its window would have made one answer in
+    /// `k + 1` wait a service time each round). A backend that gained
+    /// workers answers every request in the service time.
+    fn queued_in_probe(&self, rtt: Duration) -> bool {
+        let lowest = self.levels.known().next().map_or(0.0, |(_, a)| a.cv2());
+        let over = (1.0 + 3.5 * lowest.sqrt()).max(QUEUED_IN_PROBE);
+        self.probe.is_some()
+            && self.known_steady()
+            && self.service.is_some_and(|s| rtt.as_secs_f64() > s * over)
     }
 
     /// Whether `level` of `record` answers in the service time last known
@@ -978,6 +1031,48 @@ mod tests {
             &run.limits[20..]
         );
         assert!(share(&run, 20, 200, 2, 20_000.0) >= 0.97);
+    }
+
+    /// A steady service time's probe ends at its first answer that
+    /// waited for a worker, so probes run twice as often at the same cost:
+    /// about two answers waiting a fraction of a service time each. (Run to
+    /// its 8 answers, a probe makes one answer in `k + 1` wait each round:
+    /// nearly four per probe here.)
+    #[test]
+    fn a_steady_backends_probe_ends_at_its_first_answer_that_waited() {
+        let t0 = Instant::now();
+        let mut l = LearnedLimit::with_seed(cfg(), 1, t0);
+        let mut b = Backend::new(4, 20_000.0, false);
+        let run = backlog(&mut l, &mut b, 20, None, t0);
+        let waited: u64 = run.waited[20..].iter().sum();
+        assert!(run.probes >= 30, "{} probes in 20 s", run.probes);
+        assert!(
+            waited * 10 <= u64::from(run.probes) * 25,
+            "{waited} answers waited in {} probes",
+            run.probes
+        );
+        assert!(share(&run, 20, 200, 4, 20_000.0) >= 0.97);
+    }
+
+    /// Probing twice as often, a steady backend that doubles is seen
+    /// within 0.5 s on average, 0.7 s at most, wherever in the probes'
+    /// cycle it happens (0.75 s and 1.2 s probing once a second).
+    #[test]
+    fn a_steady_backend_that_doubles_is_seen_within_two_probe_intervals() {
+        let mut seen = Vec::new();
+        for phase in 0..12u64 {
+            let t0 = Instant::now();
+            let mut l = LearnedLimit::with_seed(cfg(), phase, t0);
+            let mut b = Backend::new(4, 20_000.0, false);
+            let when = 3_000_000 + phase * 83_000;
+            let run = backlog(&mut l, &mut b, 8, Some((when, 8)), t0);
+            let from = (when / 100_000) as usize + 1;
+            let at = run.limits[from..].iter().position(|&x| x >= 8);
+            seen.push(at.map_or(99, |slots| slots + 1));
+        }
+        let mean = seen.iter().sum::<usize>() as f64 / 12.0;
+        assert!(mean <= 5.5, "seen after {seen:?} (100 ms)");
+        assert!(seen.iter().all(|&s| s <= 8), "seen after {seen:?} (100 ms)");
     }
 
     #[test]
