@@ -21,7 +21,9 @@
 //!
 //! Per level and contender, over the tasks whose intended start falls after
 //! the level's warm-up: goodput (successes within the SLO, `--slo-ms`, per
-//! second), p50 and p99 of the successes, p99 of the time to refuse, the
+//! second), p50 and p99 of the successes (of the tasks that started an SLO
+//! or more before the level's end: later ones may be served in the drain
+//! after the arrivals stop), p99 of the time to refuse, the
 //! number of refusals; all of them per priority class too. Every latency is
 //! measured from the task's intended start. A task unanswered after
 //! `patience` is given up by the client (counted, never good).
@@ -451,14 +453,21 @@ impl Tally {
         }
     }
 
-    /// Counts a task that started inside the measured window.
-    pub(crate) fn add(&mut self, s: &Sample, slo: Duration) {
+    /// Counts a task that started inside the measured window; its latency,
+    /// if it succeeded, only when it started by `until`. A task that
+    /// started within its time of the level's end may be served in the
+    /// drain after the arrivals stop, late but still in time: its latency
+    /// tells what a lull does, not what the load does (the simulator's p99
+    /// leaves out the end too).
+    pub(crate) fn add(&mut self, s: &Sample, slo: Duration, until: Duration) {
         self.sent += 1;
         match s.answer {
             Answer::Success => {
                 self.ok += 1;
                 self.good += u64::from(s.latency <= slo);
-                record(&mut self.ok_hist, s.latency);
+                if s.intended <= until {
+                    record(&mut self.ok_hist, s.latency);
+                }
             }
             Answer::Refused => {
                 self.refused += 1;
@@ -562,10 +571,11 @@ fn summarize(name: &str, level: &Level, run: &LevelRun, peak: u64, p: &Params) -
     let mut all = Tally::new();
     let mut by: Vec<(Class, Tally)> = level.parts.iter().map(|c| (c.0, Tally::new())).collect();
     let mut refused_late = 0;
+    let until = p.duration.saturating_sub(p.slo);
     for s in run.samples.iter().filter(|s| s.intended >= p.warmup) {
-        all.add(s, p.slo);
+        all.add(s, p.slo, until);
         if let Some((_, t)) = by.iter_mut().find(|(c, _)| *c == s.class) {
-            t.add(s, p.slo);
+            t.add(s, p.slo, until);
         }
         if s.answer == Answer::Refused && s.intended >= late_from {
             refused_late += 1;
@@ -806,7 +816,8 @@ pub async fn run(cli: &Cli) -> Result<Report, String> {
     rep.note(format!(
         "Open loop: each contender gets the levels in order, {secs} s each, on schedule (latency \
          from each task's intended start); figures count the tasks that started after the first \
-         {:.1} s of each level. Capacity: {BACKENDS} backends x {WORKERS} workers / {SERVICE_MS} ms \
+         {:.1} s of each level; the success p50 and p99, those that started an SLO or more before \
+         its end (later ones may be served in the drain after the arrivals stop). Capacity: {BACKENDS} backends x {WORKERS} workers / {SERVICE_MS} ms \
          = {capacity:.0} tasks/s, the rest queueing inside the backends. Goodput: successes within \
          {} ms per second. Refused: the engine's rejections, HAProxy's 503 (its queue timeout), \
          tower's Overloaded. The client gives a task up after {:.0} s (dropping its handle: the engine cuts the task's attempt, while the backend may still be working on it). \

@@ -31,7 +31,8 @@
 //!
 //! Measured over the tasks whose intended start comes after the warm-up:
 //! goodput (successes within the deadline from the intended start) and its
-//! ratio to HAProxy's, p99 of the successes, refusals, the share of the
+//! ratio to HAProxy's, p99 of the successes (those that started a deadline
+//! or more before the end), refusals, the share of the
 //! critical tasks served in time, and for `change` the time goodput takes
 //! to settle after each change (the simulator's `settle_time`, against
 //! what HAProxy delivered after that change) and the goodput per 500 ms.
@@ -512,10 +513,11 @@ fn summarize(
     let secs = length.saturating_sub(k.warmup).as_secs_f64();
     let mut all = Tally::new();
     let mut crit = Tally::new();
+    let until = length.saturating_sub(DEADLINE);
     for s in run.samples.iter().filter(|s| s.intended >= k.warmup) {
-        all.add(s, DEADLINE);
+        all.add(s, DEADLINE, until);
         if s.class == Class::Critical {
-            crit.add(s, DEADLINE);
+            crit.add(s, DEADLINE, until);
         }
     }
     // Against the nominal capacity here; against what HAProxy delivered,
