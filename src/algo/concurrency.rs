@@ -379,8 +379,7 @@ impl LearnedLimit {
             log::trace!("learned limit: probe ended by an answer of {rtt:?}");
             // The step waits in the backend: it gained no worker. Run on,
             // the probe would make one answer wait each round.
-            let ran = now.saturating_duration_since(self.probe_start);
-            self.next_probe = self.next_probe.max(time::add(now, time::mul(ran, 4)));
+            self.space_next_probe(now);
             let before = self.limit();
             self.phase = Phase::Avoidance;
             self.set_level(self.limit, None, now);
@@ -473,6 +472,13 @@ impl LearnedLimit {
         self.window = Window::default();
     }
 
+    /// After a probe that held requests past the knee until `now`: the
+    /// next waits at least four times as long as it ran.
+    fn space_next_probe(&mut self, now: Instant) {
+        let ran = now.saturating_duration_since(self.probe_start);
+        self.next_probe = self.next_probe.max(time::add(now, time::mul(ran, 4)));
+    }
+
     /// When the next probe is due: a `probe_interval` (with its jitter)
     /// from `now`, half of it for a steady service time, whose probe ends
     /// at its first answer that waited (about two answers wait a fraction
@@ -516,8 +522,7 @@ impl LearnedLimit {
             // A probe that bound held requests past the knee while it ran:
             // at most a fifth of the time. A noisy service's probe needs
             // many answers, and on a small backend they come slowly.
-            let ran = now.saturating_duration_since(self.probe_start);
-            self.next_probe = self.next_probe.max(time::add(now, time::mul(ran, 4)));
+            self.space_next_probe(now);
         }
         if w.timeouts * 2 > w.outcomes() {
             // Mostly timeouts: the node hangs; back off as on pushback.
