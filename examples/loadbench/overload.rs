@@ -425,6 +425,17 @@ async fn pace_until(intended: Instant) {
 
 // === impl Tally ===
 
+/// The latest intended start whose success latency counts: an SLO (or
+/// deadline) `slo` before the end of a level of `length`, so the drain
+/// after the arrivals stop is left out; the whole level when that would
+/// leave nothing after the `warmup` (a short smoke level, a long SLO).
+pub(crate) fn latency_until(length: Duration, slo: Duration, warmup: Duration) -> Duration {
+    match length.checked_sub(slo) {
+        Some(until) if until > warmup => until,
+        _ => length,
+    }
+}
+
 /// Counts and latencies of one class (or all) of one level.
 pub(crate) struct Tally {
     sent: u64,
@@ -571,7 +582,7 @@ fn summarize(name: &str, level: &Level, run: &LevelRun, peak: u64, p: &Params) -
     let mut all = Tally::new();
     let mut by: Vec<(Class, Tally)> = level.parts.iter().map(|c| (c.0, Tally::new())).collect();
     let mut refused_late = 0;
-    let until = p.duration.saturating_sub(p.slo);
+    let until = latency_until(p.duration, p.slo, p.warmup);
     for s in run.samples.iter().filter(|s| s.intended >= p.warmup) {
         all.add(s, p.slo, until);
         if let Some((_, t)) = by.iter_mut().find(|(c, _)| *c == s.class) {

@@ -513,7 +513,7 @@ fn summarize(
     let secs = length.saturating_sub(k.warmup).as_secs_f64();
     let mut all = Tally::new();
     let mut crit = Tally::new();
-    let until = length.saturating_sub(DEADLINE);
+    let until = crate::overload::latency_until(length, DEADLINE, k.warmup);
     for s in run.samples.iter().filter(|s| s.intended >= k.warmup) {
         all.add(s, DEADLINE, until);
         if s.class == Class::Critical {
