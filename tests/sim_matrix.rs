@@ -446,3 +446,60 @@ async fn a_moment_empty_does_not_turn_a_standing_queue_back_to_oldest_first() {
         "{summary:?} {o:?}"
     );
 }
+
+/// Where a scenario's goodput goes with `"auto"` against each backend's
+/// true worker count as its limit, over seeds: `SIM_ONE=mixed/bimodal/bursts
+/// SIM_SEEDS=1-20 cargo test --release --test sim_matrix limit_against_workers
+/// -- --ignored --nocapture`. For each: goodput against the oracle's, tasks
+/// shed and failed, and each backend's limit over its workers in the 100 ms
+/// samples (from 1 s on) where it was full (its attempts in flight at its
+/// limit or at its workers).
+#[actix_rt::test(system = "sim::PausedSystem")]
+#[ignore = "a tool: prints where the learned limit stands against the truth"]
+async fn limit_against_workers() {
+    let want = std::env::var("SIM_ONE").unwrap_or_default();
+    let seeds = std::env::var("SIM_SEEDS").map_or(vec![1, 2], |s| parse_seeds(&s));
+    let Some((s, _)) = scenarios(LENGTH).into_iter().find(|(s, _)| s.name == want) else {
+        println!("no scenario {want:?} in the matrix");
+        return;
+    };
+    for limit in [Limit::Auto, Limit::True] {
+        let (mut good, mut oracle, mut shed, mut failed) = (0, 0, 0, 0);
+        let mut full = vec![(0u32, 0f64); s.backends.len()];
+        for &seed in &seeds {
+            let e = sim::run::run_engine(&s, limit, seed).await;
+            let o = sim::oracle::run(
+                &s.backends,
+                &sim::run::arrivals_of(&s, seed),
+                s.deadline,
+                seed,
+            );
+            good += sim::run::summary(&e.records, s.deadline, s.length).goodput;
+            oracle += sim::run::summary(&o, s.deadline, s.length).goodput;
+            shed += e.stats.queue.shed;
+            failed += e.stats.queue.failed;
+            for ((t, limits), in_flight) in e.limits.iter().zip(&e.in_flight) {
+                if *t < Duration::from_secs(1) {
+                    continue;
+                }
+                for (i, b) in s.backends.iter().enumerate() {
+                    let workers = b.workers_at(*t);
+                    let (l, f) = (limits[i], in_flight[i]);
+                    if f >= l || f >= workers {
+                        full[i].0 += 1;
+                        full[i].1 += f64::from(l) / f64::from(workers.max(1));
+                    }
+                }
+            }
+        }
+        let ratios: Vec<String> = full
+            .iter()
+            .map(|(n, sum)| format!("{:.2}", sum / f64::from((*n).max(1))))
+            .collect();
+        println!(
+            "{want} {limit:?}, seeds {seeds:?}: goodput {good} / oracle {oracle} = {:.3}; \
+             shed {shed}, failed {failed}; limit over workers while full {ratios:?}",
+            good as f64 / oracle.max(1) as f64
+        );
+    }
+}
