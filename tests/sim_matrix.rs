@@ -340,12 +340,7 @@ async fn one_scenario() {
             _ => Limit::Auto,
         };
         let e = sim::run::run_engine(&s, limit, seed).await;
-        let o = sim::oracle::run(
-            &s.backends,
-            &sim::run::arrivals_of(&s, seed),
-            s.deadline,
-            seed,
-        );
+        let o = sim::run::run_oracle(&s, seed);
         let good = |rs: &[sim::run::Record]| {
             let mut v = vec![0; 2 * length.as_secs() as usize + 2];
             for r in rs {
@@ -468,12 +463,7 @@ async fn limit_against_workers() {
         let mut full = vec![(0u32, 0f64); s.backends.len()];
         for &seed in &seeds {
             let e = sim::run::run_engine(&s, limit, seed).await;
-            let o = sim::oracle::run(
-                &s.backends,
-                &sim::run::arrivals_of(&s, seed),
-                s.deadline,
-                seed,
-            );
+            let o = sim::run::run_oracle(&s, seed);
             good += sim::run::summary(&e.records, s.deadline, s.length).goodput;
             oracle += sim::run::summary(&o, s.deadline, s.length).goodput;
             shed += e.stats.queue.shed;

@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use super::load::Arrivals;
 use super::model::{BackendSpec, ServiceTime};
-use super::oracle;
-use super::run::{arrivals_of, run_engine, settle_time, summary, Limit, Scenario, Summary};
+use super::run::{run_engine, run_oracle, settle_time, summary, Limit, Scenario, Summary};
 
 /// The service-time classes, each with a mean of about 20 ms.
 pub const SERVICES: [(&str, ServiceTime); 4] = [
@@ -142,8 +141,7 @@ impl Row {
 /// Runs `s` through the engine with `limit` and through the oracle.
 pub async fn run_row(s: &Scenario, limit: Limit, seed: u64, change: Option<f64>) -> Row {
     let e = run_engine(s, limit, seed).await;
-    let list = arrivals_of(s, seed);
-    let o = oracle::run(&s.backends, &list, s.deadline, seed);
+    let o = run_oracle(s, seed);
     let settle = change.map(|_| {
         let at = s.length / 3;
         let offered = match s.arrivals {

@@ -118,6 +118,11 @@ pub fn arrivals_of(s: &Scenario, seed: u64) -> Vec<Arrival> {
     arrivals(s.arrivals, s.length, s.critical, seed)
 }
 
+/// Runs the oracle through `s` (the same arrivals as the engine's run).
+pub fn run_oracle(s: &Scenario, seed: u64) -> Vec<Record> {
+    super::oracle::run(&s.backends, &arrivals_of(s, seed), s.deadline, seed)
+}
+
 /// Runs the engine through `s`. Must be called inside an actix system
 /// whose clock is paused from its start ([`super::PausedSystem`]).
 pub async fn run_engine(s: &Scenario, limit: Limit, seed: u64) -> EngineRun {
