@@ -270,6 +270,7 @@ impl NodeActor {
             self.lend(&msg, hand, permit, slot, sent, ctx);
             return None;
         }
+        core.sent(sent);
         let job = msg.job;
         let timeout = job.task.attempt_timeout().unwrap_or(core.cfg().timeout);
         let expected = core.latency_estimate_ns();
@@ -322,6 +323,7 @@ impl NodeActor {
                 cancel,
                 timeout,
                 deadline,
+                sent,
             ));
             return None;
         }

@@ -5,17 +5,30 @@
 //!
 //! # The law
 //!
-//! A window of answers at one limit (bound at two thirds of its answer
-//! instants or more) adds its latencies to that level's record; a window
-//! where the limit did not bind teaches nothing. The knee `R(n) = S·max(1,
-//! n/k)` is fitted to the levels' means with a confidence interval:
+//! A window is the requests sent at one level (twice the limit, 32 to 64;
+//! a probe's fewer): the node reports each send ([`LearnedLimit::on_send`]),
+//! an answer belongs to the window that sent it, and a window is judged
+//! once all it sent have ended (or it has waited as long again as its
+//! sending took, a second at most: a hung request does not hold the law
+//! back). Closed at its n-th answer instead, a window keeps the fast
+//! answers and leaves the slow ones to the next, and reads a noisy service
+//! as faster than it is. A window where the limit bound (at two thirds of
+//! its answer instants or more) adds its latencies to that level's record;
+//! one where it did not teaches nothing. The knee `R(n) = S·max(1, n/k)`
+//! is fitted to the levels' means with a confidence interval:
 //!
 //! - **no knee seen** (flat up to the highest level): the limit doubles;
+//! - **every level past the knee by the service time known from before a
+//!   change of the backend**, which the fit (free to choose its own `S`)
+//!   puts far above: as many at once as those levels serve by Little's
+//!   law (`n·S/R(n)`);
 //! - **every level past the knee**, or not ruled out for a steady service
 //!   time (its levels lie on one line, which fits any `k` up to the lowest
 //!   level): it falls to 60 % of the lowest level, to find a flat one,
-//!   unless the service time known from before a change of the backend
-//!   says the lowest is flat (it answers within 10 % of it);
+//!   unless the service time known says the lowest is flat (it answers
+//!   within 10 % of it); for a noisy service time only once the lowest
+//!   level holds 64 answers of its own (one window of a service with a CV
+//!   of 1.5 spreads ±26 %: a single slow one would idle workers);
 //! - **knee found**: halfway from the fit to the top of its interval,
 //!   rounded up (noise errs towards a request more, never an idle worker).
 //!
@@ -32,11 +45,20 @@
 //! to 32). A steady service time's probe ends at its first answer that
 //! waited for a worker (longer than the service time by 3.5 of its
 //! spreads, and by 10 % at least): at the knee only the step makes one
-//! wait, and a backend that gained workers makes none. A level whose latencies differ from its record or the fit by 3
-//! standard errors (of the service time's spread, or either side's own if
-//! larger) and 20 % (30 %) means the backend changed, as does, for a steady
+//! wait, and a backend that gained workers makes none.
+//!
+//! A level whose latencies differ from its record, or from the fit's
+//! prediction (as sure as the samples it rests on), by 20 % (30 %) and 3
+//! standard errors means the backend changed, as does, for a steady
 //! service time, a level expected to queue that answers in the service
-//! time: the record is dropped and the limit moves by Little's law.
+//! time: the record is dropped and the limit moves by Little's law. The
+//! errors are of the service time's spread: the record's, or the largest
+//! of a window's lately, or either side's own if larger (past the knee the
+//! answers wait behind the same few slow ones, so a window's mean moves
+//! more than its own spread says). A noisy service time's window is tested
+//! at 2.5 standard errors and the next window at the level must confirm
+//! it: tested one by one, one window in a few hundred differs by 3 from
+//! noise alone.
 //! Pushback (429, 503), a window mostly of timeouts, and attempts cut by
 //! their task's deadline after a mean's time (counted as timeouts) multiply
 //! it by `backoff`.
@@ -61,6 +83,9 @@ use tokio::time::{Duration, Instant};
 use crate::algo::knee::{Acc, Knee, Levels};
 use crate::algo::time;
 
+mod window;
+use window::{Cohort, Owner, Window};
+
 /// A window closes after this long even with few outcomes (if it has any).
 const MAX_WINDOW: Duration = Duration::from_secs(1);
 /// Fewest and most answers a window waits for (twice the limit between).
@@ -77,6 +102,12 @@ const STEADY_CV2: f64 = 0.05;
 /// An answer of a probe this many service times long (a steady service
 /// time's spread is under 0.22 of it: 3.4 of those) waited for a worker.
 const QUEUED_IN_PROBE: f64 = 1.1;
+/// A noisy service time's lowest level falls below itself only on this
+/// many answers of its own (two windows): one window of a CV-1.5 service
+/// spreads ±26 %, and a single slow one would idle workers.
+const FALL_SAMPLES: f64 = 64.0;
+/// How much of the largest window spread is kept, each window.
+const SPREAD_DECAY: f64 = 0.98;
 /// Pushback cuts are at least this far apart.
 const MIN_CUT_GAP: Duration = Duration::from_millis(10);
 /// Largest accepted `max`.
@@ -193,53 +224,6 @@ pub enum Phase {
     Probe,
 }
 
-/// Outcomes of the current window.
-#[derive(Debug, Clone, Default)]
-struct Window {
-    latencies: Acc,
-    /// Instants at which answers ended, and those of them at which the
-    /// node was at (or over) the level before they ended. By instant, not
-    /// by answer: the answers that end together count down from the level
-    /// one by one.
-    instants: u32,
-    binding: u32,
-    /// The instant being counted, and the most in flight at it.
-    current: Option<(Instant, u32)>,
-    successes: u32,
-    timeouts: u32,
-    failures: u32,
-}
-
-impl Window {
-    fn outcomes(&self) -> u32 {
-        self.successes + self.timeouts + self.failures
-    }
-
-    /// Notes an answer that ended at `now` with `in_flight` (counting it).
-    fn at(&mut self, now: Instant, in_flight: u32, level: u32) {
-        match &mut self.current {
-            Some((t, most)) if *t == now => *most = (*most).max(in_flight),
-            _ => {
-                self.close_instant(level);
-                self.current = Some((now, in_flight));
-            }
-        }
-    }
-
-    fn close_instant(&mut self, level: u32) {
-        if let Some((_, most)) = self.current.take() {
-            self.instants += 1;
-            self.binding += u32::from(most >= level);
-        }
-    }
-
-    /// Whether the limit bound at two thirds of the instants or more.
-    fn bound(&mut self, level: u32) -> bool {
-        self.close_instant(level);
-        self.instants > 0 && self.binding * 3 >= self.instants * 2
-    }
-}
-
 /// A node's learned concurrency limit. See the [module documentation](self).
 #[derive(Debug, Clone)]
 pub struct LearnedLimit {
@@ -257,16 +241,30 @@ pub struct LearnedLimit {
     epoch: Option<Instant>,
     /// The level fell and what the old one sent is still in flight.
     draining: bool,
-    window_start: Instant,
-    window: Window,
+    /// The cohort taking sends, and the one cut that waits for its last
+    /// answers (one at a time: the next is cut once it is judged).
+    sending: Cohort,
+    waiting: Option<Cohort>,
     /// The current level's latencies since it took effect (kept apart from
     /// its record until the level changes, to see a change of the backend).
     fresh: Acc,
     levels: Levels,
     knee: Option<Knee>,
-    /// The service time of the last knee fitted (kept across a change of
-    /// the backend, which clears the record).
+    /// The service time of the last knee fitted with a flat level (kept
+    /// across a change of the backend, which clears the record).
     service: Option<f64>,
+    /// The largest squared coefficient of variation of a window's
+    /// latencies lately (decaying by `SPREAD_DECAY` a window), kept across
+    /// a change of the backend: a skewed service time (one slow answer in
+    /// ten) shows its spread in one window of three, and a record's pooled
+    /// spread from a few windows is most often far too small.
+    spread: f64,
+    /// The last window at this level differed from what was known (slower
+    /// if `true`): the next one confirms a change, or clears it.
+    suspect: Option<bool>,
+    /// The backend changed since `service` was fitted: the levels known
+    /// are all newer than it.
+    changed: bool,
     last_rtt: Option<Duration>,
     next_probe: Instant,
     /// When the running probe started.
@@ -303,12 +301,15 @@ impl LearnedLimit {
             probe_needed: PROBE_SAMPLES,
             epoch: None,
             draining: false,
-            window_start: now,
-            window: Window::default(),
+            sending: Cohort::new(now),
+            waiting: None,
             fresh: Acc::default(),
             levels: Levels::default(),
             knee: None,
             service: None,
+            changed: false,
+            suspect: None,
+            spread: 0.0,
             last_rtt: None,
             next_probe: now,
             probe_start: now,
@@ -350,6 +351,24 @@ impl LearnedLimit {
         self.knee
     }
 
+    /// Notes a request sent to the node at `now`: it joins the cohort
+    /// taking sends, which is cut (and waits for its answers) once it holds
+    /// a window's worth. Requests sent before the level's count starts
+    /// (the first round trip after a rise, or while a fall drains) join none.
+    pub fn on_send(&mut self, now: Instant) {
+        if self.draining || self.epoch.is_none_or(|e| now < e) {
+            return;
+        }
+        if let Some(w) = self.waiting.as_mut().filter(|w| w.to == Some(now)) {
+            // Sent in the same instant as the cut: answers cannot tell
+            // them apart from the cohort's own.
+            w.sent += 1;
+            return;
+        }
+        self.sending.sent += 1;
+        self.try_cut(now);
+    }
+
     /// Records one ended attempt: its latency `rtt`, the node's attempts in
     /// flight counting this one (`in_flight`), and what it says about the
     /// node. Returns the new [`limit`](Self::limit) when it changed.
@@ -360,64 +379,133 @@ impl LearnedLimit {
         kind: SampleKind,
         now: Instant,
     ) -> Option<u32> {
-        let sent = now.checked_sub(rtt);
-        if kind == SampleKind::Ignore {
-            return None;
-        }
+        let before = self.limit();
+        self.sample(rtt, in_flight, kind, now);
+        let after = self.limit();
+        (after != before).then_some(after)
+    }
+
+    fn sample(&mut self, rtt: Duration, in_flight: u32, kind: SampleKind, now: Instant) {
         // The first requests were sent at every level up to the limit at
         // once: the first answer starts the count.
         let epoch = *self.epoch.get_or_insert(now);
         if self.draining {
             if in_flight > self.limit() {
-                return None;
+                return;
             }
             self.draining = false;
             self.epoch = Some(now);
-            return None;
+            self.sending = Cohort::new(now);
+            return;
         }
+        // A request sent before the count started judges another level.
+        let owner =
+            now.checked_sub(rtt)
+                .filter(|&s| s >= epoch)
+                .and_then(|s| match &self.waiting {
+                    Some(w) if w.holds(s) => Some(Owner::Waiting),
+                    _ => self.sending.holds(s).then_some(Owner::Sending),
+                });
         if kind == SampleKind::Success && self.queued_in_probe(rtt) {
             log::trace!("learned limit: probe ended by an answer of {rtt:?}");
             // The step waits in the backend: it gained no worker. Run on,
             // the probe would make one answer wait each round.
             self.space_next_probe(now);
-            let before = self.limit();
             self.phase = Phase::Avoidance;
             self.set_level(self.limit, None, now);
-            return (self.limit() != before).then_some(self.limit());
+            return;
         }
         let kind = match kind {
             SampleKind::Cut if self.cut_says_queueing(rtt) => SampleKind::Timeout,
-            SampleKind::Cut => return None,
+            SampleKind::Cut => SampleKind::Ignore,
             k => k,
         };
-        match kind {
-            SampleKind::Ignore | SampleKind::Cut => return None,
-            // A request sent before the level took effect judges another.
-            SampleKind::Success if sent.is_none_or(|s| s < epoch) => return None,
-            SampleKind::Success => {
-                self.window.successes += 1;
-                self.window.latencies.add(rtt.as_secs_f64());
-                let level = self.limit();
-                self.window.at(now, in_flight, level);
+        let level = self.limit();
+        let cohort = match owner {
+            Some(Owner::Waiting) => self.waiting.as_mut(),
+            Some(Owner::Sending) => Some(&mut self.sending),
+            None => None,
+        };
+        if let Some(c) = cohort {
+            c.ended += 1;
+            match kind {
+                SampleKind::Success => {
+                    c.window.successes += 1;
+                    c.window.latencies.add(rtt.as_secs_f64());
+                    c.window.at(now, in_flight, level);
+                }
+                SampleKind::Timeout => c.window.timeouts += 1,
+                SampleKind::NodeFailure => c.window.failures += 1,
+                SampleKind::Ignore | SampleKind::Cut => {}
             }
-            // A timeout counts however long ago it was sent: it says the node
-            // hangs requests, whatever the limit was.
-            SampleKind::Timeout => self.window.timeouts += 1,
-            SampleKind::NodeFailure => self.window.failures += 1,
+        } else {
+            // A timeout or failure counts however long ago it was sent: it
+            // says the node hangs or fails requests, whatever the limit was.
+            match kind {
+                SampleKind::Timeout => self.sending.window.timeouts += 1,
+                SampleKind::NodeFailure => self.sending.window.failures += 1,
+                _ => {}
+            }
         }
-        // A probe's window is half as long: it costs latency while it runs.
-        let needed = match self.probe {
+        self.judge_waiting(now);
+    }
+
+    /// The count of sends a window takes: twice the limit, between 32 and
+    /// 64; a probe's, fewer (it costs latency while it runs).
+    fn needed(&self) -> u32 {
+        match self.probe {
             Some(_) => self.probe_needed,
             None => (2 * self.limit()).clamp(MIN_WINDOW_SAMPLES, MAX_WINDOW_SAMPLES),
-        };
-        let long = now.saturating_duration_since(self.window_start) >= MAX_WINDOW;
-        if self.window.outcomes() < needed && !(long && self.window.outcomes() >= 4) {
-            return None;
         }
-        let before = self.limit();
-        self.close_window(now);
-        let after = self.limit();
-        (after != before).then_some(after)
+    }
+
+    /// Cuts the cohort taking sends once it holds a window's worth (or
+    /// some, and ran `MAX_WINDOW`), unless one still waits for answers.
+    fn try_cut(&mut self, now: Instant) {
+        if self.waiting.is_some() {
+            return;
+        }
+        let c = &self.sending;
+        let long = now.saturating_duration_since(c.from) >= MAX_WINDOW;
+        let timeouts = c.window.timeouts + c.window.failures;
+        if c.sent >= self.needed() || (long && c.sent + timeouts >= 4) {
+            let next = Cohort {
+                after: true,
+                ..Cohort::new(now)
+            };
+            let mut cut = std::mem::replace(&mut self.sending, next);
+            cut.to = Some(now);
+            self.waiting = Some(cut);
+        }
+    }
+
+    /// Judges the cut cohort once all it sent have ended, or once it has
+    /// waited `MAX_WINDOW` (with some outcomes: the rest hang, and their
+    /// timeouts come later). A judgement that keeps the level lets the next
+    /// cohort be cut.
+    fn judge_waiting(&mut self, now: Instant) {
+        let Some(w) = &self.waiting else {
+            self.try_cut(now);
+            return;
+        };
+        // Waiting as long again as it took to send is a long tail's time:
+        // past the knee the last sent waits for the level's requests ahead
+        // of it, half the cohort's sending at most.
+        let late = w.to.is_some_and(|t| {
+            let took = t.saturating_duration_since(w.from);
+            now.saturating_duration_since(t) >= took.min(MAX_WINDOW)
+        });
+        if w.ended < w.sent && !late {
+            return;
+        }
+        let Some(w) = self.waiting.take() else {
+            return;
+        };
+        let ended_all = w.ended >= w.sent;
+        if ended_all || w.window.outcomes() >= 4 {
+            self.close_window(now, w.window);
+        }
+        self.try_cut(now);
     }
 
     /// The node pushed back (a 429 or 503) at `now`: multiplies the limit by
@@ -468,8 +556,9 @@ impl LearnedLimit {
             // ends with no more in flight than the new level.
             self.draining = true;
         }
-        self.window_start = now;
-        self.window = Window::default();
+        self.sending = Cohort::new(now);
+        self.waiting = None;
+        self.suspect = None;
     }
 
     /// After a probe that held requests past the knee until `now`: the
@@ -498,9 +587,7 @@ impl LearnedLimit {
         time::add(now, self.config.probe_interval.mul_f64(factor))
     }
 
-    fn close_window(&mut self, now: Instant) {
-        let mut w = std::mem::take(&mut self.window);
-        self.window_start = now;
+    fn close_window(&mut self, now: Instant, mut w: Window) {
         let level = self.limit();
         let bound = w.bound(level);
         log::trace!(
@@ -529,6 +616,9 @@ impl LearnedLimit {
             self.cut(now);
             return;
         }
+        if w.successes > 1 {
+            self.spread = (self.spread * SPREAD_DECAY).max(w.latencies.cv2());
+        }
         if w.successes > 0 {
             self.last_rtt = Some(Duration::from_secs_f64(w.latencies.mean.clamp(0.0, 3600.0)));
         }
@@ -543,17 +633,31 @@ impl LearnedLimit {
         }
         let mut fresh = self.fresh;
         fresh.merge(&w.latencies);
+        let steady = self.levels.cv2() < STEADY_CV2;
+        let z = if steady { 3.0 } else { 2.5 };
         let changed = self
             .expected(level)
             .filter(|(old, rel)| {
-                old.differs(&fresh, 3.0, *rel, self.levels.service_cv2())
+                old.differs(&fresh, z, *rel, self.levels.service_cv2().max(self.spread))
                     || self.grew_flat(old.mean, fresh.mean)
             })
             .map(|(old, _)| old);
+        let suspect = changed.map(|old| fresh.mean > old.mean);
+        if suspect.is_some() && !steady && self.suspect != suspect {
+            // A noisy service's window is tested each time: one in a few
+            // hundred differs by 3 standard errors from noise alone (past
+            // the knee its answers wait behind the same few slow ones).
+            // A change is one the next window at this level confirms.
+            log::trace!("learned limit: a change suspected at {level}");
+            self.suspect = suspect;
+            return;
+        }
+        self.suspect = None;
         if let Some(old) = changed {
             // The backend changed: what was known is stale, this level's
             // latest too (they straddle the change).
             self.levels.clear();
+            self.changed = true;
             self.fresh = Acc::default();
             self.knee = None;
             self.phase = Phase::Avoidance;
@@ -577,12 +681,14 @@ impl LearnedLimit {
         // a fit with a flat level says what one answer takes.
         if let Some(k) = self.knee.filter(|k| k.low.is_some()) {
             self.service = Some(k.service);
+            self.changed = false;
         }
         let known: Vec<u32> = record.known().map(|(l, _)| l).collect();
         let (lowest, highest) = (
             known.first().copied().unwrap_or(level),
             known.last().copied().unwrap_or(level),
         );
+        let by_little = self.knee.and_then(|k| self.little_knee(&record, k));
         let next = match self.knee {
             // One level known: grow (the first windows, or after a change
             // the faster way).
@@ -603,6 +709,13 @@ impl LearnedLimit {
                 self.phase = Phase::SlowStart;
                 highest.saturating_mul(2)
             }
+            // Past the knee at every level by the service time known, which
+            // the fit (free to choose its own, as levels on one line fit any
+            // `k` with theirs) puts far above: by Little's law.
+            Some(_) if by_little.is_some() => {
+                self.phase = Phase::Avoidance;
+                by_little.unwrap_or(level)
+            }
             // Past the knee at every level, best fitted so, or the data
             // do not rule it out and the service time is steady: then the
             // levels lie on one line `R = n·S/k`, which any `k` up to the
@@ -613,7 +726,9 @@ impl LearnedLimit {
             Some(k)
                 if k.low.is_none()
                     && !self.flat_at(&record, lowest)
-                    && (k.k <= f64::from(lowest) + 0.01 || record.cv2() < STEADY_CV2) =>
+                    && (k.k <= f64::from(lowest) + 0.01 || record.cv2() < STEADY_CV2)
+                    && (record.cv2() < STEADY_CV2
+                        || record.get(lowest).is_some_and(|a| a.n >= FALL_SAMPLES)) =>
             {
                 self.phase = Phase::Avoidance;
                 ((f64::from(lowest) * 0.6).ceil() as u32).min(lowest.saturating_sub(1))
@@ -688,6 +803,23 @@ impl LearnedLimit {
             && self.service.is_some_and(|s| rtt.as_secs_f64() > s * over)
     }
 
+    /// The knee by Little's law from the service time `S` known, when the
+    /// fit `k` has no flat level and a service time over 1.25 `S`: each level
+    /// `n` answering in `R > 1.1 S` serves `n S / R` at once; their mean,
+    /// weighted by their answers, rounded up.
+    fn little_knee(&self, record: &Levels, k: Knee) -> Option<u32> {
+        let s = self
+            .service
+            .filter(|&s| self.changed && k.low.is_none() && k.service > 1.25 * s)?;
+        let (mut served, mut n) = (0.0, 0.0);
+        for (level, a) in record.known().filter(|(_, a)| a.mean > 1.1 * s) {
+            served += a.n * f64::from(level) * s / a.mean;
+            n += a.n;
+        }
+        // `as` saturates.
+        (n > 0.0).then(|| (served / n).ceil().max(1.0) as u32)
+    }
+
     /// Whether `level` of `record` answers in the service time last known
     /// (within 10 %), so has no queue: a flat level, the knee at or above
     /// it, where the record alone cannot tell (levels past the knee lie on
@@ -749,12 +881,14 @@ impl LearnedLimit {
     /// What the latencies at `level` should be, and by how much more than
     /// 3 standard errors they must differ to mean a change of the backend:
     /// its record once it has a fit's worth of samples (20 %), or else what
-    /// the fitted knee predicts (taken as exact; 30 %, the fit's own error
-    /// aside). The errors are of the largest spread of the service time's
+    /// the fitted knee predicts, as sure as the samples it rests on (30 %:
+    /// a fit on one all-fast window of a skewed service predicts too fast).
+    /// The errors are of the largest spread of the service time's
     /// ([`Levels::service_cv2`]: past the knee a window's mean moves with
     /// the service times of the answers before it, not with the latencies'
-    /// small spread) and either side's own: the sample variance of a
-    /// heavy-tailed service time is itself low more often than not.
+    /// small spread; or a window's lately, `spread`) and either side's own:
+    /// the sample variance of a heavy-tailed service time is itself low
+    /// more often than not.
     fn expected(&self, level: u32) -> Option<(Acc, f64)> {
         if let Some(a) = self
             .levels
@@ -766,7 +900,8 @@ impl LearnedLimit {
         // A prediction only from a knee the record brackets.
         let k = self.knee.filter(|k| k.low.is_some() && k.high.is_some())?;
         let mean = k.service * (f64::from(level) / k.k).max(1.0);
-        Some((Acc::exact(mean), 0.3))
+        let samples: f64 = self.levels.known().map(|(_, a)| a.n).sum();
+        Some((Acc::estimate(mean, samples), 0.3))
     }
 }
 
@@ -971,6 +1106,7 @@ mod tests {
             in_flight -= 1;
             while in_flight < l.limit() {
                 in_flight += 1;
+                l.on_send(now);
                 pending.push(Reverse((b.answer_at(at), at)));
             }
             run.limits[(at / 100_000) as usize] = l.limit();
@@ -998,6 +1134,26 @@ mod tests {
     /// step below runs about one window a second).
     fn below(limits: &[u32], knee: u32) -> f64 {
         limits.iter().filter(|&&x| x < knee).count() as f64 / limits.len() as f64
+    }
+
+    /// `n` requests sent at `sent` that end `rtt` later as `kind`, with
+    /// `in_flight` each; the last change of the limit they made.
+    fn round(
+        l: &mut LearnedLimit,
+        n: u32,
+        sent: Instant,
+        rtt: Duration,
+        in_flight: u32,
+        kind: SampleKind,
+    ) -> Option<u32> {
+        for _ in 0..n {
+            l.on_send(sent);
+        }
+        let mut changed = None;
+        for _ in 0..n {
+            changed = l.on_sample(rtt, in_flight, kind, sent + rtt).or(changed);
+        }
+        changed
     }
 
     #[test]
@@ -1193,7 +1349,8 @@ mod tests {
         for &(l, p) in &run.steps {
             assert!(p - l <= l.div_ceil(2), "{:?}", run.steps);
         }
-        assert!(share(&run, 20, 200, 8, 20_000.0) >= 0.9);
+        let got = share(&run, 20, 200, 8, 20_000.0);
+        assert!(got >= 0.9, "{got}: {:?}", &run.limits[20..]);
     }
 
     #[test]
@@ -1324,30 +1481,69 @@ mod tests {
             7,
             t0,
         );
-        let now = t0 + Duration::from_millis(100);
+        let ms = Duration::from_millis;
+        // The first answer starts the count.
+        l.on_sample(ms(20), 1, SampleKind::Success, t0);
+        let now = t0 + ms(100);
         // 32 answers at 2 in flight under a limit of 10: not binding.
-        for _ in 0..32 {
-            l.on_sample(Duration::from_millis(20), 2, SampleKind::Success, now);
-        }
+        round(&mut l, 32, now, ms(20), 2, SampleKind::Success);
         assert_eq!((l.limit(), l.knee()), (10, None));
-        // Answers of requests sent before the level took effect: ignored.
+        // Answers of requests sent before the count started: ignored.
         for _ in 0..100 {
-            l.on_sample(Duration::from_millis(200), 10, SampleKind::Success, now);
+            l.on_sample(ms(200), 10, SampleKind::Success, now);
         }
         assert_eq!(l.limit(), 10);
         // A window of timeouts: cut to 9.
+        let timeouts = round(
+            &mut l,
+            32,
+            now + ms(1000),
+            ms(1000),
+            10,
+            SampleKind::Timeout,
+        );
+        assert_eq!(timeouts, Some(9));
+        // Ignored outcomes move nothing.
+        let ignored = round(&mut l, 100, now + ms(3000), ms(20), 9, SampleKind::Ignore);
+        assert_eq!((ignored, l.limit()), (None, 9));
+    }
+
+    /// Past slow start a window is judged once all it sent have ended: a
+    /// slow answer is never left to the next (a window closed at its n-th
+    /// answer keeps the fast ones, and reads a noisy service as faster
+    /// than it is).
+    #[test]
+    fn a_window_waits_for_its_slow_answers() {
+        let t0 = Instant::now();
+        let c = LearnedLimitConfig {
+            probe_interval: Duration::from_secs(3600),
+            ..cfg()
+        };
+        let mut l = LearnedLimit::with_seed(c, 7, t0);
+        let mut b = Backend::new(4, 20_000.0, false);
+        backlog(&mut l, &mut b, 5, None, t0);
+        assert_eq!(l.phase, Phase::Avoidance);
+        let ms = Duration::from_millis;
+        // The requests left in flight at the backlog's end never answer:
+        // their window is cut, and judged on what it has a second on.
+        let now = t0 + ms(6000);
+        for at in [now, now + ms(1000)] {
+            l.on_sample(at - t0, 0, SampleKind::Ignore, at);
+        }
+        let level = l.limit();
+        // 32 sent at the limit; 31 answer in 24 ms, one takes 312.
+        let sent = now + ms(2000);
         for _ in 0..32 {
-            l.on_sample(Duration::from_secs(1), 10, SampleKind::Timeout, now);
+            l.on_send(sent);
         }
-        assert_eq!(l.limit(), 9);
-        // Ignored outcomes and failures move nothing.
-        for _ in 0..100 {
-            assert_eq!(
-                l.on_sample(Duration::ZERO, 9, SampleKind::Ignore, now),
-                None
-            );
+        for _ in 0..31 {
+            l.on_sample(ms(24), level, SampleKind::Success, sent + ms(24));
         }
-        assert_eq!(l.limit(), 9);
+        assert_ne!(l.last_rtt(), Some(ms(24)), "judged before its slow answer");
+        // Sent meanwhile: the next window's, not this one's.
+        l.on_send(sent + ms(100));
+        l.on_sample(ms(312), level, SampleKind::Success, sent + ms(312));
+        assert_eq!(l.last_rtt(), Some(ms(33)));
     }
 
     #[test]
@@ -1375,27 +1571,24 @@ mod tests {
             7,
             t0,
         );
+        let ms = Duration::from_millis;
         // The first answer starts the count; then a window (not binding)
         // teaches the mean: 20 ms.
-        l.on_sample(Duration::from_millis(20), 2, SampleKind::Success, t0);
-        let mut now = t0 + Duration::from_millis(100);
-        for _ in 0..32 {
-            now += Duration::from_millis(1);
-            l.on_sample(Duration::from_millis(20), 2, SampleKind::Success, now);
-        }
-        assert_eq!(l.last_rtt(), Some(Duration::from_millis(20)));
+        l.on_sample(ms(20), 2, SampleKind::Success, t0);
+        let now = t0 + ms(100);
+        round(&mut l, 32, now, ms(20), 2, SampleKind::Success);
+        assert_eq!(l.last_rtt(), Some(ms(20)));
         // Cut sooner than the mean: sent with little time left, no sample.
-        for _ in 0..100 {
-            assert_eq!(
-                l.on_sample(Duration::from_millis(5), 10, SampleKind::Cut, now),
-                None
-            );
-        }
-        assert_eq!(l.limit(), 10);
+        let early = round(&mut l, 100, now + ms(1000), ms(5), 10, SampleKind::Cut);
+        assert_eq!((early, l.limit()), (None, 10));
         // Cut after running longer than the mean: a window of them cuts
         // the limit as timeouts do (the 32nd closes it).
+        let sent = now + ms(2000);
+        for _ in 0..32 {
+            l.on_send(sent);
+        }
         for i in 0..32 {
-            let changed = l.on_sample(Duration::from_millis(200), 10, SampleKind::Cut, now);
+            let changed = l.on_sample(ms(200), 10, SampleKind::Cut, sent + ms(200));
             assert_eq!(changed, (i == 31).then_some(9), "sample {i}");
         }
     }
@@ -1403,22 +1596,37 @@ mod tests {
     #[test]
     fn tight_deadlines_on_a_healthy_node_do_not_cut_its_limit() {
         let t0 = Instant::now();
-        let mut l = LearnedLimit::with_seed(cfg(), 1, t0);
+        // No probes: the limit moves only on the cuts.
+        let c = LearnedLimitConfig {
+            probe_interval: Duration::from_secs(3600),
+            ..cfg()
+        };
+        let mut l = LearnedLimit::with_seed(c, 1, t0);
         let mut b = Backend::new(4, 20_000.0, false);
         backlog(&mut l, &mut b, 5, None, t0);
         let service = l.base_rtt().expect("a knee with a flat level");
-        let before = l.limit();
+        // The requests left in flight at the backlog's end never answer:
+        // their window is cut, and judged on what it has a second on.
         let now = t0 + Duration::from_secs(6);
+        for at in [now, now + Duration::from_secs(1)] {
+            l.on_sample(at - t0, 0, SampleKind::Ignore, at);
+        }
+        let before = l.limit();
         // Every attempt cut at 1.5 service times: the deadlines are tight,
         // the node is not queueing.
-        for _ in 0..200 {
-            l.on_sample(service.mul_f64(1.5), before, SampleKind::Cut, now);
-        }
-        assert_eq!(l.limit(), before);
+        let sent = now + Duration::from_secs(2);
+        let tight = round(
+            &mut l,
+            200,
+            sent,
+            service.mul_f64(1.5),
+            before,
+            SampleKind::Cut,
+        );
+        assert_eq!((tight, l.limit()), (None, before));
         // Cut at three service times: it queues; a window of them cuts.
-        for _ in 0..64 {
-            l.on_sample(service * 3, before, SampleKind::Cut, now);
-        }
+        let sent = now + Duration::from_secs(3);
+        round(&mut l, 64, sent, service * 3, before, SampleKind::Cut);
         assert!(l.limit() < before, "{} -> {}", before, l.limit());
     }
 }

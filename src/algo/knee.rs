@@ -38,13 +38,10 @@ pub struct Acc {
 }
 
 impl Acc {
-    /// A mean taken as known exactly (a prediction).
-    pub fn exact(mean: f64) -> Acc {
-        Acc {
-            n: f64::INFINITY,
-            mean,
-            m2: 0.0,
-        }
+    /// A mean estimated from `n` samples' worth (a prediction of a fit
+    /// over them): its error counts as theirs in [`differs`](Self::differs).
+    pub fn estimate(mean: f64, n: f64) -> Acc {
+        Acc { n, mean, m2: 0.0 }
     }
 
     /// Adds one latency.

@@ -275,6 +275,14 @@ impl NodeCore {
         }
     }
 
+    /// Tells the learned limit (if any) that an attempt was sent at `sent`:
+    /// its windows are the requests they sent, judged once all have ended.
+    pub(super) fn sent(&mut self, sent: Instant) {
+        if let Some(l) = &mut self.learned {
+            l.on_send(sent);
+        }
+    }
+
     /// Teaches the learned limit (if any) what an attempt that ended after
     /// `latency` says; `in_flight` counts it. Pushback (429, 503) lowers the
     /// limit; a streamed attempt cut by the task's deadline ran at least
@@ -299,6 +307,7 @@ impl NodeCore {
             _ => Some(SampleKind::Ignore),
         };
         if let Some(kind) = kind {
+            log::trace!("node {}: {kind:?} after {latency:?}", self.address);
             l.on_sample(latency, in_flight, kind, now);
         }
         if l.limit() != before {

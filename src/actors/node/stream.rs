@@ -117,8 +117,8 @@ pub(super) async fn attempt(
     cancel: Option<oneshot::Receiver<()>>,
     timeout: Duration,
     deadline: super::AttemptDeadline,
+    started: Instant,
 ) {
-    let started = Instant::now();
     let max_body = req.max_body;
     let (send, lifetime) = job.task.stream_limits();
     let send = send.unwrap_or(crate::task::STREAM_SEND_TIMEOUT);
