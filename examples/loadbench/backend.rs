@@ -253,8 +253,11 @@ async fn handle(req: HttpRequest, st: web::Data<State>) -> HttpResponse {
         Some(pool) => {
             let now = pool.waiting.fetch_add(1, Ordering::Relaxed) + 1;
             pool.peak_waiting.fetch_max(now, Ordering::Relaxed);
+            // Counted out however the wait ends: a request whose client
+            // left is dropped while it waits, and must not count on.
+            let waiting = Waiting(&pool.waiting);
             let permit = Arc::clone(&pool.workers).acquire_owned().await;
-            pool.waiting.fetch_sub(1, Ordering::Relaxed);
+            drop(waiting);
             permit.ok().map(|p| (pool, p))
         }
         None => None,
@@ -268,6 +271,15 @@ async fn handle(req: HttpRequest, st: web::Data<State>) -> HttpResponse {
     HttpResponse::Ok()
         .insert_header(("x-backend", st.names[k].as_str()))
         .body("ok")
+}
+
+/// One request waiting for a worker; counted out when dropped.
+struct Waiting<'a>(&'a AtomicU64);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Runs the backend process (the hidden `backend` scenario).
