@@ -1156,6 +1156,25 @@ mod tests {
         changed
     }
 
+    /// A backend of 4 fixed workers under a backlog for 5 s, no probes.
+    /// The requests left in flight at the backlog's end never answer:
+    /// their window is cut, and judged on what it has a second on. Returns
+    /// the limit and the instant it was left at (6 s on).
+    fn settled_without_probes(seed: u64, t0: Instant) -> (LearnedLimit, Instant) {
+        let c = LearnedLimitConfig {
+            probe_interval: Duration::from_secs(3600),
+            ..cfg()
+        };
+        let mut l = LearnedLimit::with_seed(c, seed, t0);
+        let mut b = Backend::new(4, 20_000.0, false);
+        backlog(&mut l, &mut b, 5, None, t0);
+        let now = t0 + Duration::from_secs(6);
+        for at in [now, now + Duration::from_secs(1)] {
+            l.on_sample(at - t0, 0, SampleKind::Ignore, at);
+        }
+        (l, now)
+    }
+
     #[test]
     fn a_fixed_backend_is_held_at_its_knee() {
         let t0 = Instant::now();
@@ -1515,21 +1534,9 @@ mod tests {
     #[test]
     fn a_window_waits_for_its_slow_answers() {
         let t0 = Instant::now();
-        let c = LearnedLimitConfig {
-            probe_interval: Duration::from_secs(3600),
-            ..cfg()
-        };
-        let mut l = LearnedLimit::with_seed(c, 7, t0);
-        let mut b = Backend::new(4, 20_000.0, false);
-        backlog(&mut l, &mut b, 5, None, t0);
+        let (mut l, now) = settled_without_probes(7, t0);
         assert_eq!(l.phase, Phase::Avoidance);
         let ms = Duration::from_millis;
-        // The requests left in flight at the backlog's end never answer:
-        // their window is cut, and judged on what it has a second on.
-        let now = t0 + ms(6000);
-        for at in [now, now + ms(1000)] {
-            l.on_sample(at - t0, 0, SampleKind::Ignore, at);
-        }
         let level = l.limit();
         // 32 sent at the limit; 31 answer in 24 ms, one takes 312.
         let sent = now + ms(2000);
@@ -1597,20 +1604,8 @@ mod tests {
     fn tight_deadlines_on_a_healthy_node_do_not_cut_its_limit() {
         let t0 = Instant::now();
         // No probes: the limit moves only on the cuts.
-        let c = LearnedLimitConfig {
-            probe_interval: Duration::from_secs(3600),
-            ..cfg()
-        };
-        let mut l = LearnedLimit::with_seed(c, 1, t0);
-        let mut b = Backend::new(4, 20_000.0, false);
-        backlog(&mut l, &mut b, 5, None, t0);
+        let (mut l, now) = settled_without_probes(1, t0);
         let service = l.base_rtt().expect("a knee with a flat level");
-        // The requests left in flight at the backlog's end never answer:
-        // their window is cut, and judged on what it has a second on.
-        let now = t0 + Duration::from_secs(6);
-        for at in [now, now + Duration::from_secs(1)] {
-            l.on_sample(at - t0, 0, SampleKind::Ignore, at);
-        }
         let before = l.limit();
         // Every attempt cut at 1.5 service times: the deadlines are tight,
         // the node is not queueing.
