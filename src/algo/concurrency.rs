@@ -362,10 +362,10 @@ impl LearnedLimit {
         if let Some(w) = self.waiting.as_mut().filter(|w| w.to == Some(now)) {
             // Sent in the same instant as the cut: answers cannot tell
             // them apart from the cohort's own.
-            w.sent += 1;
+            w.sent = w.sent.saturating_add(1);
             return;
         }
-        self.sending.sent += 1;
+        self.sending.sent = self.sending.sent.saturating_add(1);
         self.try_cut(now);
     }
 
@@ -427,7 +427,7 @@ impl LearnedLimit {
             None => None,
         };
         if let Some(c) = cohort {
-            c.ended += 1;
+            c.ended = c.ended.saturating_add(1);
             match kind {
                 SampleKind::Success => {
                     c.window.successes += 1;
@@ -480,17 +480,21 @@ impl LearnedLimit {
     }
 
     /// Judges the cut cohort once all it sent have ended, or once it has
-    /// waited `MAX_WINDOW` (with some outcomes: the rest hang, and their
-    /// timeouts come later). A judgement that keeps the level lets the next
-    /// cohort be cut.
+    /// waited as long again as its sending took (`MAX_WINDOW` at most),
+    /// on what it has if that is 4 outcomes or more (the rest hang, and
+    /// their timeouts come later), else drops it. A judgement that keeps
+    /// the level lets the next cohort be cut. Called at every outcome: a
+    /// node that answers nothing keeps its cohort until it does.
     fn judge_waiting(&mut self, now: Instant) {
         let Some(w) = &self.waiting else {
             self.try_cut(now);
             return;
         };
-        // Waiting as long again as it took to send is a long tail's time:
-        // past the knee the last sent waits for the level's requests ahead
-        // of it, half the cohort's sending at most.
+        // The last request sent waits behind the cohort's own ahead of it,
+        // about as long as they took to send: an answer still missing
+        // after that is a long tail, and waiting on for it would hold the
+        // law back for the tail's time. (A cohort sent in one burst took
+        // no time: it is judged on its first answers; see features.md.)
         let late = w.to.is_some_and(|t| {
             let took = t.saturating_duration_since(w.from);
             now.saturating_duration_since(t) >= took.min(MAX_WINDOW)

@@ -283,6 +283,15 @@ impl NodeCore {
         }
     }
 
+    /// A streamed attempt's head arrived `latency` after it was sent: its
+    /// send ends for the learned limit's window (every send it counted
+    /// ends once), with no sample: the slot stays taken while the body
+    /// flows, so its latency says nothing of the backend's queue.
+    fn head_ended(&mut self, latency: Duration, now: Instant) {
+        let in_flight = self.in_flight();
+        self.teach(SampleKind::Ignore, false, latency, in_flight, now);
+    }
+
     /// Teaches the learned limit (if any) what an attempt that ended after
     /// `latency` says; `in_flight` counts it. Pushback (429, 503) lowers the
     /// limit; a streamed attempt cut by the task's deadline ran at least
@@ -290,26 +299,41 @@ impl NodeCore {
     /// backend's answer); what says nothing about the node (cancelled, not
     /// sent, a body error) is no sample.
     fn learn(&mut self, outcome: &AttemptOutcome, latency: Duration, in_flight: u32, now: Instant) {
+        let kind = match outcome {
+            // Pushback lowers the limit on its own; as a sample it ends
+            // its send and says nothing more.
+            AttemptOutcome::Status(429 | 503) => SampleKind::Ignore,
+            AttemptOutcome::Status(s) if *s >= 500 => SampleKind::NodeFailure,
+            AttemptOutcome::Status(_) => SampleKind::Success,
+            AttemptOutcome::Error(ErrorKind::Timeout) => SampleKind::Timeout,
+            AttemptOutcome::Error(ErrorKind::Deadline) => SampleKind::Cut,
+            o if o.is_node_failure() => SampleKind::NodeFailure,
+            _ => SampleKind::Ignore,
+        };
+        let pushback = matches!(outcome, AttemptOutcome::Status(429 | 503));
+        self.teach(kind, pushback, latency, in_flight, now);
+    }
+
+    /// Gives the learned limit (if any) one attempt's end: every send it
+    /// counted ends exactly once (its window waits for all of them),
+    /// after the pushback, if any, has lowered it.
+    fn teach(
+        &mut self,
+        kind: SampleKind,
+        pushback: bool,
+        latency: Duration,
+        in_flight: u32,
+        now: Instant,
+    ) {
         let Some(l) = &mut self.learned else {
             return;
         };
         let before = l.limit();
-        let kind = match outcome {
-            AttemptOutcome::Status(429 | 503) => {
-                l.on_pushback(now);
-                None
-            }
-            AttemptOutcome::Status(s) if *s >= 500 => Some(SampleKind::NodeFailure),
-            AttemptOutcome::Status(_) => Some(SampleKind::Success),
-            AttemptOutcome::Error(ErrorKind::Timeout) => Some(SampleKind::Timeout),
-            AttemptOutcome::Error(ErrorKind::Deadline) => Some(SampleKind::Cut),
-            o if o.is_node_failure() => Some(SampleKind::NodeFailure),
-            _ => Some(SampleKind::Ignore),
-        };
-        if let Some(kind) = kind {
-            log::trace!("node {}: {kind:?} after {latency:?}", self.address);
-            l.on_sample(latency, in_flight, kind, now);
+        if pushback {
+            l.on_pushback(now);
         }
+        log::trace!("node {}: {kind:?} after {latency:?}", self.address);
+        l.on_sample(latency, in_flight, kind, now);
         if l.limit() != before {
             let now_limit = l.limit().min(self.max_concurrent).max(1);
             self.metrics.limit(now_limit);
@@ -584,6 +608,7 @@ impl NodeCore {
         if !self.cancels.is_empty() {
             self.cancels.remove(&(seq, hedge));
         }
+        self.head_ended(latency, now);
         let done = AttemptEnded {
             seq,
             hedge,
@@ -929,5 +954,31 @@ mod tests {
         assert_eq!((c.restarted(), c.restarted()), (1, 2));
         let r = c.report();
         assert_eq!((r.version, r.restarts), (3, 2));
+    }
+
+    /// Every send the learned limit counts ends once, however the attempt
+    /// ends: a streamed attempt's head ends its (with no sample: its slot
+    /// stays taken while the body flows), so a window is judged at its
+    /// last answer, not after waiting out a send that would never end.
+    #[test]
+    fn a_streamed_head_ends_its_send() {
+        let t0 = Instant::now();
+        let mut c = core(4, t0);
+        c.learned = Some(LearnedLimit::with_seed(Default::default(), 1, t0));
+        let ms = Duration::from_millis;
+        // The first end starts the learned limit's count.
+        c.head_ended(ms(1), t0);
+        // 32 sent 1 ms apart at its limit of 4; each ends 20 ms later.
+        let sent = t0 + ms(100);
+        for i in 0..32 {
+            c.sent(sent + ms(i));
+        }
+        let last_rtt = |c: &NodeCore| c.learned.as_ref().and_then(LearnedLimit::last_rtt);
+        for i in 0..31 {
+            c.learn(&AttemptOutcome::Status(200), ms(20), 4, sent + ms(i + 20));
+        }
+        assert_eq!(last_rtt(&c), None, "judged before its last send ended");
+        c.head_ended(ms(20), sent + ms(51));
+        assert_eq!(last_rtt(&c), Some(ms(20)));
     }
 }
