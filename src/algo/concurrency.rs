@@ -9,8 +9,8 @@
 //! a probe's fewer): the node reports each send ([`LearnedLimit::on_send`]),
 //! an answer belongs to the window that sent it, and a window is judged
 //! once all it sent have ended (or it has waited as long again as its
-//! sending took, a second at most: a hung request does not hold the law
-//! back). Closed at its n-th answer instead, a window keeps the fast
+//! sending took, and twice the last window's mean at least, a second at
+//! most: a hung request does not hold the law back). Closed at its n-th answer instead, a window keeps the fast
 //! answers and leaves the slow ones to the next, and reads a noisy service
 //! as faster than it is. A window where the limit bound (at two thirds of
 //! its answer instants or more) adds its latencies to that level's record;
@@ -480,7 +480,8 @@ impl LearnedLimit {
     }
 
     /// Judges the cut cohort once all it sent have ended, or once it has
-    /// waited as long again as its sending took (`MAX_WINDOW` at most),
+    /// waited as long again as its sending took (twice the last window's
+    /// mean at least, `MAX_WINDOW` at most),
     /// on what it has if that is 4 outcomes or more (the rest hang, and
     /// their timeouts come later), else drops it. A judgement that keeps
     /// the level lets the next cohort be cut. Called at every outcome: a
@@ -493,10 +494,14 @@ impl LearnedLimit {
         // The last request sent waits behind the cohort's own ahead of it,
         // about as long as they took to send: an answer still missing
         // after that is a long tail, and waiting on for it would hold the
-        // law back for the tail's time. (A cohort sent in one burst took
-        // no time: it is judged on its first answers; see features.md.)
+        // law back for the tail's time. A cohort sent in one burst took no
+        // time to send, so the wait is at least two window means: judged
+        // on its first answers, it would read only the fast ones.
+        let floor = self
+            .last_rtt
+            .map_or(Duration::ZERO, |r| r.saturating_mul(2));
         let late = w.to.is_some_and(|t| {
-            let took = t.saturating_duration_since(w.from);
+            let took = t.saturating_duration_since(w.from).max(floor);
             now.saturating_duration_since(t) >= took.min(MAX_WINDOW)
         });
         if w.ended < w.sent && !late {
@@ -1555,6 +1560,36 @@ mod tests {
         l.on_send(sent + ms(100));
         l.on_sample(ms(312), level, SampleKind::Success, sent + ms(312));
         assert_eq!(l.last_rtt(), Some(ms(33)));
+    }
+
+    #[test]
+    fn a_window_sent_in_a_burst_waits_two_means_for_its_slow_answers() {
+        let t0 = Instant::now();
+        let (mut l, now) = settled_without_probes(7, t0);
+        let ms = Duration::from_millis;
+        let level = l.limit();
+        let mean = l.last_rtt().expect("a window was judged");
+        // A window's worth sent within a millisecond: its sending took no
+        // time, yet its slow answers are not tails to leave out.
+        let sent = now + ms(1);
+        assert!(l.waiting.is_none());
+        let n = l.needed() - l.sending.sent;
+        for i in 0..n {
+            l.on_send(sent + Duration::from_micros(u64::from(i) * 30));
+        }
+        let slow = mean + mean / 2;
+        for i in 0..n - 4 {
+            let at = sent + Duration::from_micros(u64::from(i) * 30) + ms(10);
+            l.on_sample(ms(10), level, SampleKind::Success, at);
+        }
+        assert_ne!(l.last_rtt(), Some(ms(10)), "judged on its fast answers");
+        for i in n - 4..n {
+            let at = sent + Duration::from_micros(u64::from(i) * 30) + slow;
+            l.on_sample(slow, level, SampleKind::Success, at);
+        }
+        let want = (f64::from(n - 4) * 0.010 + 4.0 * slow.as_secs_f64()) / f64::from(n);
+        let got = l.last_rtt().expect("judged").as_secs_f64();
+        assert!((got - want).abs() < 1e-6, "{got} != {want}");
     }
 
     #[test]
