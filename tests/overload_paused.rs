@@ -178,10 +178,10 @@ async fn tasks_that_cannot_meet_their_deadline_are_shed() {
     assert_eq!(
         t,
         Tally {
-            ok: 238,
+            ok: 236,
             cut: 0,
             not_sent: 0,
-            overloaded: 212,
+            overloaded: 214,
             passed: 0
         }
     );
@@ -358,7 +358,7 @@ async fn quiet_tenants_are_served_beside_a_noisy_one() {
     );
     // The run of `tests/tenants.rs` on real sockets, half as long.
     let (ok, _) = tenants_run(150).await;
-    let mut want = vec![("noisy".to_string(), 450, 117)];
+    let mut want = vec![("noisy".to_string(), 450, 116)];
     want.extend((0..4).map(|q| (format!("quiet{q}"), 30, 30)));
     assert_eq!(ok, want, "(tenant, offered, in time) in 1.5 s");
 }
