@@ -231,7 +231,12 @@ impl RedisCluster {
         let mut nodes = Vec::new();
         for i in 0..3 {
             let conf = dir.join(format!("nodes-{i}.conf")).display().to_string();
+            // The bus port defaults to the port + 10000, past 65535 for an
+            // ephemeral port above 55535, or taken: one of its own.
+            let bus = free_port().to_string();
             let args = [
+                "--cluster-port",
+                &bus,
                 "--cluster-enabled",
                 "yes",
                 "--cluster-config-file",
