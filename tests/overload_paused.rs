@@ -158,6 +158,44 @@ async fn deadlines_under_overload_never_open_the_breakers_of_healthy_nodes() {
     d.shutdown(Duration::from_secs(1)).await;
 }
 
+/// The deadline rules shed only what a stated time allows: at twice the
+/// capacity, with every third task carrying no deadline (and no `slo` on
+/// the service), the tasks with one are refused or shed once they cannot
+/// be served in time, and newest first keeps the queue shallow; every task
+/// without one is served, however long it waits.
+#[actix_rt::test(system = "sim::PausedSystem")]
+async fn tasks_without_a_deadline_are_never_shed_beside_ones_with_it() {
+    let (_b, d) = start(
+        &three_capped(),
+        r#","max_concurrent":2"#,
+        r#","mode":"p2c""#,
+    );
+    let due = |i: usize| i % 3 != 0;
+    let results = open_loop(&d, 150, 3, |i| {
+        let t = Task::get("svc", format!("/m/{i}"));
+        if due(i) {
+            t.deadline_in(Duration::from_millis(250))
+        } else {
+            t
+        }
+    })
+    .await;
+    let (with, without): (Vec<_>, Vec<_>) = results.iter().enumerate().partition(|(i, _)| due(*i));
+    assert_eq!(without.len(), 150);
+    for (i, r) in &without {
+        assert!(r.is_success(), "task {i} had no deadline: {r:?}");
+    }
+    let shed = with
+        .iter()
+        .filter(|(_, r)| matches!(r.outcome, Outcome::Rejected(Rejection::Overloaded { .. })))
+        .count();
+    assert!(
+        shed > 0,
+        "twice the capacity sheds some of those with a deadline"
+    );
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
 /// Twice the capacity of backends whose worker counts the config states,
 /// every task with a 250 ms deadline: what cannot be served in time is
 /// refused or shed `Overloaded` (before any attempt), nothing counts

@@ -6,7 +6,7 @@
 //! Three rules, after Facebook's "Fail at Scale" (adaptive LIFO), DAGOR and
 //! Breakwater (queueing time against what is left), each from the task's
 //! due time `due`, the queue's send rate while it had a backlog `rate`, and
-//! the service's expected latency `latency` (the median of recent
+//! the service's expected latency `latency` (the mean of recent
 //! successes):
 //!
 //! - **Intake**: a task is refused at once when the tasks ahead of it need
@@ -30,9 +30,9 @@
 //!   A window after newest first began, the queue keeps only what the
 //!   backends take in four fifths of one attempt's time
 //!   ([`DeadlineControl::depth`]), so its deepest task is still served
-//!   within twice an attempt's time: a
-//!   task deeper than that would be served only if arrivals paused, late;
-//!   it is shed at once.
+//!   within twice an attempt's time: a task deeper than that would be
+//!   served only if arrivals paused, late; it is shed at once (only a task
+//!   with a stated time: one without waits until it is served).
 //!
 //! The rate counts only the time the queue had tasks waiting: when it was
 //! empty, sends followed arrivals and say nothing of what the backends can
@@ -61,12 +61,10 @@ const GAIN: f64 = 0.3;
 const STANDING_WINDOWS: u32 = 2;
 /// The share of one attempt's time whose sends the queue keeps while the
 /// newest are served first. The deepest task kept waits that long, then
-/// its own attempt: a whole attempt's time put the p99 of a fixed service
-/// time at 2x and 4x a turn's delay over twice the unloaded one (41 to 44
-/// ms against 40, on 11 of 480 rows of the simulator's matrix); half of it
-/// leaves a noisy service's queue empty at random, and serving falls back
-/// to in order (8 rows of noisy services at 2x over, none before).
-/// Measured over 120 seeds: 1 row over at 0.8 (0.75: 2, 0.9: 4).
+/// its own attempt: with a whole attempt's time, a fixed service time's
+/// p99 lands a turn's delay over twice the unloaded one; with half, a
+/// noisy service's queue empties at random and serving falls back to in
+/// order, late (the shares measured: `bench/results/features.md`).
 const DEPTH_SHARE: f64 = 0.8;
 /// Newest-first lasts at least this long after the last shed.
 const MIN_HOLD: Duration = Duration::from_millis(50);
@@ -185,10 +183,11 @@ impl DeadlineControl {
 
     /// While the newest are served first, how many tasks the queue keeps:
     /// what the backends take in `DEPTH_SHARE` of one attempt's time
-    /// (`latency`) at the measured rate, at least one. A task deeper than that is served only
-    /// when arrivals pause, and by then it is late: it is better refused
-    /// now, while its caller can still act on it. `None` when serving in
-    /// order (every task the queue holds may still be served in time).
+    /// (`latency`) at the measured rate, at least one. A task deeper than
+    /// that is served only when arrivals pause, and by then it is late: it
+    /// is better refused now, while its caller can still act on it. `None`
+    /// when serving in order (every task the queue holds may still be
+    /// served in time).
     pub fn depth(&self, latency: Duration, now: Instant) -> Option<usize> {
         // One window after newest first began: a burst that just reached
         // the standing length keeps its backlog for the lull after it.

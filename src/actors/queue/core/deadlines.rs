@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::table::Pending;
 use super::{QueueCore, TaskNo};
 use crate::algo::deadline::DeadlineControl;
 use crate::algo::priority::Priority;
@@ -131,7 +132,11 @@ impl QueueCore {
                     let Some((flow, no)) = self.tasks.sheddable_in(class) else {
                         continue 'shed;
                     };
-                    if self.tasks.get(&no).is_some_and(|p| p.patient) {
+                    // Only a stated time sheds: a task with no deadline
+                    // (and no `slo`), or whose caller waits on purpose,
+                    // waits until it is served.
+                    let bound = |p: &Pending| !p.patient && self.due_of(p.job()).is_some();
+                    if !self.tasks.get(&no).is_some_and(bound) {
                         continue 'shed;
                     }
                     self.tasks.take_sheddable(class, flow);
