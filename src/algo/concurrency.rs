@@ -10,9 +10,9 @@
 //! an answer belongs to the window that sent it, and a window is judged
 //! once all it sent have ended (or it has waited as long again as its
 //! sending took, and twice the last window's mean at least, a second at
-//! most: a hung request does not hold the law back). Closed at its n-th answer instead, a window keeps the fast
-//! answers and leaves the slow ones to the next, and reads a noisy service
-//! as faster than it is. A window where the limit bound (at two thirds of
+//! most: a hung request does not hold the law back). Closed at its n-th
+//! answer instead, a window keeps the fast answers and leaves the slow
+//! ones to the next, and reads a noisy service as faster than it is. A window where the limit bound (at two thirds of
 //! its answer instants or more) adds its latencies to that level's record;
 //! one where it did not teaches nothing. The knee `R(n) = S·max(1, n/k)`
 //! is fitted to the levels' means with a confidence interval:
@@ -481,9 +481,9 @@ impl LearnedLimit {
 
     /// Judges the cut cohort once all it sent have ended, or once it has
     /// waited as long again as its sending took (twice the last window's
-    /// mean at least, `MAX_WINDOW` at most),
-    /// on what it has if that is 4 outcomes or more (the rest hang, and
-    /// their timeouts come later), else drops it. A judgement that keeps
+    /// mean at least, `MAX_WINDOW` at most), on what it has if that is 4
+    /// outcomes or more (the rest hang, and their timeouts come later),
+    /// else drops it. A judgement that keeps
     /// the level lets the next cohort be cut. Called at every outcome: a
     /// node that answers nothing keeps its cohort until it does.
     fn judge_waiting(&mut self, now: Instant) {
