@@ -220,7 +220,20 @@ pub struct RedisCluster {
 }
 
 impl RedisCluster {
+    /// Starts one, trying three times: a node's port, probed free, may be
+    /// taken before it binds. The last failure's output is in the panic.
     pub fn start() -> Option<RedisCluster> {
+        let mut last = String::new();
+        for _ in 0..3 {
+            match Self::try_start() {
+                Ok(c) => return c,
+                Err(e) => last = e,
+            }
+        }
+        panic!("redis-cli --cluster create failed three times; last:\n{last}");
+    }
+
+    fn try_start() -> Result<Option<RedisCluster>, String> {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "actix-dispatch-redis-cluster-{}-{}",
@@ -246,21 +259,30 @@ impl RedisCluster {
                 "--dir",
                 &dir.display().to_string(),
             ];
-            nodes.push(RedisServer::start_with(&args)?);
+            let Some(node) = RedisServer::start_with(&args) else {
+                return Ok(None);
+            };
+            nodes.push(node);
         }
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        let st = Command::new("redis-cli")
+        let out = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addrs)
             .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
+            .output()
             .expect("redis-cli --cluster create");
-        assert!(st.success(), "redis-cli --cluster create failed");
+        if !out.status.success() {
+            drop(nodes);
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
         let c = RedisCluster { nodes, dir };
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(10) {
@@ -268,7 +290,7 @@ impl RedisCluster {
                 .iter()
                 .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
             {
-                return Some(c);
+                return Ok(Some(c));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
