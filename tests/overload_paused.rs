@@ -44,6 +44,16 @@ fn start(specs: &[BackendSpec], endpoint: &str, extra: &str) -> (Rc<Backends>, D
     (backends, d)
 }
 
+/// [`three_capped`], each endpoint's `max_concurrent` its 2 workers, the
+/// balancer power-of-two-choices.
+fn start_capped() -> (Rc<Backends>, Dispatcher) {
+    start(
+        &three_capped(),
+        r#","max_concurrent":2"#,
+        r#","mode":"p2c""#,
+    )
+}
+
 /// How the tasks of a run ended.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Tally {
@@ -165,11 +175,7 @@ async fn deadlines_under_overload_never_open_the_breakers_of_healthy_nodes() {
 /// without one is served, however long it waits.
 #[actix_rt::test(system = "sim::PausedSystem")]
 async fn tasks_without_a_deadline_are_never_shed_beside_ones_with_it() {
-    let (_b, d) = start(
-        &three_capped(),
-        r#","max_concurrent":2"#,
-        r#","mode":"p2c""#,
-    );
+    let (_b, d) = start_capped();
     let due = |i: usize| i % 3 != 0;
     let results = open_loop(&d, 150, 3, |i| {
         let t = Task::get("svc", format!("/m/{i}"));
@@ -203,11 +209,7 @@ async fn tasks_without_a_deadline_are_never_shed_beside_ones_with_it() {
 /// tasks are served again.
 #[actix_rt::test(system = "sim::PausedSystem")]
 async fn tasks_that_cannot_meet_their_deadline_are_shed() {
-    let (b, d) = start(
-        &three_capped(),
-        r#","max_concurrent":2"#,
-        r#","mode":"p2c""#,
-    );
+    let (b, d) = start_capped();
     let results = open_loop(&d, 150, 3, |i| {
         Task::get("svc", format!("/s/{i}")).deadline_in(Duration::from_millis(250))
     })
@@ -355,11 +357,7 @@ async fn critical_tasks_are_served_while_the_sheddable_majority_is_shed() {
 /// due in 500 ms (`tests/tenants.rs`'s run): `(offered, in time)` per
 /// tenant, and the service's tenant rows.
 async fn tenants_run(ticks: usize) -> (Vec<(String, u32, u32)>, actix_dispatch::ServiceStats) {
-    let (_b, d) = start(
-        &three_capped(),
-        r#","max_concurrent":2"#,
-        r#","mode":"p2c""#,
-    );
+    let (_b, d) = start_capped();
     let ok = noisy_and_quiet(&d, ticks, Duration::from_millis(500)).await;
     let st = d.stats().await.services.remove(0);
     assert!(st.is_balanced());
