@@ -265,6 +265,30 @@ fn settle_counts_work_not_answers() {
     );
 }
 
+/// The queue inside the backends counts only what is in flight beyond
+/// each backend's workers at the time (a capacity change moves the line),
+/// per worker of the pool, from 1 s on.
+#[test]
+fn queued_inside_counts_past_each_backends_workers() {
+    use sim::matrix::queued_inside;
+    let s = named("equal/fixed/cap x2", Duration::from_secs(3));
+    // 4 workers each until 1 s (a third of the run), then 8.
+    let at = Duration::from_millis;
+    let limits: Vec<(Duration, Vec<u32>)> = [500, 900, 1000, 2000]
+        .iter()
+        .map(|&t| (at(t), vec![0; 3]))
+        .collect();
+    let in_flight = vec![
+        vec![20, 20, 20], // before 1 s: not counted
+        vec![20, 20, 20],
+        vec![9, 8, 8],   // 1 + 0 + 0 waiting of 24 workers (13 before the change)
+        vec![8, 10, 14], // 0 + 2 + 6 of 24
+    ];
+    let want = (1.0 / 24.0 + 8.0 / 24.0) / 2.0;
+    assert!((queued_inside(&s, &limits, &in_flight) - want).abs() < 1e-12);
+    assert_eq!(queued_inside(&s, &limits[..2], &in_flight[..2]), 0.0);
+}
+
 /// The same seed gives the same run, task by task.
 #[actix_rt::test(system = "sim::PausedSystem")]
 async fn a_run_is_deterministic() {

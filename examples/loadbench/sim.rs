@@ -16,8 +16,8 @@
 //! Printed and written (`sim.md`, `sim.json`): one row per run (goodput
 //! within the deadline, engine and oracle, and their ratio; p99 of the
 //! successes; refusals; the critical share served; time to settle after a
-//! capacity change), a summary per scenario and limit (the worst of its
-//! seeds), the overload targets checked on that summary, and the CPU
+//! capacity change; requests waiting inside the backends per worker), a
+//! summary per scenario and limit (the worst of its seeds), the overload targets checked on that summary, and the CPU
 //! time one simulated second costs. `--smoke`: 2 s, one seed, `"auto"` only.
 
 use std::time::Duration;
@@ -142,7 +142,9 @@ pub fn run(cli: &Cli) -> Result<Report, String> {
          from 3 s (half the run when shorter) to 0.5 s before the end. Settle: from the \
          capacity change until goodput stays within 0.9 of min(offered, new capacity), \
          counted in work (each success in time adds its own service time; a count of answers \
-         swings with a noisy service's slow ones). \
+         swings with a noisy service's slow ones). Queued inside: the engine's attempts in \
+         flight beyond each backend's workers, per worker of the pool, mean over 100 ms \
+         samples from 1 s on (the oracle's is 0: it sends only to a free worker). \
          'Default' is the engine with no max_concurrent set.",
         DEADLINE.as_millis()
     ));
@@ -190,6 +192,9 @@ struct Class {
     unloaded_p99_ms: Option<f64>,
     /// The offered load as a multiple of capacity, for steady loads.
     steady: Option<f64>,
+    /// Requests waiting inside the backends per worker, mean over the
+    /// seeds ([`Row::inside`]).
+    mean_inside: f64,
 }
 
 impl Class {
@@ -206,7 +211,8 @@ impl Class {
                "min_critical_ok": self.min_critical_ok,
                "worst_settle_secs": secs(self.worst_settle),
                "oracle_worst_settle_secs": secs(self.oracle_worst_settle),
-               "unloaded_p99_ms": self.unloaded_p99_ms})
+               "unloaded_p99_ms": self.unloaded_p99_ms,
+               "mean_queued_inside_per_worker": self.mean_inside})
     }
 
     /// The p99 bound of the targets: the lower of the deadline and twice
@@ -292,6 +298,7 @@ fn summarize(ran: &[Ran], limits: &[Limit]) -> Vec<Class> {
                 oracle_worst_settle: settles(|s| s.1),
                 unloaded_p99_ms: unloaded(name),
                 steady: steady_multiple(name),
+                mean_inside: rows.iter().map(|r| r.inside).sum::<f64>() / rows.len() as f64,
             });
         }
     }
@@ -327,6 +334,7 @@ fn class_table(classes: &[Class]) -> String {
                     secs_cell(c.worst_settle),
                     secs_cell(c.oracle_worst_settle)
                 ),
+                format!("{:.2}", c.mean_inside),
             ]
         })
         .collect();
@@ -340,6 +348,7 @@ fn class_table(classes: &[Class]) -> String {
             "p99 ms, max (engine / oracle)",
             "critical served, min",
             "settle s, worst (engine / oracle)",
+            "queued inside per worker, mean",
         ],
         rows,
     )
@@ -491,7 +500,7 @@ fn row_json(r: &Row, cpu: f64) -> Value {
     json!({"scenario": r.scenario, "limit": format!("{:?}", r.limit), "seed": r.seed,
            "engine": s(&r.engine), "oracle": s(&r.oracle), "goodput_ratio": r.goodput_ratio(),
            "settle_secs": r.settle.map(|(e, o)| json!({"engine": d(e), "oracle": d(o)})),
-           "peak_limits": r.peak_limits, "shed": r.shed, "submitted": r.submitted,
+           "peak_limits": r.peak_limits, "queued_inside_per_worker": r.inside, "shed": r.shed, "submitted": r.submitted,
            "cpu_ms": cpu * 1e3})
 }
 

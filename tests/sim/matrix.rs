@@ -123,6 +123,12 @@ pub struct Row {
     pub settle: Option<(Option<Duration>, Option<Duration>)>,
     /// Unloaded p99 of the service (oracle at 0.3×), in ms, when asked.
     pub peak_limits: Vec<u32>,
+    /// Requests the engine had waiting inside the backends (in flight
+    /// beyond their workers) per worker of the pool, mean over the 100 ms
+    /// samples from 1 s on: the queue a limit above the knee moves into the
+    /// backends, where no deadline or priority of ours reaches it (the
+    /// oracle's is 0). See [`queued_inside`].
+    pub inside: f64,
     pub shed: u64,
     pub submitted: u64,
 }
@@ -157,6 +163,7 @@ pub async fn run_row(s: &Scenario, limit: Limit, seed: u64, change: Option<f64>)
     let peak_limits = (0..s.backends.len())
         .map(|i| e.limits.iter().map(|(_, l)| l[i]).max().unwrap_or(0))
         .collect();
+    let inside = queued_inside(s, &e.limits, &e.in_flight);
     Row {
         scenario: s.name.clone(),
         limit,
@@ -165,21 +172,49 @@ pub async fn run_row(s: &Scenario, limit: Limit, seed: u64, change: Option<f64>)
         oracle: summary(&o, s.deadline, s.length),
         settle,
         peak_limits,
+        inside,
         shed: e.stats.queue.shed,
         submitted: e.stats.queue.submitted,
+    }
+}
+
+/// Requests waiting inside the backends per worker of the pool, mean over
+/// the samples `(t, _)` of `limits` from 1 s on, with `in_flight` the
+/// engine's attempts in flight to each backend at each sample: the sum of
+/// each backend's in flight beyond its workers at `t`, over the sum of the
+/// workers. 0 with no sample.
+pub fn queued_inside(s: &Scenario, limits: &[(Duration, Vec<u32>)], in_flight: &[Vec<u32>]) -> f64 {
+    let (mut sum, mut n) = (0.0, 0u32);
+    for ((t, _), f) in limits.iter().zip(in_flight) {
+        if *t < Duration::from_secs(1) {
+            continue;
+        }
+        let (mut waiting, mut workers) = (0u32, 0u32);
+        for (b, &inside) in s.backends.iter().zip(f) {
+            let w = b.workers_at(*t);
+            waiting += inside.saturating_sub(w);
+            workers += w;
+        }
+        sum += f64::from(waiting) / f64::from(workers.max(1));
+        n += 1;
+    }
+    if n == 0 {
+        0.0
+    } else {
+        sum / f64::from(n)
     }
 }
 
 /// A table of rows, as markdown.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| scenario | limit | seed | goodput (engine / oracle) | ratio | refused | p99 ms (engine / oracle) | critical ok | settle s (engine / oracle) |\n|---|---|---|---|---|---|---|---|---|\n",
+        "| scenario | limit | seed | goodput (engine / oracle) | ratio | refused | p99 ms (engine / oracle) | critical ok | settle s (engine / oracle) | queued inside per worker |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let secs =
         |d: Option<Duration>| d.map_or("never".to_string(), |d| format!("{:.1}", d.as_secs_f64()));
     for r in rows {
         out.push_str(&format!(
-            "| {} | {:?} | {} | {} / {} | {:.3} | {} | {:.0} / {:.0} | {:.3} | {} |\n",
+            "| {} | {:?} | {} | {} / {} | {:.3} | {} | {:.0} / {:.0} | {:.3} | {} | {:.2} |\n",
             r.scenario,
             r.limit,
             r.seed,
@@ -195,6 +230,7 @@ pub fn table(rows: &[Row]) -> String {
                 secs(e),
                 secs(o)
             )),
+            r.inside,
         ));
     }
     out
@@ -211,7 +247,7 @@ pub fn spread(rows: &[Row], short: &[(&str, u64)]) -> String {
         }
     }
     let mut out = String::from(
-        "| scenario | seeds | goodput ratio: least / 10th pct / mean | seeds short of a target |\n|---|---|---|---|\n",
+        "| scenario | seeds | goodput ratio: least / 10th pct / mean | queued inside per worker: mean / most | seeds short of a target |\n|---|---|---|---|---|\n",
     );
     for name in names {
         let mut ratios: Vec<f64> = rows
@@ -226,8 +262,15 @@ pub fn spread(rows: &[Row], short: &[(&str, u64)]) -> String {
             .map(|&(_, seed)| seed)
             .collect();
         let mean = ratios.iter().sum::<f64>() / ratios.len().max(1) as f64;
+        let inside: Vec<f64> = rows
+            .iter()
+            .filter(|r| r.scenario == name)
+            .map(|r| r.inside)
+            .collect();
+        let inside_mean = inside.iter().sum::<f64>() / inside.len().max(1) as f64;
+        let inside_most = inside.iter().copied().fold(0.0, f64::max);
         out.push_str(&format!(
-            "| {name} | {} | {:.3} / {:.3} / {mean:.3} | {} |\n",
+            "| {name} | {} | {:.3} / {:.3} / {mean:.3} | {inside_mean:.2} / {inside_most:.2} | {} |\n",
             ratios.len(),
             ratios.first().copied().unwrap_or(f64::NAN),
             ratios.get(ratios.len() / 10).copied().unwrap_or(f64::NAN),
