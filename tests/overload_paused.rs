@@ -352,6 +352,40 @@ async fn critical_tasks_are_served_while_the_sheddable_majority_is_shed() {
     d.shutdown(Duration::from_secs(1)).await;
 }
 
+/// Half the tasks critical, at three times the capacity (the critical
+/// class alone at one and a half): the top class of several is refused at
+/// intake when the critical tasks ahead of it need longer than it has, or
+/// shed once it can no longer be served in time, never by the depth the
+/// queue keeps while newest first (a send rate's guess, which shed
+/// critical tasks that could still be served while the limits rose).
+#[actix_rt::test(system = "sim::PausedSystem")]
+async fn the_top_class_is_shed_only_when_it_cannot_be_served_in_time() {
+    let (_b, d) = start_capped();
+    let half = |i: usize| {
+        let class = if i % 2 == 0 {
+            Priority::Critical
+        } else {
+            Priority::Sheddable
+        };
+        Task::get("svc", format!("/{class}/{i}"))
+            .priority(class)
+            .deadline_in(Duration::from_millis(250))
+    };
+    let results = open_loop(&d, 150, 6, half).await;
+    let shed_at: Vec<u128> = results
+        .iter()
+        .step_by(2)
+        .filter(|r| matches!(r.outcome, Outcome::Rejected(Rejection::Overloaded { .. })))
+        .map(|r| r.total.as_millis())
+        .collect();
+    // At intake (no wait), or once less than an attempt's 40 ms is left.
+    let early: Vec<&u128> = shed_at.iter().filter(|&&t| t > 0 && t < 200).collect();
+    assert!(early.is_empty(), "{early:?} of {shed_at:?}");
+    let critical_ok = results.iter().step_by(2).filter(|r| r.is_success()).count();
+    assert_eq!((results.len(), critical_ok, shed_at.len()), (900, 242, 208));
+    d.shutdown(Duration::from_secs(1)).await;
+}
+
 /// A noisy tenant offering twice the capacity beside four quiet ones
 /// offering 20 tasks a second each, for `ticks` ticks of 10 ms, every task
 /// due in 500 ms (`tests/tenants.rs`'s run): `(offered, in time)` per

@@ -32,7 +32,9 @@
 //!   ([`DeadlineControl::depth`]), so its deepest task is still served
 //!   within twice an attempt's time: a task deeper than that would be
 //!   served only if arrivals paused, late; it is shed at once (only a task
-//!   with a stated time: one without waits until it is served).
+//!   with a stated time: one without waits until it is served; and never
+//!   one of the most important of several classes, which goes first and
+//!   is shed only by the queue rule above).
 //!
 //! The rate counts only the time the queue had tasks waiting: when it was
 //! empty, sends followed arrivals and say nothing of what the backends can

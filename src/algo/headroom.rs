@@ -77,6 +77,19 @@ impl ClassReserve {
         }
     }
 
+    /// The most important class that came within [`HOLD`] of `now`, when
+    /// a less important one came within it too (`None` when one class
+    /// comes alone).
+    pub fn top_of_several(&self, now: Instant) -> Option<Priority> {
+        let mut lately = Priority::ALL
+            .into_iter()
+            .zip(self.last)
+            .filter(|(_, t)| t.is_some_and(|t| now < time::add(t, HOLD)))
+            .map(|(p, _)| p);
+        let top = lately.next()?;
+        lately.next().map(|_| top)
+    }
+
     /// The most important class that came within [`HOLD`] of `now`.
     pub fn top(&self, now: Instant) -> Option<Priority> {
         Priority::ALL
@@ -256,6 +269,25 @@ mod tests {
         // An instant older than the one kept does not move it back.
         r.seen(Priority::Critical, t0);
         assert_eq!(r.top(end), Some(Priority::Sheddable));
+    }
+
+    #[test]
+    fn the_top_of_several_needs_a_less_important_class_within_the_hold() {
+        let t0 = Instant::now();
+        let mut r = ClassReserve::default();
+        assert_eq!(r.top_of_several(t0), None);
+        // One class alone is no top of several.
+        r.seen(Priority::Critical, t0);
+        assert_eq!(r.top_of_several(t0), None);
+        r.seen(Priority::Sheddable, t0 + 10 * MS);
+        assert_eq!(r.top_of_several(t0 + 10 * MS), Some(Priority::Critical));
+        r.seen(Priority::Default, t0 + 10 * MS);
+        assert_eq!(r.top_of_several(t0 + 10 * MS), Some(Priority::Critical));
+        // The critical class gone for HOLD: the default one tops the rest.
+        assert_eq!(r.top_of_several(t0 + HOLD), Some(Priority::Default));
+        // Every class gone but one.
+        r.seen(Priority::Sheddable, t0 + HOLD);
+        assert_eq!(r.top_of_several(t0 + 10 * MS + HOLD), None);
     }
 
     #[test]

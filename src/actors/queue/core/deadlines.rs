@@ -111,7 +111,7 @@ impl QueueCore {
     /// the oldest tasks of each class that can no longer be served in time
     /// are shed (newest first leaves them there), the queue is kept to the
     /// depth its deadlines allow (shedding the oldest task of the tenant most
-    /// over its share), and the end of an
+    /// over its share, never one of the top class of several), and the end of an
     /// overload is logged.
     pub(super) fn deadline_turn(&mut self, sent: u64, now: Instant) {
         for class in Priority::ALL.into_iter().rev() {
@@ -125,7 +125,15 @@ impl QueueCore {
         }
         if let Some(depth) = self.due.depth(self.expected_latency(), now) {
             // Newest first: the deep end of the queue would be served late.
+            // The top class of several is shed only once it cannot be
+            // served in time: it goes first, so only its own kind is ahead
+            // of it, and the depth, from a send rate measured while the
+            // limits still rise, can be too small for it alone.
+            let top = self.classes.top_of_several(now);
             'shed: for class in Priority::ALL.into_iter().rev() {
+                if top == Some(class) {
+                    break;
+                }
                 while self.tasks.counts().ready > depth {
                     // Of the tenant most over its share: one tenant's
                     // flood does not push the others' tasks out.
