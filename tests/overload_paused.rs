@@ -301,17 +301,19 @@ async fn a_learned_limit_grows_to_what_the_backend_takes() {
     d.shutdown(Duration::from_secs(1)).await;
 }
 
-/// Every sixth task critical, the rest sheddable; the class in the path;
-/// every task due in 250 ms.
-fn one_critical_in_six(i: usize) -> Task {
-    let class = if i % 6 == 0 {
-        Priority::Critical
-    } else {
-        Priority::Sheddable
-    };
-    Task::get("svc", format!("/{class}/{i}"))
-        .priority(class)
-        .deadline_in(Duration::from_millis(250))
+/// Every `n`-th task critical (from the first), the rest sheddable; the
+/// class in the path; every task due in 250 ms.
+fn one_critical_in(n: usize) -> impl Fn(usize) -> Task {
+    move |i| {
+        let class = if i % n == 0 {
+            Priority::Critical
+        } else {
+            Priority::Sheddable
+        };
+        Task::get("svc", format!("/{class}/{i}"))
+            .priority(class)
+            .deadline_in(Duration::from_millis(250))
+    }
 }
 
 /// Three times the capacity, a sixth of it critical: the queue serves the
@@ -325,7 +327,7 @@ async fn critical_tasks_are_served_while_the_sheddable_majority_is_shed() {
         r#","mode":"p2c""#,
     );
     // 1.5 s at 450 tasks/s (three times 150/s): 75 critical, 375 sheddable.
-    let results = open_loop(&d, 150, 3, one_critical_in_six).await;
+    let results = open_loop(&d, 150, 3, one_critical_in(6)).await;
     let critical: Vec<&TaskResult> = results.iter().step_by(6).collect();
     assert_eq!(critical.len(), 75);
     let critical_ok = critical.iter().filter(|r| r.is_success()).count();
@@ -361,17 +363,7 @@ async fn critical_tasks_are_served_while_the_sheddable_majority_is_shed() {
 #[actix_rt::test(system = "sim::PausedSystem")]
 async fn the_top_class_is_shed_only_when_it_cannot_be_served_in_time() {
     let (_b, d) = start_capped();
-    let half = |i: usize| {
-        let class = if i % 2 == 0 {
-            Priority::Critical
-        } else {
-            Priority::Sheddable
-        };
-        Task::get("svc", format!("/{class}/{i}"))
-            .priority(class)
-            .deadline_in(Duration::from_millis(250))
-    };
-    let results = open_loop(&d, 150, 6, half).await;
+    let results = open_loop(&d, 150, 6, one_critical_in(2)).await;
     let shed_at: Vec<u128> = results
         .iter()
         .step_by(2)
