@@ -17,8 +17,10 @@
 //! within the deadline, engine and oracle, and their ratio; p99 of the
 //! successes; refusals; the critical share served; time to settle after a
 //! capacity change; requests waiting inside the backends per worker), a
-//! summary per scenario and limit (the worst of its seeds), the overload targets checked on that summary, and the CPU
-//! time one simulated second costs. `--smoke`: 2 s, one seed, `"auto"` only.
+//! summary per scenario and limit (the worst of its seeds; the mean of
+//! the queue inside), the overload targets checked on that summary, and
+//! the CPU time one simulated second costs. `--smoke`: 2 s, one seed,
+//! `"auto"` only.
 
 use std::time::Duration;
 
@@ -500,8 +502,8 @@ fn row_json(r: &Row, cpu: f64) -> Value {
     json!({"scenario": r.scenario, "limit": format!("{:?}", r.limit), "seed": r.seed,
            "engine": s(&r.engine), "oracle": s(&r.oracle), "goodput_ratio": r.goodput_ratio(),
            "settle_secs": r.settle.map(|(e, o)| json!({"engine": d(e), "oracle": d(o)})),
-           "peak_limits": r.peak_limits, "queued_inside_per_worker": r.inside, "shed": r.shed, "submitted": r.submitted,
-           "cpu_ms": cpu * 1e3})
+           "peak_limits": r.peak_limits, "queued_inside_per_worker": r.inside,
+           "shed": r.shed, "submitted": r.submitted, "cpu_ms": cpu * 1e3})
 }
 
 #[cfg(test)]

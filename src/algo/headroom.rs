@@ -77,26 +77,27 @@ impl ClassReserve {
         }
     }
 
+    /// The classes that came within [`HOLD`] of `now`, most important first.
+    fn lately(&self, now: Instant) -> impl Iterator<Item = Priority> + '_ {
+        Priority::ALL
+            .into_iter()
+            .zip(self.last)
+            .filter(move |(_, t)| t.is_some_and(|t| now < time::add(t, HOLD)))
+            .map(|(p, _)| p)
+    }
+
     /// The most important class that came within [`HOLD`] of `now`, when
     /// a less important one came within it too (`None` when one class
     /// comes alone).
     pub fn top_of_several(&self, now: Instant) -> Option<Priority> {
-        let mut lately = Priority::ALL
-            .into_iter()
-            .zip(self.last)
-            .filter(|(_, t)| t.is_some_and(|t| now < time::add(t, HOLD)))
-            .map(|(p, _)| p);
+        let mut lately = self.lately(now);
         let top = lately.next()?;
         lately.next().map(|_| top)
     }
 
     /// The most important class that came within [`HOLD`] of `now`.
     pub fn top(&self, now: Instant) -> Option<Priority> {
-        Priority::ALL
-            .into_iter()
-            .zip(self.last)
-            .find(|(_, t)| t.is_some_and(|t| now < time::add(t, HOLD)))
-            .map(|(p, _)| p)
+        self.lately(now).next()
     }
 
     /// Whether a task of `class` may take headroom at `now`, where

@@ -121,7 +121,7 @@ pub struct Row {
     pub oracle: Summary,
     /// Time to settle after a capacity change (engine, oracle).
     pub settle: Option<(Option<Duration>, Option<Duration>)>,
-    /// Unloaded p99 of the service (oracle at 0.3×), in ms, when asked.
+    /// Each backend's highest limit over the run (sampled every 100 ms).
     pub peak_limits: Vec<u32>,
     /// Requests the engine had waiting inside the backends (in flight
     /// beyond their workers) per worker of the pool, mean over the 100 ms
