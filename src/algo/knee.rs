@@ -1,6 +1,7 @@
 //! Where a backend stops delivering more throughput for more concurrency:
-//! the knee of its latency curve, fitted to the mean latency measured at
-//! each concurrency level, with a confidence interval.
+//! the knee of its latency curve, fitted to the mean latency (and, for a
+//! noisy service time, a low quantile) measured at each concurrency level,
+//! with a confidence interval.
 //!
 //! A backend that serves `k` requests at once (threads, workers, GPU
 //! slots) answers at its service time `S` while at most `k` are inside,
@@ -24,7 +25,35 @@
 //! level leave the interval open above (`k` is at least the highest
 //! level), data that grow in proportion at every level leave it open below.
 //!
+//! # The low quantile, for a noisy service time
+//!
+//! A skewed service time hides a queue in its mean: one window of 32
+//! answers of a service that takes 10 ms, or 110 ms one time in ten,
+//! spreads ±26 %, and the request or two a limit above the knee keeps
+//! waiting inside the backend add less than that. Its lower quartile does
+//! not move with the slow answers at all (10 ms at every flat level) and
+//! shows the wait at once, for past the knee every answer waits for a
+//! worker: about `(n - k)·S/k` on top of its own service time. So each
+//! level also keeps its latencies as a histogram (`knee/hist.rs`), and when the
+//! service time is noisy (a squared coefficient of variation of
+//! [`STEADY_CV2`] or more: a steady one's waits fall on a few answers in
+//! whole service times, and leave its quartile flat) the fit adds the
+//! error of the additive model `q(n) = q0 + b·max(0, n - k)` over the
+//! levels' [`LOW_QUANTILE`] to that of the means, for each `k`
+//! ([`Levels::fit`]; [`Levels::fit_means`] is the means alone, from which
+//! `S` and a level's expected mean come).
+//!
+//! A quantile's error is the larger of the binomial one (of independent
+//! answers) and the spread between the windows a level's record is made
+//! of ([`Levels::quantile_of`]): past the knee the answers of a window
+//! wait behind the same few, and its quantile moves with the queue it met.
+//! With the binomial error alone, two queued levels that happened to read
+//! alike fitted a knee between them and held a 2-worker backend at 7.
+//!
 //! Pure: no clock, no randomness.
+
+mod hist;
+use hist::Hist;
 
 /// One level's latencies: a running count, mean and sum of squared
 /// deviations (Welford), in seconds.
@@ -35,13 +64,48 @@ pub struct Acc {
     /// Mean latency, seconds.
     pub mean: f64,
     m2: f64,
+    hist: Hist,
+    windows: Windows,
+}
+
+/// The low quantiles of the windows a record is made of, as logarithms:
+/// their spread is the quantile's error. Past the knee the answers of a
+/// window wait behind the same few, so its quantile moves with the queue
+/// it met, far beyond the error of independent answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Windows {
+    n: f64,
+    mean: f64,
+    m2: f64,
+}
+
+impl Windows {
+    fn merge(&mut self, o: &Windows) {
+        let n = self.n + o.n;
+        if o.n <= 0.0 || n <= 0.0 {
+            return;
+        }
+        let d = o.mean - self.mean;
+        self.mean += d * o.n / n;
+        self.m2 += o.m2 + d * d * self.n * o.n / n;
+        self.n = n;
+    }
+
+    /// The variance of one window's `ln q`, with two windows or more.
+    fn var(&self) -> Option<f64> {
+        (self.n >= 2.0).then(|| self.m2 / (self.n - 1.0))
+    }
 }
 
 impl Acc {
     /// A mean estimated from `n` samples' worth (a prediction of a fit
     /// over them): its error counts as theirs in [`differs`](Self::differs).
     pub fn estimate(mean: f64, n: f64) -> Acc {
-        Acc { n, mean, m2: 0.0 }
+        Acc {
+            n,
+            mean,
+            ..Acc::default()
+        }
     }
 
     /// Adds one latency.
@@ -50,6 +114,7 @@ impl Acc {
         let d = x - self.mean;
         self.mean += d / self.n;
         self.m2 += d * (x - self.mean);
+        self.hist.add(x);
     }
 
     /// Merges `o` in (Chan's parallel formula).
@@ -66,13 +131,48 @@ impl Acc {
         self.mean += d * o.n / n;
         self.m2 += o.m2 + d * d * self.n * o.n / n;
         self.n = n;
+        self.hist.merge(&o.hist);
+        self.windows.merge(&o.windows);
     }
 
     /// Keeps at most `cap` samples' weight (older data fade as new come).
     pub fn cap(&mut self, cap: f64) {
         if self.n > cap {
+            self.hist.scale(cap / self.n);
+            self.windows.n *= cap / self.n;
+            self.windows.m2 *= cap / self.n;
             self.m2 *= cap / self.n;
             self.n = cap;
+        }
+    }
+
+    /// The [`LOW_QUANTILE`] of the latencies and its standard error (half
+    /// the distance between the quantiles a binomial standard deviation
+    /// either side, and 5 % of it at least, as [`var`](Self::var) floors
+    /// the spread); `None` under [`MIN_SAMPLES`].
+    pub fn low_quantile(&self) -> Option<(f64, f64)> {
+        let n = self.hist.total();
+        if n < MIN_SAMPLES {
+            return None;
+        }
+        let p = LOW_QUANTILE;
+        let d = (p * (1.0 - p) / n).sqrt();
+        let q = self.hist.quantile(p)?;
+        let (lo, hi) = (self.hist.quantile(p - d)?, self.hist.quantile(p + d)?);
+        (q > 0.0).then(|| (q, ((hi - lo) / 2.0).max(0.05 * q)))
+    }
+
+    /// Makes these latencies one window of a record: its low quantile
+    /// counts in the spread between windows (once; with 8 answers or more).
+    pub fn seal(&mut self) {
+        if self.windows.n == 0.0 {
+            if let Some((q, _)) = self.low_quantile() {
+                self.windows = Windows {
+                    n: 1.0,
+                    mean: q.ln(),
+                    m2: 0.0,
+                };
+            }
         }
     }
 
@@ -128,6 +228,12 @@ pub struct Knee {
 pub const MAX_LEVELS: usize = 24;
 /// Least samples for a level to take part in the fit.
 pub const MIN_SAMPLES: f64 = 8.0;
+/// A service time whose squared coefficient of variation is below this is
+/// steady (a fixed 20 ms with a millisecond of jitter is 0.0025; an
+/// exponential one is 1).
+pub const STEADY_CV2: f64 = 0.05;
+/// The low quantile a noisy service time's levels are also fitted on.
+pub const LOW_QUANTILE: f64 = 0.25;
 
 /// The latencies at each level. See the [module documentation](self).
 #[derive(Debug, Clone, Default)]
@@ -211,8 +317,56 @@ impl Levels {
         }
     }
 
-    /// Fits the knee; `None` with fewer than two levels known.
+    /// The variance of one window's `ln q` pooled over the levels with two
+    /// windows or more.
+    fn window_spread(&self) -> Option<f64> {
+        let (mut m2, mut df) = (0.0, 0.0);
+        for (_, a) in self.known().filter(|(_, a)| a.windows.n >= 2.0) {
+            m2 += a.windows.m2;
+            df += a.windows.n - 1.0;
+        }
+        (df > 0.0).then(|| m2 / df)
+    }
+
+    /// The low quantile of `a` (a level's record, or latencies to compare
+    /// with them) and its standard error: the larger of the binomial one
+    /// ([`Acc::low_quantile`]) and the spread between windows over their
+    /// count, its own with four windows or more, else at least the pooled
+    /// one of the record's levels.
+    pub fn quantile_of(&self, a: &Acc) -> Option<(f64, f64)> {
+        let (q, se) = a.low_quantile()?;
+        let own = a.windows.var().filter(|_| a.windows.n >= 4.0);
+        let v = own.or_else(|| {
+            let pooled = self.window_spread();
+            match (a.windows.var(), pooled) {
+                (Some(x), Some(y)) => Some(x.max(y)),
+                (x, y) => x.or(y),
+            }
+        });
+        let rse = v.map_or(0.0, |v| (v / a.windows.n.max(1.0)).sqrt());
+        Some((q, se.max(q * rse)))
+    }
+
+    /// Whether the service time is noisy: its squared coefficient of
+    /// variation ([`service_cv2`](Self::service_cv2)) is [`STEADY_CV2`] or
+    /// more. Then the levels' low quantiles take part in the fit.
+    pub fn noisy(&self) -> bool {
+        self.service_cv2() >= STEADY_CV2
+    }
+
+    /// Fits the knee to the levels' means and, for a noisy service time,
+    /// their low quantiles; `None` with fewer than two levels known.
     pub fn fit(&self) -> Option<Knee> {
+        self.fit_with(self.noisy())
+    }
+
+    /// Fits the knee to the levels' means alone: what the means of a level
+    /// are predicted from, and the service time `S`.
+    pub fn fit_means(&self) -> Option<Knee> {
+        self.fit_with(false)
+    }
+
+    fn fit_with(&self, quantiles: bool) -> Option<Knee> {
         let pooled = self.cv2();
         let pts: Vec<(f64, f64, f64)> = self
             .known()
@@ -221,6 +375,14 @@ impl Levels {
         if pts.len() < 2 {
             return None;
         }
+        let qpts: Vec<(f64, f64, f64)> = self
+            .known()
+            .filter(|_| quantiles)
+            .filter_map(|(l, a)| {
+                self.quantile_of(a)
+                    .map(|(q, se)| (f64::from(l), q, se.powi(-2)))
+            })
+            .collect();
         let (lo, hi) = (pts[0].0, pts[pts.len() - 1].0);
         // Below `lo` every level is past the knee, above `hi` none is: the
         // error is flat there, so the grid spans `lo..=hi` finely.
@@ -230,6 +392,11 @@ impl Levels {
         let errs: Vec<f64> = (0..=steps)
             .map(|i| {
                 let (e, s) = error(&pts, at(i));
+                let e = if qpts.len() >= 2 {
+                    e + q_error(&qpts, at(i))
+                } else {
+                    e
+                };
                 if e < best {
                     (best, best_k, best_s) = (e, at(i), s);
                 }
@@ -246,6 +413,35 @@ impl Levels {
             service: best_s.exp(),
         })
     }
+}
+
+/// Weighted squared error of the additive model `q(n) = q0 + b·max(0, n - k)`
+/// (`q0` and `b >= 0` fitted by weighted least squares for this `k`) over
+/// `(level, low quantile, weight)` points. Additive, not `S·max(1, n/k)`:
+/// past the knee every answer waits about `(n - k)·S/k` for a worker on
+/// top of its own service time, which shifts a low quantile by the wait,
+/// not in proportion.
+fn q_error(pts: &[(f64, f64, f64)], k: f64) -> f64 {
+    let (mut sw, mut sz, mut sy, mut szz, mut szy) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for &(x, y, w) in pts {
+        let z = (x - k).max(0.0);
+        sw += w;
+        sz += w * z;
+        sy += w * y;
+        szz += w * z * z;
+        szy += w * z * y;
+    }
+    let den = sw * szz - sz * sz;
+    // All levels on one side of `k` (or one level past it): no slope.
+    let b = if den > 1e-9 * sw * szz {
+        ((sw * szy - sz * sy) / den).max(0.0)
+    } else {
+        0.0
+    };
+    let a = (sy - b * sz) / sw;
+    pts.iter()
+        .map(|&(x, y, w)| w * (y - a - b * (x - k).max(0.0)).powi(2))
+        .sum()
 }
 
 /// Weighted squared error of the model with knee `k` (and the fitted
@@ -401,5 +597,102 @@ mod tests {
         assert_eq!(l.levels[0].0, 40 - MAX_LEVELS as u32 + 1);
         l.merge(40, &acc(0.02, 0.0, 1000), 512.0);
         assert_eq!(l.get(40).unwrap().n, 512.0);
+    }
+
+    /// `windows` windows of 40 latencies each, sealed: a bimodal service
+    /// (10 ms, or 110 ms one time in ten) plus `wait` seconds for each.
+    fn bimodal(wait: f64, windows: usize) -> Acc {
+        let mut all = Acc::default();
+        for _ in 0..windows {
+            let mut w = Acc::default();
+            for i in 0..40 {
+                w.add(wait + if i % 10 == 0 { 0.110 } else { 0.010 });
+            }
+            w.seal();
+            all.merge(&w);
+        }
+        all
+    }
+
+    #[test]
+    fn a_noisy_knee_shows_in_the_low_quantile() {
+        // Three workers, a bimodal service of mean 20 ms (a squared CV of
+        // 2.25): flat at 2 and 3, then every answer waits (n - 3)·20/3 ms.
+        // The means (20, 20, 27, 33, 40 ms) of 80 answers each, with a
+        // standard error of 17 %, place the knee between 2.1 and 4; the
+        // low quantile (10 ms, then 17, 23, 30) between 2.8 and 3.4.
+        let mut l = Levels::default();
+        for (level, wait) in [(2, 0.0), (3, 0.0), (4, 0.0067), (5, 0.0133), (6, 0.020)] {
+            l.merge(level, &bimodal(wait, 2), 512.0);
+        }
+        assert!(l.noisy());
+        let means = l.fit_means().unwrap();
+        let both = l.fit().unwrap();
+        let width = |k: Knee| k.high.unwrap() - k.low.unwrap();
+        assert!(width(both) * 2.0 < width(means), "{means:?} {both:?}");
+        let (low, high) = (both.low.unwrap(), both.high.unwrap());
+        assert!(low > 2.5 && high < 3.5, "{both:?}");
+        assert!((both.k - 3.0).abs() < 0.3, "{both:?}");
+    }
+
+    #[test]
+    fn a_steady_service_is_fitted_on_its_means_alone() {
+        let l = levels(
+            &[(2, 0.020), (3, 0.020), (4, 0.020), (5, 0.025), (6, 0.030)],
+            0.0,
+            32,
+        );
+        assert!(!l.noisy());
+        assert_eq!(l.fit(), l.fit_means());
+    }
+
+    #[test]
+    fn the_additive_model_fits_a_wait_on_top_of_the_service() {
+        // 10 ms, and 5 ms more for each request past 3.
+        let pts: Vec<(f64, f64, f64)> = (1..=6)
+            .map(|n| {
+                let x = f64::from(n);
+                (x, 0.010 + (x - 3.0).max(0.0) * 0.005, 1.0)
+            })
+            .collect();
+        assert!(q_error(&pts, 3.0) < 1e-12);
+        assert!(q_error(&pts, 4.0) > 1e-7);
+        assert!(q_error(&pts, 2.0) > 1e-7);
+        // Flat data: no slope at any `k`, no error.
+        let flat: Vec<(f64, f64, f64)> = (1..=4).map(|n| (f64::from(n), 0.01, 1.0)).collect();
+        assert!(q_error(&flat, 2.5) < 1e-15);
+        // A falling line is fitted flat (no negative wait).
+        let falling = [(1.0, 0.02, 1.0), (2.0, 0.01, 1.0)];
+        let e = q_error(&falling, 1.0);
+        assert!((e - 2.0 * 0.005f64.powi(2)).abs() < 1e-12, "{e}");
+    }
+
+    #[test]
+    fn the_low_quantiles_error_is_the_spread_between_windows() {
+        let l = Levels::default();
+        // Windows alike: the binomial error of 80 answers, under a bucket.
+        let alike = bimodal(0.0, 2);
+        let (q, se) = l.quantile_of(&alike).unwrap();
+        assert!((0.0097..0.0110).contains(&q), "{q}");
+        assert!((se - 0.05 * q).abs() < 1e-12, "the 5 % floor: {se}");
+        // Two windows a queue apart (10 and 20 ms): their spread is the
+        // error, far above what 80 independent answers would allow.
+        let mut apart = bimodal(0.0, 1);
+        apart.merge(&bimodal(0.010, 1));
+        let (q, se) = l.quantile_of(&apart).unwrap();
+        let (_, binomial) = apart.low_quantile().unwrap();
+        assert!(se > 3.0 * binomial && se > 0.3 * q, "{q} {se} {binomial}");
+        // Sealed once: merging more answers into a window does not count
+        // it again.
+        let mut w = bimodal(0.0, 1);
+        w.seal();
+        assert_eq!(w.windows.n, 1.0);
+        // A single window borrows the spread the record's levels show.
+        let mut record = Levels::default();
+        record.merge(4, &apart, 512.0);
+        let one = bimodal(0.0, 1);
+        let (_, own) = l.quantile_of(&one).unwrap();
+        let (_, pooled) = record.quantile_of(&one).unwrap();
+        assert!(pooled > 3.0 * own, "{own} {pooled}");
     }
 }
