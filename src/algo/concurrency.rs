@@ -57,7 +57,13 @@
 //! quartile 30 % above the lowest level's) that answers as the lowest
 //! does (the quartile of a probe's few answers tells what their mean
 //! cannot, and a limit at the knee reads flat before and after a gain):
-//! the record is dropped and the limit moves by Little's law. The
+//! the record is dropped and the limit moves by Little's law. A probe
+//! that did not bind (too little demand to fill its level) teaches
+//! nothing of its level, but if the node held more than the limit at two
+//! thirds of its answers and they came faster than the record says the
+//! level above the limit queues (by the mean, or the quartile as above),
+//! the backend gained workers: the limit sits at the knee, and the load
+//! that overflows it may never fill a probe's step. The
 //! errors are of the service time's spread: the record's, or the largest
 //! of a window's lately, or either side's own if larger (past the knee the
 //! answers wait behind the same few slow ones, so a window's mean moves
@@ -91,7 +97,9 @@ use tokio::time::{Duration, Instant};
 use crate::algo::knee::{Acc, Knee, Levels, STEADY_CV2};
 use crate::algo::time;
 
+mod record;
 mod window;
+use record::{little, step};
 use window::{Cohort, Owner, Window};
 
 /// A window closes after this long even with few outcomes (if it has any).
@@ -403,7 +411,7 @@ impl LearnedLimit {
             }
             self.draining = false;
             self.epoch = Some(now);
-            self.sending = Cohort::new(now);
+            self.sending = self.cohort(now);
             return;
         }
         // A request sent before the count started judges another level.
@@ -467,6 +475,16 @@ impl LearnedLimit {
         }
     }
 
+    /// A cohort from `now`; a probe's counts the instants at which the node
+    /// held more than the limit outside it.
+    fn cohort(&self, now: Instant) -> Cohort {
+        let mut c = Cohort::new(now);
+        if self.probe.is_some() {
+            c.window.over_at = self.limit + 1;
+        }
+        c
+    }
+
     /// Cuts the cohort taking sends once it holds a window's worth (or
     /// some, and ran `MAX_WINDOW`), unless one still waits for answers.
     fn try_cut(&mut self, now: Instant) {
@@ -479,7 +497,7 @@ impl LearnedLimit {
         if c.sent >= self.needed() || (long && c.sent + timeouts >= 4) {
             let next = Cohort {
                 after: true,
-                ..Cohort::new(now)
+                ..self.cohort(now)
             };
             let mut cut = std::mem::replace(&mut self.sending, next);
             cut.to = Some(now);
@@ -573,7 +591,7 @@ impl LearnedLimit {
             // ends with no more in flight than the new level.
             self.draining = true;
         }
-        self.sending = Cohort::new(now);
+        self.sending = self.cohort(now);
         self.waiting = None;
         self.suspect = None;
     }
@@ -641,7 +659,22 @@ impl LearnedLimit {
         }
         if w.successes == 0 || !bound {
             // The limit did not bind: nothing learned of it; a probe that
-            // found no demand ends.
+            // found no demand ends. Unless it held more than the limit
+            // and answered faster than the record there: a gain.
+            if probing && w.successes > 0 {
+                let over = self.limit + 1;
+                if w.held_over() && self.gained_at(over, &mut w) {
+                    log::trace!("learned limit: an unfilled probe shows a gain at {over}");
+                    self.levels.clear();
+                    self.changed = true;
+                    self.fresh = Acc::default();
+                    self.knee = None;
+                    self.knee_means = None;
+                    self.phase = Phase::Avoidance;
+                    self.set_level(over + step(over), None, now);
+                    return;
+                }
+            }
             if probing {
                 self.phase = Phase::Avoidance;
                 self.set_level(self.limit, None, now);
@@ -792,191 +825,6 @@ impl LearnedLimit {
             self.set_level(next, None, now);
         }
     }
-}
-
-impl LearnedLimit {
-    /// Whether an attempt cut by its deadline after `rtt` says the node
-    /// queues: it ran at least the last window's mean, and twice the
-    /// service time of the knee when one is known. Twice, so that tight
-    /// deadlines on a healthy node cannot make a window mostly of cuts
-    /// (even an exponential service runs past twice its mean only one time
-    /// in seven): the window mean alone is biased low by the very cuts.
-    fn cut_says_queueing(&self, rtt: Duration) -> bool {
-        let secs = rtt.as_secs_f64();
-        self.last_rtt.is_some_and(|m| rtt >= m) && self.service.is_none_or(|s| secs >= 2.0 * s)
-    }
-
-    /// Whether the record shows a steady service time on enough answers
-    /// that a skewed one would have shown its slow answers (one in ten
-    /// slow: all of 128 fast one time in a million), with a service time
-    /// known.
-    fn known_steady(&self) -> bool {
-        let samples: f64 = self.levels.known().map(|(_, a)| a.n).sum();
-        self.service.is_some()
-            && samples >= f64::from(4 * MIN_WINDOW_SAMPLES)
-            && self.levels.cv2() < STEADY_CV2
-    }
-
-    /// Whether an answer that took `rtt` while a probe runs waited in the
-    /// backend for a whole service time, for a steady service time: at the
-    /// knee only the probe's step can make it wait, so the probe has found
-    /// no gain, and ends at once (its window would have made one answer in
-    /// `k + 1` wait a service time each round). A backend that gained
-    /// workers answers every request in the service time.
-    fn queued_in_probe(&self, rtt: Duration) -> bool {
-        let lowest = self.levels.known().next().map_or(0.0, |(_, a)| a.cv2());
-        let over = (1.0 + 3.5 * lowest.sqrt()).max(QUEUED_IN_PROBE);
-        self.probe.is_some()
-            && self.known_steady()
-            && self.service.is_some_and(|s| rtt.as_secs_f64() > s * over)
-    }
-
-    /// The knee by Little's law from the service time `S` known, when the
-    /// fit `k` has no flat level and a service time over 1.25 `S`: each level
-    /// `n` answering in `R > 1.1 S` serves `n S / R` at once; their mean,
-    /// weighted by their answers, rounded up.
-    fn little_knee(&self, record: &Levels, k: Knee) -> Option<u32> {
-        let s = self
-            .service
-            .filter(|&s| self.changed && k.low.is_none() && k.service > 1.25 * s)?;
-        let (mut served, mut n) = (0.0, 0.0);
-        for (level, a) in record.known().filter(|(_, a)| a.mean > 1.1 * s) {
-            served += a.n * f64::from(level) * s / a.mean;
-            n += a.n;
-        }
-        // `as` saturates.
-        (n > 0.0).then(|| (served / n).ceil().max(1.0) as u32)
-    }
-
-    /// Whether `level` of `record` answers in the service time last known
-    /// (within 10 %), so has no queue: a flat level, the knee at or above
-    /// it, where the record alone cannot tell (levels past the knee lie on
-    /// one line, which any `k` up to the lowest fits). Known from before a
-    /// change of the backend, it saves the window below the knee that
-    /// would otherwise find a flat level. For a noisy service time too: a
-    /// level past the knee that comes within 10 % of the service time
-    /// queues a tenth of a request per worker at most, while the window
-    /// below it idles a worker (on a 2-worker backend, half of it for 32
-    /// answers).
-    fn flat_at(&self, record: &Levels, level: u32) -> bool {
-        let mean = record.get(level).map(|a| a.mean);
-        matches!((self.service, mean), (Some(s), Some(m)) if m <= s * 1.1)
-    }
-
-    /// Whether a level expected to answer in `expected` (a queue above
-    /// the service time) answered in `fresh`, within the service time, for
-    /// a steady service time: the backend gained workers. The means alone
-    /// cannot always tell: one request more than the knee makes only one
-    /// answer in `k + 1` wait, and a probe's few answers spread that wide.
-    fn grew_flat(&self, expected: f64, fresh: f64) -> bool {
-        self.levels.cv2() < STEADY_CV2
-            && self
-                .service
-                .is_some_and(|s| fresh <= s * 1.05 && expected > s * 1.1)
-    }
-
-    /// Whether a level whose record queued, for a noisy service time, now
-    /// answers as the lowest level does: the backend gained workers. The
-    /// record's low quantile stands 30 % and 3 standard errors above the
-    /// lowest level's (which queues least); the new answers' within 10 %
-    /// and 2 standard errors of it, and 3 standard errors below the
-    /// record's. A probe's few answers of a noisy service time cannot show
-    /// the gain in their mean, and a limit at the knee reads flat before
-    /// and after it. The errors are the answers' own (binomial): past the
-    /// knee a window's quantile moves with the queue it met, which the
-    /// third test keeps from passing for a gain.
-    fn grew_flat_q(&self, old: &Acc, fresh: &Acc) -> bool {
-        if !self.levels.noisy() {
-            return false;
-        }
-        let Some((q0, s0)) = self
-            .levels
-            .known()
-            .next()
-            .and_then(|(_, a)| a.low_quantile())
-        else {
-            return false;
-        };
-        let (Some((qo, so)), Some((qf, sf))) = (old.low_quantile(), fresh.low_quantile()) else {
-            return false;
-        };
-        qo > q0 * 1.3 + 3.0 * so.hypot(s0)
-            && qf < q0 * 1.1 + 2.0 * sf.hypot(s0)
-            && qo - qf > 3.0 * so.hypot(sf)
-    }
-
-    /// Answers a probe's window at `probe` takes: as many as its mean needs
-    /// to stand 3.5 standard errors (of the record's pooled spread) from
-    /// the queue the step adds, were the limit at the knee; between 8 and
-    /// 32. A steady service time tells one request more from a few answers,
-    /// and every answer of a probe past the knee waits in the backend.
-    fn probe_samples(&self, probe: u32) -> u32 {
-        let rise = (f64::from(probe) / f64::from(self.limit.max(1))).ln();
-        if rise <= 0.0 {
-            return PROBE_SAMPLES;
-        }
-        let n = (3.5 * self.levels.cv2().sqrt() / rise).powi(2).ceil();
-        (n as u32).clamp(MIN_PROBE_SAMPLES, PROBE_SAMPLES)
-    }
-
-    /// How far above the limit a probe goes: far enough that, were the
-    /// backend to serve it all at once now, the mean of a probe's window
-    /// would stand 3.5 standard errors below the queue it had before (the
-    /// pooled spread of the record): one for a steady service time, more
-    /// for a noisy one, whose small steps a short window cannot tell.
-    /// At most half the limit again: a noisy service would ask for a
-    /// doubling, and every request of the step waits in the backend while
-    /// the probe runs; a larger gain shows over the probes that follow,
-    /// whose level keeps its record.
-    fn probe_step(&self) -> u32 {
-        let cv = self.levels.cv2().sqrt();
-        let frac = (3.5 * cv / f64::from(PROBE_SAMPLES).sqrt()).exp() - 1.0;
-        let step = (f64::from(self.limit) * frac).ceil();
-        // `as` saturates; at least one.
-        (step as u32).clamp(1, self.limit.div_ceil(2).max(1))
-    }
-
-    /// What the latencies at `level` should be, and by how much more than
-    /// 3 standard errors they must differ to mean a change of the backend:
-    /// its record once it has a fit's worth of samples (20 %), or else what
-    /// the fitted knee predicts, as sure as the samples it rests on (30 %:
-    /// a fit on one all-fast window of a skewed service predicts too fast).
-    /// The errors are of the largest spread of the service time's
-    /// ([`Levels::service_cv2`]: past the knee a window's mean moves with
-    /// the service times of the answers before it, not with the latencies'
-    /// small spread; or a window's lately, `spread`) and either side's own:
-    /// the sample variance of a heavy-tailed service time is itself low
-    /// more often than not.
-    fn expected(&self, level: u32) -> Option<(Acc, f64)> {
-        if let Some(a) = self
-            .levels
-            .get(level)
-            .filter(|a| a.n >= crate::algo::knee::MIN_SAMPLES)
-        {
-            return Some((*a, 0.2));
-        }
-        // A prediction only from a knee the record brackets.
-        let k = self
-            .knee_means
-            .filter(|k| k.low.is_some() && k.high.is_some())?;
-        let mean = k.service * (f64::from(level) / k.k).max(1.0);
-        let samples: f64 = self.levels.known().map(|(_, a)| a.n).sum();
-        Some((Acc::estimate(mean, samples), 0.3))
-    }
-}
-
-/// As many at once as a backend serves whose answers at `level` take
-/// `now` where they took `before` (Little's law), rounded up and at least
-/// half of `level`: one noisy window halves it at most, and a second
-/// confirms a larger fall.
-fn little(level: u32, before: f64, now: f64) -> u32 {
-    let served = (f64::from(level) * before / now).ceil() as u32;
-    served.max(level.div_ceil(2))
-}
-
-/// A probe's step from `limit`: a quarter of it, at least one.
-fn step(limit: u32) -> u32 {
-    limit.div_ceil(4).max(1)
 }
 
 #[cfg(test)]
@@ -1763,5 +1611,52 @@ mod tests {
             got += share(&run, 50, 70, 8, 20_000.0) / 12.0;
         }
         assert!(got >= 0.85, "{got}");
+    }
+
+    /// A limit at 5 whose record says 6 queues (30 ms against 20), and a
+    /// probe at 8 that the demand fills only to 7: the probe does not
+    /// bind, yet it held more than the limit all the while, and its answers
+    /// in `ms` (alternating, mean `(a + b) / 2`) say whether 6 still
+    /// queues. Returns the limit after its window.
+    fn unfilled_probe(a: f64, b: f64) -> (u32, bool) {
+        let t0 = Instant::now();
+        let mut l = LearnedLimit::with_seed(cfg(), 1, t0);
+        let noisy = |lo: f64, hi: f64, n: usize| {
+            let mut acc = Acc::default();
+            for i in 0..n {
+                acc.add(if i % 2 == 0 { lo } else { hi } / 1000.0);
+            }
+            acc.seal();
+            acc
+        };
+        l.levels.merge(4, &noisy(10.0, 30.0, 64), LEVEL_CAP);
+        l.levels.merge(5, &noisy(10.0, 30.0, 256), LEVEL_CAP);
+        l.levels.merge(6, &noisy(20.0, 40.0, 64), LEVEL_CAP);
+        l.phase = Phase::Probe;
+        l.set_level(5, Some(8), t0);
+        l.probe_needed = PROBE_SAMPLES;
+        let mut sent = t0 + Duration::from_millis(1);
+        for i in 0..PROBE_SAMPLES {
+            let rtt = Duration::from_secs_f64(if i % 2 == 0 { a } else { b } / 1000.0);
+            l.on_send(sent);
+            l.on_sample(rtt, 7, SampleKind::Success, sent + rtt);
+            sent += Duration::from_millis(1);
+        }
+        // The window waits for its answers; one more past its end closes it.
+        let late = sent + Duration::from_secs(2);
+        l.on_sample(Duration::from_secs(2), 0, SampleKind::Ignore, late);
+        let cleared = l.levels.known().next().is_none();
+        (l.limit(), cleared)
+    }
+
+    #[test]
+    fn an_unfilled_probe_that_answers_faster_than_the_record_shows_a_gain() {
+        // Answered as the flat levels do: a gain; the record is dropped
+        // and the limit steps past 6.
+        let (limit, cleared) = unfilled_probe(10.0, 30.0);
+        assert!(cleared && limit > 6, "{limit} {cleared}");
+        // Answered as 6 queued: no gain; the probe ends at the limit.
+        let (limit, cleared) = unfilled_probe(20.0, 40.0);
+        assert!(!cleared && limit == 5, "{limit} {cleared}");
     }
 }

@@ -20,6 +20,10 @@ pub(super) struct Window {
     pub(super) successes: u32,
     pub(super) timeouts: u32,
     pub(super) failures: u32,
+    /// For a probe's window: the instants at which the node held more
+    /// than the limit outside the probe (`over_at` or more; 0: not counted).
+    pub(super) over_at: u32,
+    pub(super) over: u32,
 }
 
 impl Window {
@@ -42,7 +46,14 @@ impl Window {
         if let Some((_, most)) = self.current.take() {
             self.instants += 1;
             self.binding += u32::from(most >= level);
+            self.over += u32::from(self.over_at > 0 && most >= self.over_at);
         }
+    }
+
+    /// Whether the node held `over_at` or more at two thirds of the
+    /// instants or more (call after [`bound`](Self::bound)).
+    pub(super) fn held_over(&self) -> bool {
+        self.over_at > 0 && self.instants > 0 && self.over * 3 >= self.instants * 2
     }
 
     /// Whether the limit bound at two thirds of the instants or more.
