@@ -475,6 +475,17 @@ impl LearnedLimit {
         }
     }
 
+    /// The backend changed: drops the record (the service time known
+    /// stays, marked as from before the change).
+    fn forget(&mut self) {
+        self.levels.clear();
+        self.changed = true;
+        self.fresh = Acc::default();
+        self.knee = None;
+        self.knee_means = None;
+        self.phase = Phase::Avoidance;
+    }
+
     /// A cohort from `now`; a probe's counts the instants at which the node
     /// held more than the limit outside it.
     fn cohort(&self, now: Instant) -> Cohort {
@@ -665,12 +676,7 @@ impl LearnedLimit {
                 let over = self.limit + 1;
                 if w.held_over() && self.gained_at(over, &mut w) {
                     log::trace!("learned limit: an unfilled probe shows a gain at {over}");
-                    self.levels.clear();
-                    self.changed = true;
-                    self.fresh = Acc::default();
-                    self.knee = None;
-                    self.knee_means = None;
-                    self.phase = Phase::Avoidance;
+                    self.forget();
                     self.set_level(over + step(over), None, now);
                     return;
                 }
@@ -715,12 +721,7 @@ impl LearnedLimit {
         if let Some(old) = changed {
             // The backend changed: what was known is stale, this level's
             // latest too (they straddle the change).
-            self.levels.clear();
-            self.changed = true;
-            self.fresh = Acc::default();
-            self.knee = None;
-            self.knee_means = None;
-            self.phase = Phase::Avoidance;
+            self.forget();
             let next = if slower == Some(true) {
                 // Slower: as many at once as it served before (Little).
                 little(level, old.mean, fresh.mean)
