@@ -707,14 +707,13 @@ impl LearnedLimit {
             })
             .map(|(old, _)| old);
         let slower = changed.map(|old| !grew_q && fresh.mean > old.mean);
-        let suspect = slower;
-        if suspect.is_some() && !steady && self.suspect != suspect {
+        if slower.is_some() && !steady && self.suspect != slower {
             // A noisy service's window is tested each time: one in a few
             // hundred differs by 3 standard errors from noise alone (past
             // the knee its answers wait behind the same few slow ones).
             // A change is one the next window at this level confirms.
             log::trace!("learned limit: a change suspected at {level}");
-            self.suspect = suspect;
+            self.suspect = slower;
             return;
         }
         self.suspect = None;
@@ -737,8 +736,7 @@ impl LearnedLimit {
         self.fresh = fresh;
         let mut record = self.levels.clone();
         record.merge(level, &self.fresh, LEVEL_CAP);
-        self.knee = record.fit();
-        self.knee_means = record.fit_means();
+        (self.knee, self.knee_means) = record.fits();
         // Levels all past the knee fit any service time with its `k`: only
         // a fit with a flat level says what one answer takes.
         if let Some(k) = self.knee_means.filter(|k| k.low.is_some()) {

@@ -79,16 +79,20 @@ struct Windows {
     m2: f64,
 }
 
+/// Chan's parallel formula: the count, mean and sum of squared deviations
+/// of two sets of samples together.
+fn chan((n1, mean1, m2_1): (f64, f64, f64), (n2, mean2, m2_2): (f64, f64, f64)) -> (f64, f64, f64) {
+    let n = n1 + n2;
+    if n2 <= 0.0 || n <= 0.0 {
+        return (n1, mean1, m2_1);
+    }
+    let d = mean2 - mean1;
+    (n, mean1 + d * n2 / n, m2_1 + (m2_2 + d * d * n1 * n2 / n))
+}
+
 impl Windows {
     fn merge(&mut self, o: &Windows) {
-        let n = self.n + o.n;
-        if o.n <= 0.0 || n <= 0.0 {
-            return;
-        }
-        let d = o.mean - self.mean;
-        self.mean += d * o.n / n;
-        self.m2 += o.m2 + d * d * self.n * o.n / n;
-        self.n = n;
+        (self.n, self.mean, self.m2) = chan((self.n, self.mean, self.m2), (o.n, o.mean, o.m2));
     }
 
     /// The variance of one window's `ln q`, with two windows or more.
@@ -126,11 +130,7 @@ impl Acc {
             *self = *o;
             return;
         }
-        let n = self.n + o.n;
-        let d = o.mean - self.mean;
-        self.mean += d * o.n / n;
-        self.m2 += o.m2 + d * d * self.n * o.n / n;
-        self.n = n;
+        (self.n, self.mean, self.m2) = chan((self.n, self.mean, self.m2), (o.n, o.mean, o.m2));
         self.hist.merge(&o.hist);
         self.windows.merge(&o.windows);
     }
@@ -334,17 +334,7 @@ impl Levels {
     /// count, its own with four windows or more, else at least the pooled
     /// one of the record's levels.
     pub fn quantile_of(&self, a: &Acc) -> Option<(f64, f64)> {
-        let (q, se) = a.low_quantile()?;
-        let own = a.windows.var().filter(|_| a.windows.n >= 4.0);
-        let v = own.or_else(|| {
-            let pooled = self.window_spread();
-            match (a.windows.var(), pooled) {
-                (Some(x), Some(y)) => Some(x.max(y)),
-                (x, y) => x.or(y),
-            }
-        });
-        let rse = v.map_or(0.0, |v| (v / a.windows.n.max(1.0)).sqrt());
-        Some((q, se.max(q * rse)))
+        quantile_with(a, self.window_spread())
     }
 
     /// Whether the service time is noisy: its squared coefficient of
@@ -357,62 +347,90 @@ impl Levels {
     /// Fits the knee to the levels' means and, for a noisy service time,
     /// their low quantiles; `None` with fewer than two levels known.
     pub fn fit(&self) -> Option<Knee> {
-        self.fit_with(self.noisy())
+        self.fits().0
     }
 
     /// Fits the knee to the levels' means alone: what the means of a level
     /// are predicted from, and the service time `S`.
     pub fn fit_means(&self) -> Option<Knee> {
-        self.fit_with(false)
+        self.fits().1
     }
 
-    fn fit_with(&self, quantiles: bool) -> Option<Knee> {
+    /// Both fits in one pass over the grid of `k` ([`fit`](Self::fit),
+    /// [`fit_means`](Self::fit_means)): the means' error at each `k` is the
+    /// same in both, a noisy service's adds the quantiles' to it.
+    pub fn fits(&self) -> (Option<Knee>, Option<Knee>) {
         let pooled = self.cv2();
         let pts: Vec<(f64, f64, f64)> = self
             .known()
             .map(|(l, a)| (f64::from(l), a.mean.ln(), a.n / a.cv2().max(pooled)))
             .collect();
         if pts.len() < 2 {
-            return None;
+            return (None, None);
         }
-        let qpts: Vec<(f64, f64, f64)> = self
-            .known()
-            .filter(|_| quantiles)
-            .filter_map(|(l, a)| {
-                self.quantile_of(a)
-                    .map(|(q, se)| (f64::from(l), q, se.powi(-2)))
-            })
-            .collect();
+        let spread = self.window_spread();
+        let qpts: Vec<(f64, f64, f64)> = if self.noisy() {
+            self.known()
+                .filter_map(|(l, a)| {
+                    quantile_with(a, spread).map(|(q, se)| (f64::from(l), q, se.powi(-2)))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let (lo, hi) = (pts[0].0, pts[pts.len() - 1].0);
         // Below `lo` every level is past the knee, above `hi` none is: the
         // error is flat there, so the grid spans `lo..=hi` finely.
         let steps = 200;
         let at = |i: usize| lo + (hi - lo) * i as f64 / steps as f64;
-        let (mut best, mut best_k, mut best_s) = (f64::INFINITY, lo, 0.0);
-        let errs: Vec<f64> = (0..=steps)
-            .map(|i| {
-                let (e, s) = error(&pts, at(i));
-                let e = if qpts.len() >= 2 {
-                    e + q_error(&qpts, at(i))
-                } else {
-                    e
-                };
+        let mut means = Vec::with_capacity(steps + 1);
+        let mut both = Vec::with_capacity(steps + 1);
+        for i in 0..=steps {
+            let (e, s) = error(&pts, at(i));
+            means.push((e, s));
+            let q = if qpts.len() >= 2 {
+                q_error(&qpts, at(i))
+            } else {
+                0.0
+            };
+            both.push((e + q, s));
+        }
+        // The `k` of least error (`S` falling out with it) and every `k`
+        // within 4 of it (two standard deviations).
+        let knee = |errs: &[(f64, f64)]| {
+            let (mut best, mut best_i) = (f64::INFINITY, 0);
+            for (i, &(e, _)) in errs.iter().enumerate() {
                 if e < best {
-                    (best, best_k, best_s) = (e, at(i), s);
+                    (best, best_i) = (e, i);
                 }
-                e
-            })
-            .collect();
-        let within = |e: f64| e <= best + 4.0;
-        let first = errs.iter().position(|&e| within(e)).unwrap_or(0);
-        let last = errs.iter().rposition(|&e| within(e)).unwrap_or(steps);
-        Some(Knee {
-            k: best_k,
-            low: (first > 0).then(|| at(first)),
-            high: (last < steps).then(|| at(last)),
-            service: best_s.exp(),
-        })
+            }
+            let within = |&(e, _): &(f64, f64)| e <= best + 4.0;
+            let first = errs.iter().position(within).unwrap_or(0);
+            let last = errs.iter().rposition(within).unwrap_or(steps);
+            Knee {
+                k: at(best_i),
+                low: (first > 0).then(|| at(first)),
+                high: (last < steps).then(|| at(last)),
+                service: errs[best_i].1.exp(),
+            }
+        };
+        let means = knee(&means);
+        let both = if qpts.len() >= 2 { knee(&both) } else { means };
+        (Some(both), Some(means))
     }
+}
+
+/// The low quantile of `a` and its standard error, given the record's
+/// pooled spread between windows ([`Levels::quantile_of`]).
+fn quantile_with(a: &Acc, pooled: Option<f64>) -> Option<(f64, f64)> {
+    let (q, se) = a.low_quantile()?;
+    let own = a.windows.var().filter(|_| a.windows.n >= 4.0);
+    let v = own.or_else(|| match (a.windows.var(), pooled) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, y) => x.or(y),
+    });
+    let rse = v.map_or(0.0, |v| (v / a.windows.n.max(1.0)).sqrt());
+    Some((q, se.max(q * rse)))
 }
 
 /// Weighted squared error of the additive model `q(n) = q0 + b·max(0, n - k)`
