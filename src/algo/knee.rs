@@ -14,7 +14,7 @@
 //!
 //! [`Levels`] keeps, for each level `n` the node ran at, the count, mean
 //! and variance of the latencies of the requests sent at that level. The
-//! fit ([`Levels::fit`]) takes the logarithm of each level's mean (its
+//! fit ([`Levels::fits`]) takes the logarithm of each level's mean (its
 //! variance `var / (count * mean^2)`, so a noisy level weighs little) and
 //! finds the `k` of least weighted squared error, `S` falling out as the
 //! weighted mean; every `k` whose error is within 4 (two standard
@@ -40,12 +40,12 @@
 //! whole service times, and leave its quartile flat) the fit adds the
 //! error of the additive model `q(n) = q0 + b·max(0, n - k)` over the
 //! levels' [`LOW_QUANTILE`] to that of the means, for each `k`
-//! ([`Levels::fit`]; [`Levels::fit_means`] is the means alone, from which
+//! ([`Levels::fits`] makes that knee and the means' alone, from which
 //! `S` and a level's expected mean come).
 //!
 //! A quantile's error is the larger of the binomial one (of independent
 //! answers) and the spread between the windows a level's record is made
-//! of ([`Levels::quantile_of`]): past the knee the answers of a window
+//! of (`quantile_with`): past the knee the answers of a window
 //! wait behind the same few, and its quantile moves with the queue it met.
 //! With the binomial error alone, two queued levels that happened to read
 //! alike fitted a knee between them and held a 2-worker backend at 7.
@@ -333,6 +333,7 @@ impl Levels {
     /// ([`Acc::low_quantile`]) and the spread between windows over their
     /// count, its own with four windows or more, else at least the pooled
     /// one of the record's levels.
+    #[cfg(test)]
     pub fn quantile_of(&self, a: &Acc) -> Option<(f64, f64)> {
         quantile_with(a, self.window_spread())
     }
@@ -346,18 +347,22 @@ impl Levels {
 
     /// Fits the knee to the levels' means and, for a noisy service time,
     /// their low quantiles; `None` with fewer than two levels known.
+    #[cfg(test)]
     pub fn fit(&self) -> Option<Knee> {
         self.fits().0
     }
 
     /// Fits the knee to the levels' means alone: what the means of a level
     /// are predicted from, and the service time `S`.
+    #[cfg(test)]
     pub fn fit_means(&self) -> Option<Knee> {
         self.fits().1
     }
 
-    /// Both fits in one pass over the grid of `k` ([`fit`](Self::fit),
-    /// [`fit_means`](Self::fit_means)): the means' error at each `k` is the
+    /// Both fits in one pass over the grid of `k`: to the means and, for a
+    /// noisy service time, the low quantiles (first), and to the means
+    /// alone (second; `None` both with fewer than two levels known). The
+    /// means' error at each `k` is the
     /// same in both, a noisy service's adds the quantiles' to it.
     pub fn fits(&self) -> (Option<Knee>, Option<Knee>) {
         let pooled = self.cv2();
@@ -421,7 +426,9 @@ impl Levels {
 }
 
 /// The low quantile of `a` and its standard error, given the record's
-/// pooled spread between windows ([`Levels::quantile_of`]).
+/// pooled spread between windows: the larger of the binomial error
+/// ([`Acc::low_quantile`]) and the spread between windows over their
+/// count, its own with four windows or more, else at least the pooled one.
 fn quantile_with(a: &Acc, pooled: Option<f64>) -> Option<(f64, f64)> {
     let (q, se) = a.low_quantile()?;
     let own = a.windows.var().filter(|_| a.windows.n >= 4.0);
