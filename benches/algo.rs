@@ -8,14 +8,19 @@
 //! criterion's estimates into `bench/results/micro.json` and a table checked
 //! against the targets (round robin and p2c under 100 ns per pick at 1000 nodes, smooth
 //! weighted and least load under 10 ns per node, breaker and bucket under
-//! 50 ns). `ready_lists` compares a push and a pop of the queue's ready
+//! 50 ns). `learned_limit` feeds one learned limit 20 000 answers of a
+//! modelled bimodal backend (per answer: its windows, fits and probes
+//! amortised). `ready_lists` compares a push and a pop of the queue's ready
 //! lists without tenants (`ClassQueues`) against the tenants' fair lists
 //! with one tenant and with ten (`FairClasses`).
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::hint::black_box;
 use std::time::Duration;
 
 use actix_dispatch::algo::breaker::{Breaker, BreakerConfig, CallOutcome};
+use actix_dispatch::algo::concurrency::{LearnedLimit, LearnedLimitConfig, SampleKind};
 use actix_dispatch::algo::ewma::PeakEwma;
 use actix_dispatch::algo::fair::FairClasses;
 use actix_dispatch::algo::limiter::TokenBucket;
@@ -223,9 +228,65 @@ fn ready_lists(c: &mut Criterion) {
     group.finish();
 }
 
+/// Answers of one learned limit (`max_concurrent: "auto"`) in front of a
+/// modelled backend of 4 workers, its service bimodal (90 % at 10 ms, 10 %
+/// at 110 ms), under a backlog that always fills the limit: what the limit
+/// costs per answer (`on_send` and `on_sample`, the windows' fits and
+/// probes amortised over them), the model's own queue included.
+fn learned_limit(c: &mut Criterion) {
+    const ANSWERS: u64 = 20_000;
+    let mut group = c.benchmark_group("learned_limit");
+    group.throughput(criterion::Throughput::Elements(ANSWERS));
+    group.bench_function("bimodal_backlog", |b| {
+        b.iter(|| {
+            let t0 = Instant::now();
+            let mut l = LearnedLimit::with_seed(LearnedLimitConfig::default(), 7, t0);
+            let mut g = Gen(0x9E37_79B9_7F4A_7C15);
+            let mut workers: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
+            let mut pending: BinaryHeap<Reverse<(u64, u64)>> = BinaryHeap::new();
+            let mut answer_at = |t: u64, g: &mut Gen| {
+                let start = if workers.len() < 4 {
+                    t
+                } else {
+                    let Reverse(free) = workers.pop().expect("a worker");
+                    t.max(free)
+                };
+                let end = start + if g.next() % 10 == 0 { 110_000 } else { 10_000 };
+                workers.push(Reverse(end));
+                end
+            };
+            let mut in_flight = 0u32;
+            while in_flight < l.limit() {
+                in_flight += 1;
+                pending.push(Reverse((answer_at(0, &mut g), 0)));
+            }
+            for _ in 0..ANSWERS {
+                let Some(Reverse((at, from))) = pending.pop() else {
+                    break;
+                };
+                let now = t0 + Duration::from_micros(at);
+                l.on_sample(
+                    Duration::from_micros(at - from),
+                    in_flight,
+                    SampleKind::Success,
+                    now,
+                );
+                in_flight -= 1;
+                while in_flight < l.limit() {
+                    in_flight += 1;
+                    l.on_send(now);
+                    pending.push(Reverse((answer_at(at, &mut g), at)));
+                }
+            }
+            black_box(l.limit())
+        })
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = config();
-    targets = strategies, breaker, bucket, ewma, ready_lists
+    targets = strategies, breaker, bucket, ewma, ready_lists, learned_limit
 }
 criterion_main!(benches);

@@ -137,7 +137,7 @@ pub fn run(cli: &Cli) -> Result<Report, String> {
         ("bucket/refused", "token bucket acquire (refused)"),
         ("peak_ewma/observe", "peak EWMA observe"),
     ];
-    let orows = others
+    let mut orows: Vec<Vec<String>> = others
         .iter()
         .map(|(id, what)| {
             let v = get(id);
@@ -147,6 +147,18 @@ pub fn run(cli: &Cli) -> Result<Report, String> {
             vec![what.to_string(), v.map_or("-".into(), ns)]
         })
         .collect();
+    // One iteration is a backlog of 20 000 answers: reported per answer.
+    let learned = get("learned_limit/bimodal_backlog").map(|v| v / 20_000.0);
+    if let Some(v) = learned {
+        results.insert(
+            "learned_limit/bimodal_backlog".into(),
+            json!({"ns_per_answer": v}),
+        );
+    }
+    orows.push(vec![
+        "learned limit, per answer (bimodal backend, backlog)".into(),
+        learned.map_or("-".into(), ns),
+    ]);
     body.push_str("\nPrimitives, mean ns per call:\n\n");
     body.push_str(&table(&["operation", "ns"], orows));
     rep.body = body;

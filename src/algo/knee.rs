@@ -366,13 +366,16 @@ impl Levels {
     /// same in both, a noisy service's adds the quantiles' to it.
     pub fn fits(&self) -> (Option<Knee>, Option<Knee>) {
         let pooled = self.cv2();
+        // Levels by their logarithm: the model's `ln max(1, n/k)` is then
+        // a difference, one logarithm per `k` of the grid.
         let pts: Vec<(f64, f64, f64)> = self
             .known()
-            .map(|(l, a)| (f64::from(l), a.mean.ln(), a.n / a.cv2().max(pooled)))
+            .map(|(l, a)| (f64::from(l).ln(), a.mean.ln(), a.n / a.cv2().max(pooled)))
             .collect();
-        if pts.len() < 2 {
+        let mut levels = self.known().map(|(l, _)| f64::from(l));
+        let (Some(lo), Some(hi)) = (levels.next(), levels.last()) else {
             return (None, None);
-        }
+        };
         let spread = self.window_spread();
         let qpts: Vec<(f64, f64, f64)> = if self.noisy() {
             self.known()
@@ -383,7 +386,6 @@ impl Levels {
         } else {
             Vec::new()
         };
-        let (lo, hi) = (pts[0].0, pts[pts.len() - 1].0);
         // Below `lo` every level is past the knee, above `hi` none is: the
         // error is flat there, so the grid spans `lo..=hi` finely.
         let steps = 200;
@@ -391,7 +393,7 @@ impl Levels {
         let mut means = Vec::with_capacity(steps + 1);
         let mut both = Vec::with_capacity(steps + 1);
         for i in 0..=steps {
-            let (e, s) = error(&pts, at(i));
+            let (e, s) = error(&pts, at(i).ln());
             means.push((e, s));
             let q = if qpts.len() >= 2 {
                 q_error(&qpts, at(i))
@@ -469,10 +471,10 @@ fn q_error(pts: &[(f64, f64, f64)], k: f64) -> f64 {
         .sum()
 }
 
-/// Weighted squared error of the model with knee `k` (and the fitted
-/// `ln S`) over `(level, ln mean, weight)` points.
-fn error(pts: &[(f64, f64, f64)], k: f64) -> (f64, f64) {
-    let resid = |&(x, y, _): &(f64, f64, f64)| y - (x / k).max(1.0).ln();
+/// Weighted squared error of the model with knee `e^ln_k` (and the fitted
+/// `ln S`) over `(ln level, ln mean, weight)` points.
+fn error(pts: &[(f64, f64, f64)], ln_k: f64) -> (f64, f64) {
+    let resid = |&(lx, y, _): &(f64, f64, f64)| y - (lx - ln_k).max(0.0);
     let (mut sw, mut swr) = (0.0, 0.0);
     for p in pts {
         sw += p.2;
