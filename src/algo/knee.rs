@@ -43,6 +43,16 @@
 //! ([`Levels::fits`] makes that knee and the means' alone, from which
 //! `S` and a level's expected mean come).
 //!
+//! The slope `b` is not free: a knee at `k` says the levels past it wait,
+//! so `b` is at least [`WAIT_SHARE`] of `S/k` (the mean wait a request
+//! more adds). Free, a flat quartile fitted every `k` with `b = 0` and
+//! refuted none: an 8-worker backend whose first window at 4 met none of
+//! the slow answers (a mean of 9 ms against 20 at 5 and 26 at 8) was held
+//! at 5 by its means alone, its quartile flat at 10 ms up to 8. A quarter
+//! because a low quantile of the wait is below its mean (the quartile of
+//! one exponential gap between answers is 0.29 of its mean) and grows
+//! towards it with every request queued.
+//!
 //! A quantile's error is the larger of the binomial one (of independent
 //! answers) and the spread between the windows a level's record is made
 //! of (`quantile_with`): past the knee the answers of a window
@@ -234,6 +244,9 @@ pub const MIN_SAMPLES: f64 = 8.0;
 pub const STEADY_CV2: f64 = 0.05;
 /// The low quantile a noisy service time's levels are also fitted on.
 pub const LOW_QUANTILE: f64 = 0.25;
+/// Past a knee `k`, the low quantile grows at least this share of `S/k`
+/// per level (the mean wait one request more adds).
+pub const WAIT_SHARE: f64 = 0.25;
 
 /// The latencies at each level. See the [module documentation](self).
 #[derive(Debug, Clone, Default)]
@@ -396,7 +409,7 @@ impl Levels {
             let (e, s) = error(&pts, at(i).ln());
             means.push((e, s));
             let q = if qpts.len() >= 2 {
-                q_error(&qpts, at(i))
+                q_error(&qpts, at(i), WAIT_SHARE * s.exp() / at(i))
             } else {
                 0.0
             };
@@ -443,12 +456,12 @@ fn quantile_with(a: &Acc, pooled: Option<f64>) -> Option<(f64, f64)> {
 }
 
 /// Weighted squared error of the additive model `q(n) = q0 + b·max(0, n - k)`
-/// (`q0` and `b >= 0` fitted by weighted least squares for this `k`) over
+/// (`q0` and `b >= b_min` fitted by weighted least squares for this `k`) over
 /// `(level, low quantile, weight)` points. Additive, not `S·max(1, n/k)`:
 /// past the knee every answer waits about `(n - k)·S/k` for a worker on
 /// top of its own service time, which shifts a low quantile by the wait,
 /// not in proportion.
-fn q_error(pts: &[(f64, f64, f64)], k: f64) -> f64 {
+fn q_error(pts: &[(f64, f64, f64)], k: f64, b_min: f64) -> f64 {
     let (mut sw, mut sz, mut sy, mut szz, mut szy) = (0.0, 0.0, 0.0, 0.0, 0.0);
     for &(x, y, w) in pts {
         let z = (x - k).max(0.0);
@@ -461,9 +474,9 @@ fn q_error(pts: &[(f64, f64, f64)], k: f64) -> f64 {
     let den = sw * szz - sz * sz;
     // All levels on one side of `k` (or one level past it): no slope.
     let b = if den > 1e-9 * sw * szz {
-        ((sw * szy - sz * sy) / den).max(0.0)
+        ((sw * szy - sz * sy) / den).max(b_min)
     } else {
-        0.0
+        b_min
     };
     let a = (sy - b * sz) / sw;
     pts.iter()
@@ -562,9 +575,17 @@ mod tests {
     #[test]
     fn noise_widens_the_interval_instead_of_moving_the_knee() {
         // A 10 % rise from 4 to 5 with a CV of 1 and 16 samples each is
-        // within the noise: both "flat" and "past the knee" fit.
-        let f = levels(&[(4, 0.020), (5, 0.022)], 1.0, 16).fit().unwrap();
+        // within the noise of the means: both "flat" and "past the knee"
+        // fit them.
+        let l = levels(&[(4, 0.020), (5, 0.022)], 1.0, 16);
+        let f = l.fit_means().unwrap();
         assert_eq!((f.low, f.high), (None, None));
+        // The low quartile (the same at both) says no answer waited at 5.
+        let f = l.fit().unwrap();
+        assert!(
+            f.low.is_some_and(|low| low > 4.9) && f.high.is_none(),
+            "{f:?}"
+        );
         // With 512 samples each, the same rise is a knee between 4 and 5.
         let f = levels(&[(4, 0.020), (5, 0.022)], 1.0, 512).fit().unwrap();
         assert!(f.high.is_some() || f.low.is_some(), "{f:?}");
@@ -662,6 +683,40 @@ mod tests {
         assert!((both.k - 3.0).abs() < 0.3, "{both:?}");
     }
 
+    /// `windows` sealed windows of 40 answers of a bimodal service, `slow`
+    /// of them 110 ms, the others 10 ms.
+    fn with_slow(slow: usize, windows: usize) -> Acc {
+        let mut all = Acc::default();
+        for _ in 0..windows {
+            let mut w = Acc::default();
+            for i in 0..40 {
+                w.add(if i < slow { 0.110 } else { 0.010 });
+            }
+            w.seal();
+            all.merge(&w);
+        }
+        all
+    }
+
+    #[test]
+    fn a_flat_low_quantile_refutes_a_knee_the_means_would_place() {
+        // Eight workers, no level past them. The one window at 4 met no
+        // slow answer (10 ms), the windows above met their tenth or a
+        // little more (20 to 25 ms): by the means alone the backend queues
+        // from about 4 on. Its quartile, 10 ms at every level, says none
+        // waits.
+        let mut l = Levels::default();
+        l.merge(4, &with_slow(0, 1), 512.0);
+        l.merge(5, &with_slow(4, 8), 512.0);
+        l.merge(6, &with_slow(5, 3), 512.0);
+        l.merge(8, &with_slow(6, 3), 512.0);
+        assert!(l.noisy());
+        let means = l.fit_means().unwrap();
+        let both = l.fit().unwrap();
+        assert!(means.k < 5.5 && means.high.is_some(), "{means:?}");
+        assert!(both.k >= 7.0, "{both:?}");
+    }
+
     #[test]
     fn a_steady_service_is_fitted_on_its_means_alone() {
         let l = levels(
@@ -682,15 +737,23 @@ mod tests {
                 (x, 0.010 + (x - 3.0).max(0.0) * 0.005, 1.0)
             })
             .collect();
-        assert!(q_error(&pts, 3.0) < 1e-12);
-        assert!(q_error(&pts, 4.0) > 1e-7);
-        assert!(q_error(&pts, 2.0) > 1e-7);
-        // Flat data: no slope at any `k`, no error.
+        assert!(q_error(&pts, 3.0, 0.0) < 1e-12);
+        assert!(q_error(&pts, 4.0, 0.0) > 1e-7);
+        assert!(q_error(&pts, 2.0, 0.0) > 1e-7);
+        // A least slope below the data's leaves the fit as it is.
+        assert!(q_error(&pts, 3.0, 0.004) < 1e-12);
+        // Flat data: no slope at any `k`, no error, unless a wait is due.
         let flat: Vec<(f64, f64, f64)> = (1..=4).map(|n| (f64::from(n), 0.01, 1.0)).collect();
-        assert!(q_error(&flat, 2.5) < 1e-15);
+        assert!(q_error(&flat, 2.5, 0.0) < 1e-15);
+        // With `b = 0.004` past 2.5, `q0` fits the mean of 0.01, 0.01,
+        // 0.01 - 0.002 and 0.01 - 0.006 in the residuals.
+        let e = q_error(&flat, 2.5, 0.004);
+        let r = [0.002, 0.002, 0.0, -0.004];
+        let want: f64 = r.iter().map(|x| x * x).sum();
+        assert!((e - want).abs() < 1e-12, "{e} {want}");
         // A falling line is fitted flat (no negative wait).
         let falling = [(1.0, 0.02, 1.0), (2.0, 0.01, 1.0)];
-        let e = q_error(&falling, 1.0);
+        let e = q_error(&falling, 1.0, 0.0);
         assert!((e - 2.0 * 0.005f64.powi(2)).abs() < 1e-12, "{e}");
     }
 
