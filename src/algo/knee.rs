@@ -650,11 +650,17 @@ mod tests {
     /// `windows` windows of 40 latencies each, sealed: a bimodal service
     /// (10 ms, or 110 ms one time in ten) plus `wait` seconds for each.
     fn bimodal(wait: f64, windows: usize) -> Acc {
+        windows_of(wait, 4, windows)
+    }
+
+    /// `windows` sealed windows of 40 answers of a bimodal service plus
+    /// `wait` seconds each, `slow` of them 110 ms, the others 10 ms.
+    fn windows_of(wait: f64, slow: usize, windows: usize) -> Acc {
         let mut all = Acc::default();
         for _ in 0..windows {
             let mut w = Acc::default();
             for i in 0..40 {
-                w.add(wait + if i % 10 == 0 { 0.110 } else { 0.010 });
+                w.add(wait + if i < slow { 0.110 } else { 0.010 });
             }
             w.seal();
             all.merge(&w);
@@ -683,21 +689,6 @@ mod tests {
         assert!((both.k - 3.0).abs() < 0.3, "{both:?}");
     }
 
-    /// `windows` sealed windows of 40 answers of a bimodal service, `slow`
-    /// of them 110 ms, the others 10 ms.
-    fn with_slow(slow: usize, windows: usize) -> Acc {
-        let mut all = Acc::default();
-        for _ in 0..windows {
-            let mut w = Acc::default();
-            for i in 0..40 {
-                w.add(if i < slow { 0.110 } else { 0.010 });
-            }
-            w.seal();
-            all.merge(&w);
-        }
-        all
-    }
-
     #[test]
     fn a_flat_low_quantile_refutes_a_knee_the_means_would_place() {
         // Eight workers, no level past them. The one window at 4 met no
@@ -706,10 +697,10 @@ mod tests {
         // from about 4 on. Its quartile, 10 ms at every level, says none
         // waits.
         let mut l = Levels::default();
-        l.merge(4, &with_slow(0, 1), 512.0);
-        l.merge(5, &with_slow(4, 8), 512.0);
-        l.merge(6, &with_slow(5, 3), 512.0);
-        l.merge(8, &with_slow(6, 3), 512.0);
+        l.merge(4, &windows_of(0.0, 0, 1), 512.0);
+        l.merge(5, &windows_of(0.0, 4, 8), 512.0);
+        l.merge(6, &windows_of(0.0, 5, 3), 512.0);
+        l.merge(8, &windows_of(0.0, 6, 3), 512.0);
         assert!(l.noisy());
         let means = l.fit_means().unwrap();
         let both = l.fit().unwrap();
