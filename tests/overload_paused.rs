@@ -154,16 +154,19 @@ async fn deadlines_under_overload_never_open_the_breakers_of_healthy_nodes() {
     assert_eq!(
         t,
         Tally {
-            ok: 195,
-            cut: 68,
+            ok: 216,
+            cut: 45,
             not_sent: 0,
-            overloaded: 187,
+            overloaded: 189,
             passed: 0
         }
     );
     assert_counters(&d, &t).await;
     // The backends could serve 225 in 1.5 s (and the queue's last 250 ms
-    // after): they served every attempt sent, the cut ones included.
+    // after): they served every attempt sent, the cut ones included. A
+    // task with less time left than the quickest room takes waits for a
+    // quicker one instead of being cut inside a backend (68 cut, 195 in
+    // time before).
     assert_eq!(served(&b, 3).await, t.ok + t.cut);
     d.shutdown(Duration::from_secs(1)).await;
 }
@@ -336,8 +339,8 @@ async fn critical_tasks_are_served_while_the_sheddable_majority_is_shed() {
     assert_eq!(
         t,
         Tally {
-            ok: 250,
-            cut: 6,
+            ok: 252,
+            cut: 4,
             not_sent: 0,
             overloaded: 194,
             passed: 0

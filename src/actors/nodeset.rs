@@ -432,6 +432,65 @@ impl NodeSet {
         best.map(|(.., i)| i)
     }
 
+    /// What an attempt is expected to take on the quickest node with room
+    /// ([`NodeView::expected_latency`]): `None` when a node with room is
+    /// idle or has no figure yet (nothing need wait for a quicker room
+    /// then), when no node has room, or in pools over [`SOONEST_SCAN`]
+    /// nodes (a scan per grant would cost a large pool too much).
+    pub fn room_latency(&self) -> Option<Duration> {
+        if self.len() > SOONEST_SCAN {
+            return None;
+        }
+        let mut best: Option<Duration> = None;
+        for (n, c) in self.views.iter().zip(&self.cands) {
+            if !c.eligible {
+                continue;
+            }
+            let t = n.expected_latency()?;
+            best = Some(best.map_or(t, |b| b.min(t)));
+        }
+        best
+    }
+
+    /// Where a task due at `due`, picked for node `i`, goes: `i` if it is
+    /// expected to end the task by then; else the eligible node not in
+    /// `exclude` expected to end it first, if that one can (a node with a
+    /// queue inside is passed over for one that ends the task in time);
+    /// `i` still when only nodes in `exclude` could. `None` when no
+    /// eligible node is expected to end it in time: the queue's figure
+    /// ([`room_latency`](Self::room_latency)) was stale, and the task goes
+    /// back to wait for a quicker room. Pools over [`SOONEST_SCAN`] nodes
+    /// keep the pick.
+    pub fn in_time(
+        &self,
+        i: usize,
+        due: Instant,
+        exclude: &[NodeId],
+        now: Instant,
+    ) -> Option<usize> {
+        let ends = |j: usize| {
+            self.views[j]
+                .expected_latency()
+                .map_or(now, |t| crate::algo::time::add(now, t))
+        };
+        if ends(i) <= due || self.len() > SOONEST_SCAN {
+            return Some(i);
+        }
+        let mut best: Option<(Instant, usize)> = None;
+        let mut any = false;
+        for j in (0..self.views.len()).filter(|&j| self.cands[j].eligible) {
+            let t = ends(j);
+            any |= t <= due;
+            if t <= due && !exclude.contains(&self.views[j].id) && best.is_none_or(|b| (t, j) < b) {
+                best = Some((t, j));
+            }
+        }
+        match best {
+            Some((_, j)) => Some(j),
+            None => any.then_some(i),
+        }
+    }
+
     /// Makes the eligible nodes of `ids` ineligible, noting them in `masked`.
     fn mask(&mut self, ids: &[NodeId], masked: &mut Vec<usize>) {
         for id in ids {
@@ -716,6 +775,50 @@ mod tests {
         assert_eq!(set.capacity(), 6);
         assert_eq!(credit.grant(set.capacity()), 2);
         assert_eq!(credit.grant(set.capacity()), 0);
+        check(&set);
+    }
+
+    /// What the quickest room takes, and where a task with a due time goes:
+    /// a node's recent mean latency counts only while it is busy, and a
+    /// task goes where it ends in time if a node with room can end it.
+    #[test]
+    fn a_task_with_a_due_time_goes_to_a_room_that_ends_it_in_time() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut set = NodeSet::new(tuning());
+        for id in 0..3 {
+            set.push(view(id, 1, 4, t0), t0);
+        }
+        let busy = |set: &mut NodeSet, i: usize, latency: f64, n: u32| {
+            for _ in 0..n {
+                set.dispatch(i, t0);
+            }
+            set.node_mut(i).load.latency_ewma = latency;
+        };
+        // Idle nodes: nothing waits inside, no figure is stated.
+        assert_eq!(set.room_latency(), None);
+        busy(&mut set, 0, 0.060, 3);
+        busy(&mut set, 1, 0.025, 4);
+        assert_eq!(set.room_latency(), None, "node 2 is idle");
+        busy(&mut set, 2, 0.040, 2);
+        set.refresh_all(t0);
+        // Node 1 is full: the quickest room is node 2's.
+        assert_eq!(set.room_latency(), Some(ms(40)));
+        // Due in 50 ms: node 0 (60 ms) is passed over for node 2.
+        assert_eq!(set.in_time(0, t0 + ms(50), &[], t0), Some(2));
+        assert_eq!(set.in_time(2, t0 + ms(50), &[], t0), Some(2));
+        // Only an excluded node ends it in time: the pick stands.
+        assert_eq!(set.in_time(0, t0 + ms(50), &[NodeId(2)], t0), Some(0));
+        // No room ends it in time (the queue's figure was stale): back.
+        assert_eq!(set.in_time(0, t0 + ms(30), &[], t0), None);
+        // Due in an hour: any pick ends it in time.
+        assert_eq!(
+            set.in_time(0, t0 + Duration::from_secs(3600), &[], t0),
+            Some(0)
+        );
+        // Node 2 drains: an idle room states no figure again.
+        set.attempts_ended(2, 2, None, t0);
+        assert_eq!(set.room_latency(), None);
         check(&set);
     }
 

@@ -188,6 +188,10 @@ pub(crate) struct Route {
     pub headroom: bool,
     /// When the queue sent it: the time the balancer and node decide at.
     pub at: Instant,
+    /// When the task is due, if the user stated it (a deadline or the
+    /// service's SLO) and it may be shed for time: the balancer places it
+    /// on a node expected to end it by then, if one with room is.
+    pub due: Option<Instant>,
 }
 
 #[cfg(test)]
@@ -204,6 +208,7 @@ impl Route {
             hedge: false,
             headroom: true,
             at,
+            due: None,
         }
     }
 }
@@ -404,6 +409,11 @@ pub(crate) struct Room {
     /// may take it (`algo::headroom`). A level, not an increment.
     pub reserve: usize,
     pub gate: Option<Gate>,
+    /// What an attempt is expected to take on the quickest node with room
+    /// ([`NodeSet::room_latency`](crate::actors::nodeset::NodeSet::room_latency));
+    /// `None` when a node with room is idle or it is not known. A task with
+    /// less time left waits for a quicker room.
+    pub room_latency: Option<Duration>,
 }
 
 #[cfg(test)]
@@ -414,6 +424,7 @@ impl Room {
             credit: n,
             reserve: 0,
             gate: None,
+            room_latency: None,
         })
     }
 }

@@ -269,6 +269,19 @@ impl NodeView {
         (!t.is_zero()).then_some(t)
     }
 
+    /// What an attempt sent now is expected to take here: the mean of its
+    /// recent answers (the latency EWMA, which holds the wait inside the
+    /// backend at the load it runs at); `None` while the node is idle (no
+    /// wait inside: the service's own figure applies) or before an answer.
+    pub fn expected_latency(&self) -> Option<Duration> {
+        if self.in_flight == 0 {
+            return None;
+        }
+        Duration::try_from_secs_f64(self.load.latency_ewma)
+            .ok()
+            .filter(|t| !t.is_zero())
+    }
+
     /// Attempts the node may have in flight: `max_concurrent`, or the
     /// learned limit under it as the node last reported it.
     pub fn limit(&self) -> u32 {

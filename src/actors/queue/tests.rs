@@ -509,6 +509,7 @@ fn room(credit: usize, reserve: usize) -> Vec<ToQueue> {
         credit,
         reserve,
         gate: None,
+        room_latency: None,
     })]
 }
 

@@ -1,6 +1,7 @@
 //! What the queue may send: the credit the nodes' room allows (the
 //! [`Credit`](crate::actors::credit::Credit) ledger counts what is out),
-//! the part of it that is headroom, and the gate when it changed.
+//! the part of it that is headroom, what an attempt takes on the quickest
+//! node with room, and the gate when it changed.
 
 use std::time::Duration;
 
@@ -33,6 +34,7 @@ impl Placement {
                 credit,
                 reserve,
                 gate,
+                room_latency: self.nodes.room_latency(),
             };
             self.answer(ToQueue::Room(room));
         }

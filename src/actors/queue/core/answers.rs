@@ -290,6 +290,7 @@ impl QueueCore {
                 // buckets at the route's time).
                 self.tick(now);
                 self.credit.receive(room.credit, room.reserve);
+                self.room_latency = room.room_latency;
                 if let Some(gate) = room.gate {
                     self.set_gate(gate);
                 }

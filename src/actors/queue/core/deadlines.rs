@@ -1,7 +1,9 @@
 //! Shedding by stated deadlines (`algo::deadline`): a task's due time is
 //! its deadline, or its submission plus the service's `queue.slo`; a task
 //! with neither, or one that waits on purpose (`feed`, `on_full: wait`),
-//! is never refused or shed by time.
+//! is never refused, held or shed by time. A task due sooner than the
+//! quickest node with room ends it waits for a quicker room
+//! ([`QueueCore::waits_for_room`]).
 
 use std::time::Duration;
 
@@ -69,16 +71,36 @@ impl QueueCore {
         !self.due.admits(ahead, due, self.expected_latency(), now)
     }
 
-    /// Whether ready task `no` can no longer be served in time.
+    /// Whether ready task `no` can no longer be served in time: an attempt
+    /// is expected to take longer than it has left, by the mean of recent
+    /// successes, unless the quickest node with room ends it in time (a
+    /// figure of the node, which the service's mean blurs).
     pub(super) fn unservable(&self, no: TaskNo, now: Instant) -> bool {
-        let Some(p) = self.tasks.get(&no) else {
+        let Some(due) = self.due_if_sheddable(no) else {
             return false;
         };
-        if p.patient {
+        let room = self
+            .room_latency
+            .is_some_and(|t| DeadlineControl::servable(due, t, now));
+        !room && !DeadlineControl::servable(due, self.expected_latency(), now)
+    }
+
+    /// Whether ready task `no` has less time left than an attempt is
+    /// expected to take on the quickest node with room: sent now, it would
+    /// wait inside a backend past its due time, so it waits in the queue
+    /// for a quicker room (or until it can no longer be served in time).
+    pub(super) fn waits_for_room(&self, no: TaskNo, now: Instant) -> bool {
+        let (Some(t), Some(due)) = (self.room_latency, self.due_if_sheddable(no)) else {
             return false;
-        }
+        };
+        !DeadlineControl::servable(due, t, now)
+    }
+
+    /// When ready task `no` is due, if it may be shed for time (a task
+    /// that waits on purpose never is).
+    fn due_if_sheddable(&self, no: TaskNo) -> Option<Instant> {
+        let p = self.tasks.get(&no).filter(|p| !p.patient)?;
         self.due_of(p.job())
-            .is_some_and(|due| !DeadlineControl::servable(due, self.expected_latency(), now))
     }
 
     /// Answers ready task `no`, which can no longer be served in time:

@@ -1,5 +1,7 @@
 //! Handing over: ready tasks go to the balancer while there is credit; a
-//! hedge is sent when its timer fires; a bounce puts a task back.
+//! task due sooner than the quickest node with room ends it is held until
+//! a room is quick enough (then it goes first); a hedge is sent when its
+//! timer fires; a bounce puts a task back.
 
 use std::time::Duration;
 
@@ -59,7 +61,14 @@ impl QueueCore {
             ) else {
                 break;
             };
-            let Some(no) = self.tasks.next_ready_within(order, lowest) else {
+            // A task held back goes first once a room is quick enough for
+            // it; those that can no longer be served in time are answered.
+            self.sweep_held(now);
+            let no = match self.held_fits(lowest, now) {
+                true => self.tasks.take_held(),
+                false => self.tasks.next_ready_within(order, lowest),
+            };
+            let Some(no) = no else {
                 break;
             };
             let Some(p) = self.tasks.get(&no) else {
@@ -90,6 +99,12 @@ impl QueueCore {
                 self.fail(no, FailReason::DeadlineExceeded);
                 continue;
             }
+            if self.waits_for_room(no, now) {
+                // Sent now, it would wait inside a backend past its due
+                // time; another node may free a quicker room in time.
+                self.tasks.hold(no);
+                continue;
+            }
             let Some(p) = self.tasks.send(no) else {
                 continue;
             };
@@ -105,6 +120,7 @@ impl QueueCore {
                 self.policy.sent(now);
             }
             let class = p.job().priority;
+            let patient = p.patient;
             sent[class.index()] += 1;
             let route = Route {
                 seq: Seq { task: no, round },
@@ -117,6 +133,11 @@ impl QueueCore {
                     .top(now)
                     .is_none_or(|t| class.index() <= t.index()),
                 at: now,
+                due: None,
+            };
+            let route = Route {
+                due: (!patient).then(|| self.due_of(&route.job)).flatten(),
+                ..route
             };
             self.credit.spend();
             self.out.turn.routes.push(route);
@@ -294,6 +315,41 @@ impl QueueCore {
             .is_some_and(|p10| deadline.saturating_duration_since(now) < p10)
     }
 
+    /// Answers the tasks held first while they can no longer be served
+    /// in time (or their caller left).
+    fn sweep_held(&mut self, now: Instant) {
+        while let Some(no) = self.tasks.held_front() {
+            let Some(p) = self.tasks.get(&no) else {
+                return;
+            };
+            if p.job().reply.is_abandoned() {
+                self.tasks.take_held();
+                self.counts.cancelled();
+                self.finish(no, Outcome::Rejected(Rejection::Cancelled));
+            } else if p.job().deadline.is_some_and(|d| d <= now) {
+                self.tasks.take_held();
+                self.finish_deadline(no);
+            } else if self.unservable(no, now) {
+                self.tasks.take_held();
+                self.drop_late(no, now);
+            } else {
+                return;
+            }
+        }
+    }
+
+    /// Whether the task held first may be sent now: of a class the credit
+    /// serves, and the quickest room ends it in time.
+    fn held_fits(&mut self, lowest: Priority, now: Instant) -> bool {
+        let Some(no) = self.tasks.held_front() else {
+            return false;
+        };
+        self.tasks
+            .get(&no)
+            .is_some_and(|p| p.job().priority.index() <= lowest.index())
+            && !self.waits_for_room(no, now)
+    }
+
     pub(super) fn send_hedge(&mut self, no: TaskNo, now: Instant) {
         let Some(p) = self.tasks.get_mut(&no) else {
             return;
@@ -326,6 +382,7 @@ impl QueueCore {
             hedge: true,
             headroom: true,
             at: now,
+            due: None,
         };
         self.out.turn.routes.push(route);
     }
@@ -366,6 +423,9 @@ impl QueueCore {
 
     /// Reject every ready task (the gate closed).
     pub(super) fn reject_ready(&mut self, reason: Rejection) {
+        while let Some(no) = self.tasks.take_held() {
+            self.reject(no, reason.clone());
+        }
         while let Some(no) = self.tasks.next_ready(Order::Fifo) {
             self.reject(no, reason.clone());
         }

@@ -95,6 +95,9 @@ pub(crate) struct QueueCore {
     timers: TimerStore<TaskNo, Timer>,
     /// The balancer's credit, as granted and spent.
     credit: Credit,
+    /// What an attempt takes on the quickest node with room, as the
+    /// balancer last said (`Room::room_latency`).
+    room_latency: Option<std::time::Duration>,
     /// Which classes came lately: the top one may take the headroom.
     classes: crate::algo::headroom::ClassReserve,
     gate: Gate,
@@ -147,6 +150,7 @@ impl QueueCore {
             out: Output::default(),
             timers: TimerStore::default(),
             credit: Credit::default(),
+            room_latency: None,
             classes: Default::default(),
             gate: Gate::Open,
             closed: false,

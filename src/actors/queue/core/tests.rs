@@ -791,6 +791,7 @@ fn a_gate_closed_by_the_balancer_answers_the_ready_and_the_parked_and_refuses_ne
         credit: 0,
         reserve: 0,
         gate: Some(Gate::Reject(Rejection::ShuttingDown)),
+        room_latency: None,
     };
     turn(&mut q, vec![ToQueue::Room(closed)], t0 + ms(5));
     let r = results(&mut q);
@@ -804,4 +805,100 @@ fn a_gate_closed_by_the_balancer_answers_the_ready_and_the_parked_and_refuses_ne
     let s = q.stats(t0);
     assert_eq!((s.submitted, s.rejected, s.queued, s.waiting), (3, 3, 0, 0));
     assert!(q.output().drained);
+}
+
+/// Credit and what the quickest room takes, as the balancer states them.
+fn room(credit: usize, latency: Option<Duration>) -> ToQueue {
+    ToQueue::Room(Room {
+        credit,
+        reserve: 0,
+        gate: None,
+        room_latency: latency,
+    })
+}
+
+#[test]
+fn a_task_with_less_time_left_than_the_quickest_room_takes_waits_for_a_quicker_one() {
+    let t0 = Instant::now();
+    let mut q = core(ONE, t0);
+    let due = |t| Task::get("svc", "/x").deadline_in(t);
+    // Task 1 is due at 100 ms, task 2 at 140 ms, task 3 at 95 ms.
+    submit(&mut q, &job(due(ms(100)), 1, t0), t0);
+    submit(&mut q, &job(due(ms(100)), 2, t0 + ms(40)), t0 + ms(40));
+    submit(&mut q, &job(due(ms(90)), 3, t0 + ms(5)), t0 + ms(45));
+    // At 50 ms the quickest room takes 60 ms: only task 2 ends in time;
+    // tasks 1 and 3 are held, not sent to wait inside a backend.
+    turn(&mut q, vec![room(3, Some(ms(60)))], t0 + ms(50));
+    let sent = full_routes(&mut q);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].job.id, 2);
+    assert_eq!(
+        sent[0].due,
+        Some(t0 + ms(140)),
+        "the route carries its due time"
+    );
+    assert_eq!(q.stats(t0).queued, 2, "held tasks are still queued");
+    // A quicker room: task 1 (48 ms left) goes; task 3 (43 ms) waits on.
+    turn(&mut q, vec![room(0, Some(ms(45)))], t0 + ms(52));
+    let ids: Vec<u64> = full_routes(&mut q).iter().map(|r| r.job.id).collect();
+    assert_eq!(ids, vec![1]);
+    turn(&mut q, vec![room(0, None)], t0 + ms(53));
+    let ids: Vec<u64> = full_routes(&mut q).iter().map(|r| r.job.id).collect();
+    assert_eq!(ids, vec![3], "an idle room: no figure, nothing held");
+    assert!(results(&mut q).is_empty(), "nothing shed");
+}
+
+#[test]
+fn a_held_task_is_answered_at_its_deadline_and_by_a_closing_gate_and_never_sent() {
+    use crate::actors::protocol::Gate;
+    let t0 = Instant::now();
+    let mut q = core(ONE, t0);
+    let due = |t| Task::get("svc", "/x").deadline_in(t);
+    submit(&mut q, &job(due(ms(100)), 1, t0), t0);
+    submit(&mut q, &job(due(ms(200)), 2, t0), t0);
+    // No room ends either in time: both held, the credit kept.
+    turn(&mut q, vec![room(2, Some(ms(250)))], t0 + ms(10));
+    assert!(full_routes(&mut q).is_empty());
+    q.on_timer(t0 + ms(100));
+    let r = results(&mut q);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].0, 1);
+    assert!(
+        matches!(r[0].1.outcome, Outcome::Rejected(Rejection::DeadlinePassed)),
+        "{:?}",
+        r[0].1.outcome
+    );
+    assert!(full_routes(&mut q).is_empty(), "never sent");
+    let closed = Room {
+        credit: 0,
+        reserve: 0,
+        gate: Some(Gate::Reject(Rejection::ShuttingDown)),
+        room_latency: Some(ms(250)),
+    };
+    turn(&mut q, vec![ToQueue::Room(closed)], t0 + ms(120));
+    let r = results(&mut q);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].0, 2);
+    assert!(matches!(
+        r[0].1.outcome,
+        Outcome::Rejected(Rejection::ShuttingDown)
+    ));
+    let s = q.stats(t0);
+    assert_eq!((s.submitted, s.rejected, s.queued), (2, 2, 0));
+    assert!(q.output().drained);
+}
+
+#[test]
+fn a_task_without_a_due_time_is_never_held() {
+    let t0 = Instant::now();
+    let mut q = core(ONE, t0);
+    submit(&mut q, &job(Task::get("svc", "/x"), 1, t0), t0);
+    turn(
+        &mut q,
+        vec![room(1, Some(Duration::from_secs(3600)))],
+        t0 + ms(1),
+    );
+    let sent = full_routes(&mut q);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].due, None);
 }

@@ -79,6 +79,10 @@ pub(in crate::actors) struct TaskTable {
     book: TenantBook,
     /// Waiting tasks, in arrival order.
     waiting: VecDeque<TaskNo>,
+    /// Ready tasks taken off their lists and held back: each had less time
+    /// left than an attempt takes on the quickest node with room; first
+    /// held first. Still counted ready.
+    held: VecDeque<TaskNo>,
     counts: Counts,
     /// The arrival count the next task gets.
     next: u64,
@@ -106,6 +110,7 @@ impl TaskTable {
             ready,
             book: TenantBook::new(tenants),
             waiting: VecDeque::new(),
+            held: VecDeque::new(),
             counts: Counts::default(),
             next: 0,
         }
@@ -350,7 +355,10 @@ impl TaskTable {
             }
             let tasks = &self.tasks;
             let live = |no: &TaskNo| tasks.get(no).is_some_and(|p| p.state == State::Ready);
-            let no = *self.ready.oldest_of(lower, over, live)?;
+            // A class whose only ready tasks are held back has none listed.
+            let Some(&no) = self.ready.oldest_of(lower, over, live) else {
+                continue;
+            };
             return self.tasks.get(&no).filter(|p| !p.patient).map(|_| no);
         }
         None
@@ -382,6 +390,34 @@ impl TaskTable {
             }
         }
         self.tasks.get_mut(&no)
+    }
+
+    /// Holds back ready task `no`, taken off its list and not sent, behind
+    /// the tasks held before it.
+    pub fn hold(&mut self, no: TaskNo) {
+        if self.tasks.get(&no).is_some_and(|p| p.state == State::Ready) {
+            self.held.push_back(no);
+        }
+    }
+
+    /// The task held first, left held (those no longer ready are dropped
+    /// from the front on the way).
+    pub fn held_front(&mut self) -> Option<TaskNo> {
+        while let Some(&no) = self.held.front() {
+            if self.tasks.get(&no).is_some_and(|p| p.state == State::Ready) {
+                return Some(no);
+            }
+            self.held.pop_front();
+        }
+        None
+    }
+
+    /// Takes the task held first off the held ones (still ready: the
+    /// caller sends or answers it).
+    pub fn take_held(&mut self) -> Option<TaskNo> {
+        let no = self.held_front()?;
+        self.held.pop_front();
+        Some(no)
     }
 
     /// A task in flight comes back unsent (bounced): ready, at the front.
@@ -451,6 +487,7 @@ impl TaskTable {
         self.ready.clear();
         self.book.release_all();
         self.waiting.clear();
+        self.held.clear();
         self.counts = Counts::default();
     }
 

@@ -40,6 +40,9 @@ enum Op {
     SendNewest,
     AnswerOldestReady,
     Displace(Priority),
+    Hold,
+    SendHeld,
+    AnswerHeld,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -57,6 +60,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::SendNewest),
         1 => Just(Op::AnswerOldestReady),
         1 => class().prop_map(Op::Displace),
+        1 => Just(Op::Hold),
+        1 => Just(Op::SendHeld),
+        1 => Just(Op::AnswerHeld),
     ]
 }
 
@@ -103,6 +109,8 @@ proptest! {
         let mut entered = 0usize;
         let mut left = 0usize;
         let mut clock = 0u64;
+        // Tasks held back, first held first (some may have left since).
+        let mut held: Vec<TaskNo> = Vec::new();
         let set = |model: &mut Model, no: TaskNo, s: State| {
             if let Some(e) = model.get_mut(&no) {
                 e.0 = s;
@@ -132,7 +140,8 @@ proptest! {
                         prop_assert!(t.send(no).is_some());
                         set(&mut model, no, State::InFlight);
                     } else {
-                        prop_assert!(!model.values().any(|(s, _)| *s == State::Ready));
+                        let listed = |(no, (s, _)): (&TaskNo, &(State, Priority))| *s == State::Ready && !held.contains(no);
+                        prop_assert!(!model.iter().any(listed));
                     }
                 }
                 Op::AnswerNextReady => {
@@ -197,16 +206,41 @@ proptest! {
                         prop_assert_eq!(model.remove(&no).map(|e| e.0), Some(State::Ready));
                         left += 1;
                     } else {
-                        prop_assert!(!model.values().any(|(s, _)| *s == State::Ready));
+                        let listed = |(no, (s, _)): (&TaskNo, &(State, Priority))| *s == State::Ready && !held.contains(no);
+                        prop_assert!(!model.iter().any(listed));
+                    }
+                }
+                Op::Hold => {
+                    if let Some(no) = t.next_ready(Order::Fifo) {
+                        t.hold(no);
+                        held.push(no);
+                    }
+                }
+                Op::SendHeld | Op::AnswerHeld => {
+                    // The first held task still ready, held no longer.
+                    held.retain(|no| model.get(no).is_some_and(|e| e.0 == State::Ready));
+                    let first = (!held.is_empty()).then(|| held.remove(0));
+                    prop_assert_eq!(t.held_front(), first);
+                    prop_assert_eq!(t.take_held(), first);
+                    if let Some(no) = first {
+                        if matches!(op, Op::SendHeld) {
+                            prop_assert!(t.send(no).is_some());
+                            set(&mut model, no, State::InFlight);
+                        } else {
+                            prop_assert!(t.remove(no).is_some());
+                            model.remove(&no);
+                            left += 1;
+                        }
                     }
                 }
                 Op::Displace(class) => {
                     // Only a ready task of a strictly lower class, the
-                    // least important class first.
+                    // least important class first (one held back is not
+                    // on its list: it is about to go or to be shed).
                     let lowest = model
-                        .values()
-                        .filter(|(s, c)| *s == State::Ready && c.index() > class.index())
-                        .map(|(_, c)| c.index())
+                        .iter()
+                        .filter(|(no, (s, c))| *s == State::Ready && c.index() > class.index() && !held.contains(no))
+                        .map(|(_, (_, c))| c.index())
                         .max();
                     let got = t.displaceable(class, crate::algo::tenants::UNNAMED);
                     prop_assert_eq!(got.map(|no| model[&no].1.index()), lowest);
