@@ -136,6 +136,8 @@ impl QueueCore {
     /// over its share, never one of the top class of several), and the end of an
     /// overload is logged.
     pub(super) fn deadline_turn(&mut self, sent: u64, now: Instant) {
+        // Held tasks too, with no credit in hand to take them.
+        self.sweep_held(now);
         for class in Priority::ALL.into_iter().rev() {
             while let Some(no) = self.tasks.oldest_ready_in(class) {
                 if !self.unservable(no, now) {

@@ -317,7 +317,7 @@ impl QueueCore {
 
     /// Answers the tasks held first while they can no longer be served
     /// in time (or their caller left).
-    fn sweep_held(&mut self, now: Instant) {
+    pub(super) fn sweep_held(&mut self, now: Instant) {
         while let Some(no) = self.tasks.held_front() {
             let Some(p) = self.tasks.get(&no) else {
                 return;

@@ -902,3 +902,38 @@ fn a_task_without_a_due_time_is_never_held() {
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].due, None);
 }
+
+#[test]
+fn a_held_task_past_its_slo_is_shed_with_no_credit_in_hand() {
+    let t0 = Instant::now();
+    let mut q = core(
+        r#"{"services":[{"name":"svc","endpoints":[{"address":"http://127.0.0.1:9/"}],
+            "queue":{"slo":"100ms"}}]}"#,
+        t0,
+    );
+    submit(&mut q, &job(Task::get("svc", "/x"), 1, t0), t0);
+    submit(
+        &mut q,
+        &job(Task::get("svc", "/y"), 2, t0 + ms(60)),
+        t0 + ms(60),
+    );
+    // One credit, a room that takes 50 ms: task 1 (due at 100 ms) waits,
+    // task 2 (due at 160 ms) takes the credit.
+    turn(&mut q, vec![room(1, Some(ms(50)))], t0 + ms(70));
+    let ids: Vec<u64> = full_routes(&mut q).iter().map(|r| r.job.id).collect();
+    assert_eq!(ids, vec![2]);
+    // Past its due time, with no credit: shed by the turn, never sent.
+    turn(&mut q, vec![room(0, Some(ms(50)))], t0 + ms(101));
+    assert!(full_routes(&mut q).is_empty());
+    let r = results(&mut q);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].0, 1);
+    assert!(
+        matches!(
+            r[0].1.outcome,
+            Outcome::Rejected(Rejection::Overloaded { .. })
+        ),
+        "{:?}",
+        r[0].1.outcome
+    );
+}
