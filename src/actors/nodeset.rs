@@ -454,20 +454,15 @@ impl NodeSet {
 
     /// Where a task due at `due`, picked for node `i`, goes: `i` if it is
     /// expected to end the task by then; else the eligible node not in
-    /// `exclude` expected to end it first, if that one can (a node with a
-    /// queue inside is passed over for one that ends the task in time);
-    /// `i` still when only nodes in `exclude` could. `None` when no
+    /// `avoid` (those the task failed on, the excluded among them)
+    /// expected to end it first, if that one can (a node with a queue
+    /// inside is passed over for one that ends the task in time); `i`
+    /// still when only nodes in `avoid` could. `None` when no
     /// eligible node is expected to end it in time: the queue's figure
     /// ([`room_latency`](Self::room_latency)) was stale, and the task goes
     /// back to wait for a quicker room. Pools over [`SOONEST_SCAN`] nodes
     /// keep the pick.
-    pub fn in_time(
-        &self,
-        i: usize,
-        due: Instant,
-        exclude: &[NodeId],
-        now: Instant,
-    ) -> Option<usize> {
+    pub fn in_time(&self, i: usize, due: Instant, avoid: &[NodeId], now: Instant) -> Option<usize> {
         let ends = |j: usize| {
             self.views[j]
                 .expected_latency()
@@ -481,7 +476,7 @@ impl NodeSet {
         for j in (0..self.views.len()).filter(|&j| self.cands[j].eligible) {
             let t = ends(j);
             any |= t <= due;
-            if t <= due && !exclude.contains(&self.views[j].id) && best.is_none_or(|b| (t, j) < b) {
+            if t <= due && !avoid.contains(&self.views[j].id) && best.is_none_or(|b| (t, j) < b) {
                 best = Some((t, j));
             }
         }
@@ -807,7 +802,7 @@ mod tests {
         // Due in 50 ms: node 0 (60 ms) is passed over for node 2.
         assert_eq!(set.in_time(0, t0 + ms(50), &[], t0), Some(2));
         assert_eq!(set.in_time(2, t0 + ms(50), &[], t0), Some(2));
-        // Only an excluded node ends it in time: the pick stands.
+        // Only a node the task avoids ends it in time: the pick stands.
         assert_eq!(set.in_time(0, t0 + ms(50), &[NodeId(2)], t0), Some(0));
         // No room ends it in time (the queue's figure was stale): back.
         assert_eq!(set.in_time(0, t0 + ms(30), &[], t0), None);

@@ -400,6 +400,15 @@ impl Placement {
             &route.avoid,
             route.at,
         )?;
+        // A task with a due time goes where it is expected to end by then,
+        // or back to wait for a quicker room (the grant that follows says
+        // what the rooms take now, so it is not sent again at once); only
+        // where the strategy weighs load (an affinity keeps its node, a
+        // rotation its order), never onto a node the task avoids.
+        let i = match route.due.filter(|_| tier.soonest) {
+            Some(due) => self.nodes.in_time(i, due, &route.avoid, route.at)?,
+            None => i,
+        };
         if route.exclude.is_empty() || !route.exclude.contains(&self.nodes.node(i).id) {
             return Some(i);
         }

@@ -56,16 +56,6 @@ impl Placement {
             self.recompute_all(now);
             return Some(now);
         };
-        // A task with a due time goes where it is expected to end by then,
-        // or back to wait for a quicker room (the grant that follows says
-        // what the rooms take now, so it is not sent again at once).
-        let Some(i) = msg
-            .due
-            .map_or(Some(i), |due| self.nodes.in_time(i, due, &msg.exclude, now))
-        else {
-            self.bounce(&msg);
-            return Some(now);
-        };
         if !msg.hedge && msg.exclude.contains(&self.nodes.node(i).id) {
             // Only nodes that failed this task's TLS handshake can take it.
             self.bounce_as(&msg, true);

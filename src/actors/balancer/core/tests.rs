@@ -198,3 +198,54 @@ fn a_completion_frees_its_slot_and_grants_its_credit_once() {
     b.flush();
     assert_eq!(said(&mut b, &nodes), Vec::<String>::new());
 }
+
+/// A route with a due time goes to a node expected to end it by then
+/// (never one the task avoids), or back to the queue when no node with
+/// room can.
+#[test]
+fn a_route_with_a_due_time_goes_where_it_ends_in_time_but_not_where_it_failed() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let (mut b, nodes) = core(
+        r#"{"services":[{"name":"svc","mode":"least_load","endpoints":[
+            {"address":"http://127.0.0.1:9/a/","max_concurrent":4},
+            {"address":"http://127.0.0.1:9/b/","max_concurrent":4}]}]}"#,
+        t0,
+    );
+    b.on_wake(t0);
+    b.flush();
+    // One attempt on each node; node 0 answers in 60 ms, node 1 in 10.
+    b.on_queue_turn(routes(vec![Route::first(1, t0), Route::first(2, t0)]), t0);
+    b.nodes.node_mut(0).load.latency_ewma = 0.060;
+    b.nodes.node_mut(1).load.latency_ewma = 0.010;
+    b.flush();
+    said(&mut b, &nodes);
+    let due = |task: u64, left: Duration, avoid: Vec<NodeId>| Route {
+        due: Some(t0 + left),
+        avoid,
+        ..Route::first(task, t0)
+    };
+    // Due in 30 ms: node 0 (60 ms) cannot end it in time, so both go to
+    // node 1, though least load alone would send the second (at least) to
+    // node 0.
+    for task in [3, 4] {
+        b.on_queue_turn(routes(vec![due(task, ms(30), vec![])]), t0);
+    }
+    b.flush();
+    let placed: Vec<String> = said(&mut b, &nodes)
+        .into_iter()
+        .filter(|s| s.starts_with("node"))
+        .collect();
+    assert_eq!(placed, vec!["node 1: [3, 4]"]);
+    assert_eq!(in_flight(&b, t0), vec![1, 3]);
+    // A retry that failed on node 1: not moved there; the pick stands.
+    let id1 = b.nodes.node(1).id;
+    b.on_queue_turn(routes(vec![due(5, ms(30), vec![id1])]), t0);
+    b.flush();
+    assert!(said(&mut b, &nodes).contains(&"node 0: [5]".to_owned()));
+    // Due in 5 ms: no node with room ends it in time; back to the queue.
+    b.on_queue_turn(routes(vec![due(6, ms(5), vec![])]), t0);
+    b.flush();
+    assert!(said(&mut b, &nodes).contains(&"bounce 6".to_owned()));
+    assert_eq!(in_flight(&b, t0), vec![2, 3], "nothing placed for task 6");
+}

@@ -98,7 +98,7 @@ impl QueueCore {
 
     /// When ready task `no` is due, if it may be shed for time (a task
     /// that waits on purpose never is).
-    fn due_if_sheddable(&self, no: TaskNo) -> Option<Instant> {
+    pub(super) fn due_if_sheddable(&self, no: TaskNo) -> Option<Instant> {
         let p = self.tasks.get(&no).filter(|p| !p.patient)?;
         self.due_of(p.job())
     }

@@ -105,6 +105,7 @@ impl QueueCore {
                 self.tasks.hold(no);
                 continue;
             }
+            let due = self.due_if_sheddable(no);
             let Some(p) = self.tasks.send(no) else {
                 continue;
             };
@@ -120,7 +121,6 @@ impl QueueCore {
                 self.policy.sent(now);
             }
             let class = p.job().priority;
-            let patient = p.patient;
             sent[class.index()] += 1;
             let route = Route {
                 seq: Seq { task: no, round },
@@ -133,11 +133,7 @@ impl QueueCore {
                     .top(now)
                     .is_none_or(|t| class.index() <= t.index()),
                 at: now,
-                due: None,
-            };
-            let route = Route {
-                due: (!patient).then(|| self.due_of(&route.job)).flatten(),
-                ..route
+                due,
             };
             self.credit.spend();
             self.out.turn.routes.push(route);
