@@ -76,31 +76,37 @@ impl QueueCore {
     /// successes, unless the quickest node with room ends it in time (a
     /// figure of the node, which the service's mean blurs).
     pub(super) fn unservable(&self, no: TaskNo, now: Instant) -> bool {
-        let Some(due) = self.due_if_sheddable(no) else {
-            return false;
-        };
+        self.due_if_sheddable(no)
+            .is_some_and(|due| self.unservable_by(due, now))
+    }
+
+    /// [`unservable`](Self::unservable) for a task due at `due`.
+    pub(super) fn unservable_by(&self, due: Instant, now: Instant) -> bool {
         let room = self
             .room_latency
             .is_some_and(|t| DeadlineControl::servable(due, t, now));
         !room && !DeadlineControl::servable(due, self.expected_latency(), now)
     }
 
-    /// Whether ready task `no` has less time left than an attempt is
-    /// expected to take on the quickest node with room: sent now, it would
-    /// wait inside a backend past its due time, so it waits in the queue
-    /// for a quicker room (or until it can no longer be served in time).
-    pub(super) fn waits_for_room(&self, no: TaskNo, now: Instant) -> bool {
-        let (Some(t), Some(due)) = (self.room_latency, self.due_if_sheddable(no)) else {
-            return false;
-        };
-        !DeadlineControl::servable(due, t, now)
+    /// Whether a ready task due at `due` has less time left than an
+    /// attempt is expected to take on the quickest node with room: sent
+    /// now, it would wait inside a backend past its due time, so it waits
+    /// in the queue for a quicker room (or until it can no longer be
+    /// served in time).
+    pub(super) fn waits_for_room(&self, due: Instant, now: Instant) -> bool {
+        self.room_latency
+            .is_some_and(|t| !DeadlineControl::servable(due, t, now))
     }
 
-    /// When ready task `no` is due, if it may be shed for time (a task
-    /// that waits on purpose never is).
+    /// When ready task `no` is due, if it may be shed for time.
     pub(super) fn due_if_sheddable(&self, no: TaskNo) -> Option<Instant> {
-        let p = self.tasks.get(&no).filter(|p| !p.patient)?;
-        self.due_of(p.job())
+        self.tasks.get(&no).and_then(|p| self.sheddable_due(p))
+    }
+
+    /// When task `p` is due, if it may be shed for time (a task that
+    /// waits on purpose never is).
+    pub(super) fn sheddable_due(&self, p: &Pending) -> Option<Instant> {
+        (!p.patient).then(|| self.due_of(p.job())).flatten()
     }
 
     /// Answers ready task `no`, which can no longer be served in time:

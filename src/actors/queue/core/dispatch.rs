@@ -81,11 +81,14 @@ impl QueueCore {
                 self.finish(no, Outcome::Rejected(Rejection::Cancelled));
                 continue;
             }
-            if p.job().deadline.is_some_and(|d| d <= now) {
+            let deadline = p.job().deadline;
+            if deadline.is_some_and(|d| d <= now) {
                 self.finish_deadline(no);
                 continue;
             }
-            if self.unservable(no, now) {
+            // Looked up once: most tasks have none, and pay for no more.
+            let due = self.sheddable_due(p);
+            if due.is_some_and(|d| self.unservable_by(d, now)) {
                 self.drop_late(no, now);
                 continue;
             }
@@ -93,19 +96,18 @@ impl QueueCore {
                 self.shed(no, Shed::QueueDelay, now);
                 continue;
             }
-            if self.too_late(no, now) {
+            if deadline.is_some_and(|d| self.too_late(d, now)) {
                 // Its time left is below what an attempt takes here: fail
                 // it now, without spending a backend's time on it.
                 self.fail(no, FailReason::DeadlineExceeded);
                 continue;
             }
-            if self.waits_for_room(no, now) {
+            if due.is_some_and(|d| self.waits_for_room(d, now)) {
                 // Sent now, it would wait inside a backend past its due
                 // time; another node may free a quicker room in time.
                 self.tasks.hold(no);
                 continue;
             }
-            let due = self.due_if_sheddable(no);
             let Some(p) = self.tasks.send(no) else {
                 continue;
             };
@@ -299,13 +301,10 @@ impl QueueCore {
         self.push_timer(next.max(now), on, Timer::Sweep);
     }
 
-    /// Whether task `no`'s time left is below what an attempt usually
-    /// takes here (the 10th percentile of recent successes), so that
-    /// sending it would only spend a backend's time on a late answer.
-    fn too_late(&self, no: TaskNo, now: Instant) -> bool {
-        let Some(deadline) = self.tasks.get(&no).and_then(|p| p.job().deadline) else {
-            return false;
-        };
+    /// Whether a task with `deadline` has less time left than an attempt
+    /// usually takes here (the 10th percentile of recent successes), so
+    /// that sending it would only spend a backend's time on a late answer.
+    fn too_late(&self, deadline: Instant, now: Instant) -> bool {
         self.latencies
             .percentile(10.0)
             .is_some_and(|p10| deadline.saturating_duration_since(now) < p10)
@@ -340,10 +339,12 @@ impl QueueCore {
         let Some(no) = self.tasks.held_front() else {
             return false;
         };
-        self.tasks
-            .get(&no)
-            .is_some_and(|p| p.job().priority.index() <= lowest.index())
-            && !self.waits_for_room(no, now)
+        self.tasks.get(&no).is_some_and(|p| {
+            p.job().priority.index() <= lowest.index()
+                && self
+                    .sheddable_due(p)
+                    .is_none_or(|d| !self.waits_for_room(d, now))
+        })
     }
 
     pub(super) fn send_hedge(&mut self, no: TaskNo, now: Instant) {
