@@ -24,16 +24,24 @@ fn named(name: &str, length: Duration) -> Scenario {
 }
 
 /// The whole matrix for `seed`; with `SIM_ONLY=cap x,bursts` (a tool, like
-/// `SIM_SEEDS`) only the scenarios whose name holds one of the parts.
+/// `SIM_SEEDS`) only the scenarios whose name holds one of the parts. With
+/// `SIM_LIMIT=true` the engine runs with each backend's true worker count
+/// as its limit instead of `"auto"`: what the engine's queue does with a
+/// perfect limit, which tells a learned limit's misses from the workload's
+/// own noise.
 async fn matrix(seed: u64) -> Vec<(Scenario, Row)> {
     let only = std::env::var("SIM_ONLY").unwrap_or_default();
     let wanted = |name: &str| only.is_empty() || only.split(',').any(|p| name.contains(p));
+    let limit = match std::env::var("SIM_LIMIT").as_deref() {
+        Ok("true") => Limit::True,
+        _ => Limit::Auto,
+    };
     let mut rows = Vec::new();
     for (s, change) in scenarios(LENGTH) {
         if !wanted(&s.name) {
             continue;
         }
-        let row = run_row(&s, Limit::Auto, seed, change).await;
+        let row = run_row(&s, limit, seed, change).await;
         rows.push((s, row));
     }
     rows

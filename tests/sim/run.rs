@@ -79,6 +79,12 @@ impl Scenario {
 
     /// The engine's config for this scenario.
     pub fn config(&self, limit: Limit, seed: u64) -> Config {
+        self.config_at(limit, seed, Duration::ZERO)
+    }
+
+    /// The engine's config for this scenario at `t` since its start (with
+    /// [`Limit::True`], the worker counts at `t`).
+    pub fn config_at(&self, limit: Limit, seed: u64, t: Duration) -> Config {
         let eps: Vec<String> = self
             .backends
             .iter()
@@ -86,7 +92,7 @@ impl Scenario {
             .map(|(i, b)| {
                 let max = match limit {
                     Limit::Auto => r#","max_concurrent":"auto""#.to_string(),
-                    Limit::True => format!(r#","max_concurrent":{}"#, b.workers),
+                    Limit::True => format!(r#","max_concurrent":{}"#, b.workers_at(t)),
                     Limit::Default => String::new(),
                 };
                 format!(r#"{{"address":"{}"{max}}}"#, Backends::address(i))
@@ -159,6 +165,26 @@ pub async fn run_engine(s: &Scenario, limit: Limit, seed: u64) -> EngineRun {
             }
         })
     };
+    // With the true worker counts as limits, each capacity change reaches
+    // the engine as it happens (a reload), as the oracle's `maxconn` does.
+    let mut changes: Vec<Duration> = s
+        .backends
+        .iter()
+        .flat_map(|b| b.changes.iter().map(|(at, _)| *at))
+        .collect();
+    changes.sort();
+    changes.dedup();
+    let reloads = (limit == Limit::True).then(|| {
+        let (d, s) = (d.clone(), s.clone());
+        actix_rt::spawn(async move {
+            for at in changes {
+                tokio::time::sleep_until(t0 + at).await;
+                d.reload(s.config_at(limit, seed, at))
+                    .await
+                    .expect("the new limits apply");
+            }
+        })
+    });
     let mut jobs = Vec::with_capacity(list.len());
     for (i, a) in list.iter().enumerate() {
         tokio::time::sleep_until(t0 + a.at).await;
@@ -196,6 +222,9 @@ pub async fn run_engine(s: &Scenario, limit: Limit, seed: u64) -> EngineRun {
         j.await.expect("a submit's task ran");
     }
     sampler.abort();
+    if let Some(r) = reloads {
+        r.abort();
+    }
     let stats = d.stats().await.services.remove(0);
     let counts = (0..s.backends.len()).map(|i| backends.counts(i)).collect();
     d.shutdown(Duration::from_secs(1)).await;
