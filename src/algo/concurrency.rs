@@ -12,9 +12,17 @@
 //! sending took, and twice the last window's mean at least, a second at
 //! most: a hung request does not hold the law back). Closed at its n-th
 //! answer instead, a window keeps the fast answers and leaves the slow
-//! ones to the next, and reads a noisy service as faster than it is. A window where the limit bound (at two thirds of
-//! its answer instants or more) adds its latencies to that level's record;
-//! one where it did not teaches nothing. The knee `R(n) = S·max(1, n/k)`
+//! ones to the next, and reads a noisy service as faster than it is. A
+//! window where the limit bound (at two thirds of its answer instants or
+//! more) adds its latencies to the record of the level its answers met:
+//! the node's in-flight count at their instants, on average, which is the
+//! limit itself while demand holds it there. In the ebb of a burst the
+//! node holds the limit at two thirds of them and far less at the rest;
+//! recorded at the limit, those answers made a level past the knee read
+//! flat (a 2-worker backend held at 7 to 12) and a probe in the ebb read
+//! as a gain (a 4-worker one at 17 to 24). Such a window is not compared
+//! with the limit's record. One where the limit did not bind teaches
+//! nothing. The knee `R(n) = S·max(1, n/k)`
 //! is fitted to the levels' means, and a noisy service time's lower
 //! quartiles too (which a slow answer in ten does not move, and a wait
 //! does: [`crate::algo::knee`]), with a confidence interval:
@@ -689,7 +697,18 @@ impl LearnedLimit {
         }
         let mut fresh = self.fresh;
         w.latencies.seal();
-        fresh.merge(&w.latencies);
+        // Answers that met less than the limit (the node held it at two
+        // thirds of their instants, less in between: the ebb of a burst)
+        // belong to the level they met. Merged into the limit's record
+        // they would make a level past the knee read flat, and a probe
+        // past it read as a gain.
+        let met = w.met(level);
+        if met < level {
+            log::trace!("learned limit: the window at {level} met {met}");
+            self.levels.merge(met, &w.latencies, LEVEL_CAP);
+        } else {
+            fresh.merge(&w.latencies);
+        }
         let steady = self.levels.cv2() < STEADY_CV2;
         let z = if steady { 3.0 } else { 2.5 };
         // Whether the low quantile alone says the backend gained workers
@@ -697,6 +716,7 @@ impl LearnedLimit {
         let mut grew_q = false;
         let changed = self
             .expected(level)
+            .filter(|_| met == level)
             .filter(|(old, rel)| {
                 old.differs(&fresh, z, *rel, self.levels.service_cv2().max(self.spread))
                     || self.grew_flat(old.mean, fresh.mean)
@@ -735,7 +755,9 @@ impl LearnedLimit {
         }
         self.fresh = fresh;
         let mut record = self.levels.clone();
-        record.merge(level, &self.fresh, LEVEL_CAP);
+        if self.fresh.n > 0.0 {
+            record.merge(level, &self.fresh, LEVEL_CAP);
+        }
         (self.knee, self.knee_means) = record.fits();
         // Levels all past the knee fit any service time with its `k`: only
         // a fit with a flat level says what one answer takes.
@@ -1432,6 +1454,77 @@ mod tests {
         // Ignored outcomes move nothing.
         let ignored = round(&mut l, 100, now + ms(3000), ms(20), 9, SampleKind::Ignore);
         assert_eq!((ignored, l.limit()), (None, 9));
+    }
+
+    /// `n` requests sent at `sent`, answered a microsecond apart from `rtt`
+    /// on; the node held `full.1` at the first `full.0` answers' instants
+    /// and `low` at the rest.
+    fn ebb(l: &mut LearnedLimit, n: u32, sent: Instant, rtt: Duration, full: (u32, u32), low: u32) {
+        for _ in 0..n {
+            l.on_send(sent);
+        }
+        for i in 0..n {
+            let at = sent + rtt + Duration::from_micros(u64::from(i));
+            let in_flight = if i < full.0 { full.1 } else { low };
+            l.on_sample(at - sent, in_flight, SampleKind::Success, at);
+        }
+    }
+
+    /// A window's answers go to the record of the concurrency they met (the
+    /// in-flight count at their instants, on average): in the ebb of a
+    /// burst the node held the limit at two thirds of them and far less at
+    /// the rest, and their latencies are not the limit's.
+    #[test]
+    fn a_window_is_recorded_at_the_concurrency_its_answers_met() {
+        let t0 = Instant::now();
+        let mut l = LearnedLimit::with_seed(
+            LearnedLimitConfig {
+                initial: 8,
+                ..cfg()
+            },
+            7,
+            t0,
+        );
+        let ms = Duration::from_millis;
+        // The first answer starts the count.
+        l.on_sample(ms(20), 1, SampleKind::Success, t0);
+        // 22 of 32 instants at 8, 10 at 2: bound (two thirds), and the
+        // answers met (22 * 8 + 10 * 2) / 32 = 6.1 on average.
+        ebb(&mut l, 32, t0 + ms(100), ms(20), (22, 8), 2);
+        let known: Vec<(u32, u32)> = l.levels.known().map(|(k, a)| (k, a.n as u32)).collect();
+        assert_eq!(known, vec![(6, 32)]);
+        // Slow start still grows on a window that bound.
+        assert_eq!(l.limit(), 16);
+    }
+
+    /// An ebb does not read as a gain of the backend: a window at a level
+    /// whose record queued, answered in the service time while the node
+    /// held far less than the level at a third of its instants, is the
+    /// lower level's, and the record stays.
+    #[test]
+    fn the_ebb_of_a_burst_is_not_a_gain_of_the_backend() {
+        let t0 = Instant::now();
+        let mut l = LearnedLimit::with_seed(
+            LearnedLimitConfig {
+                initial: 8,
+                probe_interval: Duration::from_secs(3600),
+                ..cfg()
+            },
+            7,
+            t0,
+        );
+        // Known: 4 workers of 20 ms (flat at 4, twice as long at 8).
+        l.levels.merge(4, &Acc::estimate(0.020, 64.0), LEVEL_CAP);
+        l.levels.merge(8, &Acc::estimate(0.040, 64.0), LEVEL_CAP);
+        (l.service, l.phase) = (Some(0.020), Phase::Avoidance);
+        let ms = Duration::from_millis;
+        l.on_sample(ms(20), 1, SampleKind::Success, t0);
+        // At 8 for two thirds of the instants, 2 for the rest: the answers
+        // met 6 on average, and came in the service time.
+        ebb(&mut l, 32, t0 + ms(100), ms(20), (22, 8), 2);
+        let known: Vec<(u32, u32)> = l.levels.known().map(|(k, a)| (k, a.n as u32)).collect();
+        assert_eq!(known, vec![(4, 64), (6, 32), (8, 64)]);
+        assert!(l.limit() <= 8, "{}", l.limit());
     }
 
     /// Past slow start a window is judged once all it sent have ended: a

@@ -15,6 +15,9 @@ pub(super) struct Window {
     /// one by one.
     pub(super) instants: u32,
     pub(super) binding: u32,
+    /// The in-flight counts at those instants (each at most the level),
+    /// summed.
+    pub(super) held: u64,
     /// The instant being counted, and the most in flight at it.
     pub(super) current: Option<(Instant, u32)>,
     pub(super) successes: u32,
@@ -46,6 +49,7 @@ impl Window {
         if let Some((_, most)) = self.current.take() {
             self.instants += 1;
             self.binding += u32::from(most >= level);
+            self.held += u64::from(most.min(level));
             self.over += u32::from(self.over_at > 0 && most >= self.over_at);
         }
     }
@@ -54,6 +58,18 @@ impl Window {
     /// instants or more (call after [`bound`](Self::bound)).
     pub(super) fn held_over(&self) -> bool {
         self.over_at > 0 && self.instants > 0 && self.over * 3 >= self.instants * 2
+    }
+
+    /// The concurrency the answers met: the node's in-flight count at
+    /// their instants (at most `level`), on average, rounded; `level`
+    /// with none counted (call after [`bound`](Self::bound)).
+    pub(super) fn met(&self, level: u32) -> u32 {
+        if self.instants == 0 {
+            return level;
+        }
+        let mean = self.held as f64 / f64::from(self.instants);
+        // `as` saturates.
+        (mean.round() as u32).clamp(1, level)
     }
 
     /// Whether the limit bound at two thirds of the instants or more.
