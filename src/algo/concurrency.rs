@@ -1065,6 +1065,11 @@ mod tests {
         limits.iter().filter(|&&x| x < knee).count() as f64 / limits.len() as f64
     }
 
+    /// A limit of the test config starting at `initial`.
+    fn starting_at(initial: u32, seed: u64, t0: Instant) -> LearnedLimit {
+        LearnedLimit::with_seed(LearnedLimitConfig { initial, ..cfg() }, seed, t0)
+    }
+
     /// `n` requests sent at `sent` that end `rtt` later as `kind`, with
     /// `in_flight` each; the last change of the limit they made.
     fn round(
@@ -1388,28 +1393,14 @@ mod tests {
     #[test]
     fn pushback_cuts_once_per_service_time() {
         let t0 = Instant::now();
-        let mut l = LearnedLimit::with_seed(
-            LearnedLimitConfig {
-                initial: 10,
-                ..cfg()
-            },
-            6,
-            t0,
-        );
+        let mut l = starting_at(10, 6, t0);
         assert_eq!(l.limit(), 10);
         assert_eq!(l.on_pushback(t0), Some(9));
         // Within 10 ms (no service time known yet): no second cut.
         assert_eq!(l.on_pushback(t0 + Duration::from_millis(5)), None);
         assert_eq!(l.on_pushback(t0 + Duration::from_millis(10)), Some(8));
         // A cut is at least one.
-        let mut small = LearnedLimit::with_seed(
-            LearnedLimitConfig {
-                initial: 2,
-                ..cfg()
-            },
-            6,
-            t0,
-        );
+        let mut small = starting_at(2, 6, t0);
         assert_eq!(small.on_pushback(t0), Some(1));
         assert_eq!(
             small.on_pushback(t0 + Duration::from_secs(1)),
@@ -1421,14 +1412,7 @@ mod tests {
     #[test]
     fn a_window_of_timeouts_cuts_and_one_that_does_not_bind_teaches_nothing() {
         let t0 = Instant::now();
-        let mut l = LearnedLimit::with_seed(
-            LearnedLimitConfig {
-                initial: 10,
-                ..cfg()
-            },
-            7,
-            t0,
-        );
+        let mut l = starting_at(10, 7, t0);
         let ms = Duration::from_millis;
         // The first answer starts the count.
         l.on_sample(ms(20), 1, SampleKind::Success, t0);
@@ -1477,14 +1461,7 @@ mod tests {
     #[test]
     fn a_window_is_recorded_at_the_concurrency_its_answers_met() {
         let t0 = Instant::now();
-        let mut l = LearnedLimit::with_seed(
-            LearnedLimitConfig {
-                initial: 8,
-                ..cfg()
-            },
-            7,
-            t0,
-        );
+        let mut l = starting_at(8, 7, t0);
         let ms = Duration::from_millis;
         // The first answer starts the count.
         l.on_sample(ms(20), 1, SampleKind::Success, t0);
@@ -1586,28 +1563,14 @@ mod tests {
     #[test]
     fn the_free_limit_is_the_whole_limit() {
         let t0 = Instant::now();
-        let l = LearnedLimit::with_seed(
-            LearnedLimitConfig {
-                initial: 20,
-                ..cfg()
-            },
-            1,
-            t0,
-        );
+        let l = starting_at(20, 1, t0);
         assert_eq!((l.limit(), l.free_limit()), (20, 20));
     }
 
     #[test]
     fn attempts_cut_by_their_deadline_count_as_timeouts_once_they_ran_a_mean() {
         let t0 = Instant::now();
-        let mut l = LearnedLimit::with_seed(
-            LearnedLimitConfig {
-                initial: 10,
-                ..cfg()
-            },
-            7,
-            t0,
-        );
+        let mut l = starting_at(10, 7, t0);
         let ms = Duration::from_millis;
         // The first answer starts the count; then a window (not binding)
         // teaches the mean: 20 ms.

@@ -12,8 +12,10 @@
 //! R(n) = S * max(1, n / k)        X(n) = min(n, k) / S
 //! ```
 //!
-//! [`Levels`] keeps, for each level `n` the node ran at, the count, mean
-//! and variance of the latencies of the requests sent at that level. The
+//! [`Levels`] keeps, for each level `n` of concurrency the node's answers
+//! met, the count, mean and variance of their latencies (the learned
+//! limit files a window under the in-flight count at its answers, on
+//! average: `crate::algo::concurrency`). The
 //! fit ([`Levels::fits`]) takes the logarithm of each level's mean (its
 //! variance `var / (count * mean^2)`, so a noisy level weighs little) and
 //! finds the `k` of least weighted squared error, `S` falling out as the
