@@ -22,7 +22,13 @@
 //! flat (a 2-worker backend held at 7 to 12) and a probe in the ebb read
 //! as a gain (a 4-worker one at 17 to 24). Such a window is not compared
 //! with the limit's record. One where the limit did not bind teaches
-//! nothing. The knee `R(n) = S·max(1, n/k)`
+//! nothing. A noisy service time's record fades with the node's work:
+//! each window keeps 0.87 of every level's weight (half after 5 windows),
+//! down to a short window's, for its windows spread so wide that a stale
+//! level stood in the fit for seconds (a lucky first window held an
+//! 8-worker backend at 6; levels that queued before a backend doubled hid
+//! the gain from probes). A steady one's change stands out at once. The
+//! knee `R(n) = S·max(1, n/k)`
 //! is fitted to the levels' means, and a noisy service time's lower
 //! quartiles too (which a slow answer in ten does not move, and a wait
 //! does: [`crate::algo::knee`]), with a confidence interval:
@@ -134,6 +140,16 @@ const FALL_SAMPLES: f64 = 64.0;
 /// came to one answer in a hundred of a 4-worker backend at twice its
 /// capacity, its p99 (41 to 43 ms on 20 ms service, against 40).
 const STEADY_PROBE_SHARE: f64 = 0.65;
+/// The share of every level's weight a noisy record keeps at each window
+/// (half of it after 5 windows, 160 to 320 answers), down to a short
+/// window's ([`crate::algo::knee::MIN_SAMPLES`]). A noisy service's windows
+/// spread wide, so a stale level stood in the fit for seconds: a lucky
+/// first window at 4 (14 ms against a mean of 20) held an 8-worker
+/// backend at 6 (mixed/exp/1x seed 16), and the levels that queued before
+/// a backend doubled hid the gain from probes whose means could not tell
+/// 20 ms from 25 (equal/exp/cap x2 seed 12: the limit at 4 for 5 s on 8
+/// workers). A steady service's change stands out of its record at once.
+const NOISY_KEEP: f64 = 0.870_550_563_296_124; // 0.5^(1/5)
 /// How much of the largest window spread is kept, each window.
 const SPREAD_DECAY: f64 = 0.98;
 /// Pushback cuts are at least this far apart.
@@ -651,6 +667,10 @@ impl LearnedLimit {
     }
 
     fn close_window(&mut self, now: Instant, mut w: Window) {
+        if self.levels.noisy() {
+            // A noisy record forgets with the node's work: see `NOISY_KEEP`.
+            self.levels.decay(NOISY_KEEP);
+        }
         let level = self.limit();
         let bound = w.bound(level);
         log::trace!(
@@ -1399,6 +1419,34 @@ mod tests {
         }
     }
 
+    /// A noisy record fades with the node's work ([`NOISY_KEEP`]): the
+    /// levels that queued before a backend doubled no longer hide the gain
+    /// from probes whose means cannot tell it. Over 24 seeds each, an
+    /// exponential and a bimodal backend of 4 workers doubled at 3 s: from
+    /// 5 s on the limit is below the new 8 in 0.09 and 0.10 of the slots
+    /// with a record that never fades, none with one that does; the share
+    /// of the new capacity used in the two seconds after the change 0.83
+    /// and 0.90 against 0.89 and 0.95.
+    #[test]
+    fn a_noisy_record_fades_so_a_doubling_is_not_hidden_by_it() {
+        for (service, least) in [(Service::Exponential, 0.86), (Service::Bimodal, 0.93)] {
+            let (mut used, mut held) = (0.0, 0.0);
+            for seed in 0..24u64 {
+                let t0 = Instant::now();
+                let mut l = LearnedLimit::with_seed(cfg(), seed, t0);
+                let mut b = Backend::with(4, 20_000.0, service, seed + 7);
+                let run = backlog(&mut l, &mut b, 8, Some((3_000_000, 8)), t0);
+                used += share(&run, 30, 50, 8, 20_000.0) / 24.0;
+                held += below(&run.limits[50..], 8) / 24.0;
+            }
+            assert!(
+                held <= 0.02,
+                "{service:?}: below 8 in {held:.3} of the slots"
+            );
+            assert!(used >= least, "{service:?}: {used:.3} of the new capacity");
+        }
+    }
+
     #[test]
     fn pushback_cuts_once_per_service_time() {
         let t0 = Instant::now();
@@ -1632,7 +1680,10 @@ mod tests {
     /// spreads ±26 %, and the means alone held the limit 3.76 over the
     /// workers on average from 2 s on, and one run kept 0.94 of its
     /// workers busy; with the low quantile (10 ms exactly until a request
-    /// waits) 3.29 over, every run 0.95 busy or more.
+    /// waits) 3.29 over, every run 0.95 busy or more. With the record
+    /// fading ([`NOISY_KEEP`]) 3.78 over: fewer answers weigh in the fit,
+    /// its interval is wider, and the limit sits halfway to its top. That
+    /// is the price of seeing a change the means cannot tell.
     #[test]
     fn a_noisy_backend_is_held_near_its_knee() {
         let mut over = 0.0;
@@ -1653,7 +1704,7 @@ mod tests {
                 assert!(got >= 0.95, "{slots} workers, seed {seed}: {got}");
             }
         }
-        assert!(over <= 3.5, "{over}");
+        assert!(over <= 4.0, "{over}");
     }
 
     /// A noisy backend that doubles while the limit sits at its knee: the

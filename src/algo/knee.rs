@@ -291,6 +291,15 @@ impl Levels {
         }
     }
 
+    /// Keeps `keep` of every level's weight, down to [`MIN_SAMPLES`] (a
+    /// level it brought below that stays there): old data fade, and the
+    /// levels that bracket the knee stay in the fit, weighing little.
+    pub fn decay(&mut self, keep: f64) {
+        for (_, a) in &mut self.levels {
+            a.cap((a.n * keep).max(MIN_SAMPLES));
+        }
+    }
+
     /// Forgets every level.
     pub fn clear(&mut self) {
         self.levels.clear();
@@ -544,6 +553,28 @@ mod tests {
         // Sample variance of 1..=4 is 5/3.
         assert!((a.var() - 5.0 / 3.0).abs() < 1e-12);
         assert!((b.var() - 5.0 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn decay_fades_every_level_down_to_a_short_windows_weight() {
+        let mut l = levels(&[(4, 0.02), (8, 0.04)], 0.5, 64);
+        l.merge(2, &acc(0.02, 0.5, 10), 512.0);
+        let before: Vec<(u32, Acc)> = l.levels.clone();
+        l.decay(0.5);
+        let n: Vec<(u32, f64)> = l.levels.iter().map(|(x, a)| (*x, a.n)).collect();
+        // 64 -> 32; 10 -> 8, not 5: the level stays in the fit.
+        assert_eq!(n, vec![(2, MIN_SAMPLES), (4, 32.0), (8, 32.0)]);
+        for ((_, a), (_, b)) in l.levels.iter().zip(&before) {
+            // The mean, quantile and spread stay (the sample variance
+            // within its `n - 1`): only the weight fades.
+            assert_eq!(a.mean, b.mean);
+            assert!((a.var() / b.var() - 1.0).abs() <= 0.05);
+            assert_eq!(a.low_quantile().map(|q| q.0), b.low_quantile().map(|q| q.0));
+        }
+        l.decay(0.5);
+        l.decay(0.5);
+        assert!(l.levels.iter().all(|(_, a)| a.n == MIN_SAMPLES));
+        assert_eq!(l.known().count(), 3);
     }
 
     #[test]
