@@ -71,7 +71,9 @@
 //! quartile 30 % above the lowest level's) that answers as the lowest
 //! does (the quartile of a probe's few answers tells what their mean
 //! cannot, and a limit at the knee reads flat before and after a gain):
-//! the record is dropped and the limit moves by Little's law. A probe
+//! the record is dropped and the limit moves by Little's law. A noisy
+//! level faster by its mean alone, its quartile still queued, is noise: a
+//! gain speeds up only a level that queued. A probe
 //! that did not bind (too little demand to fill its level) teaches
 //! nothing of its level, but if the node held more than the limit at two
 //! thirds of its answers and they came faster than the record says the
