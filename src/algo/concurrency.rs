@@ -1741,6 +1741,16 @@ mod tests {
         assert!(got >= 0.85, "{got}");
     }
 
+    /// One window of `n` latencies alternating `lo` and `hi` ms.
+    fn alternating(lo: f64, hi: f64, n: usize) -> Acc {
+        let mut acc = Acc::default();
+        for i in 0..n {
+            acc.add(if i % 2 == 0 { lo } else { hi } / 1000.0);
+        }
+        acc.seal();
+        acc
+    }
+
     /// A limit at 5 whose record says 6 queues (30 ms against 20), and a
     /// probe at 8 that the demand fills only to 7: the probe does not
     /// bind, yet it held more than the limit all the while, and its answers
@@ -1749,17 +1759,9 @@ mod tests {
     fn unfilled_probe(a: f64, b: f64) -> (u32, bool) {
         let t0 = Instant::now();
         let mut l = LearnedLimit::with_seed(cfg(), 1, t0);
-        let noisy = |lo: f64, hi: f64, n: usize| {
-            let mut acc = Acc::default();
-            for i in 0..n {
-                acc.add(if i % 2 == 0 { lo } else { hi } / 1000.0);
-            }
-            acc.seal();
-            acc
-        };
-        l.levels.merge(4, &noisy(10.0, 30.0, 64), LEVEL_CAP);
-        l.levels.merge(5, &noisy(10.0, 30.0, 256), LEVEL_CAP);
-        l.levels.merge(6, &noisy(20.0, 40.0, 64), LEVEL_CAP);
+        l.levels.merge(4, &alternating(10.0, 30.0, 64), LEVEL_CAP);
+        l.levels.merge(5, &alternating(10.0, 30.0, 256), LEVEL_CAP);
+        l.levels.merge(6, &alternating(20.0, 40.0, 64), LEVEL_CAP);
         l.phase = Phase::Probe;
         l.set_level(5, Some(8), t0);
         l.probe_needed = PROBE_SAMPLES;
@@ -1786,16 +1788,8 @@ mod tests {
     fn a_noisy_level_faster_by_its_mean_alone_is_no_gain() {
         let t0 = Instant::now();
         let mut l = starting_at(5, 1, t0);
-        let noisy = |lo: f64, hi: f64, n: usize| {
-            let mut acc = Acc::default();
-            for i in 0..n {
-                acc.add(if i % 2 == 0 { lo } else { hi } / 1000.0);
-            }
-            acc.seal();
-            acc
-        };
-        l.levels.merge(2, &noisy(5.0, 35.0, 64), LEVEL_CAP);
-        l.levels.merge(5, &noisy(40.0, 96.0, 256), LEVEL_CAP);
+        l.levels.merge(2, &alternating(5.0, 35.0, 64), LEVEL_CAP);
+        l.levels.merge(5, &alternating(40.0, 96.0, 256), LEVEL_CAP);
         let ms = Duration::from_millis;
         // The first answer starts the count.
         l.on_sample(ms(20), 1, SampleKind::Success, t0);
