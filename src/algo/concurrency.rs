@@ -1274,7 +1274,6 @@ mod tests {
     /// start overshoots. Judged by the service time's spread, it does not.
     #[test]
     fn a_bimodal_backends_fast_stretches_are_not_read_as_a_change() {
-        eprintln!("TMPCH");
         // 12 runs of 20 s of a backend that never changes: judged by the
         // latencies' spread they saw 18 changes.
         let mut changes = 0;
@@ -1290,7 +1289,6 @@ mod tests {
             let got = share(&run, 20, 200, slots, 20_000.0);
             assert!(got >= 0.9, "{slots} workers, seed {seed}: {got}");
         }
-        eprintln!("changes {changes}");
         assert!(changes <= 8, "{changes} changes seen");
     }
 
