@@ -15,7 +15,8 @@
 //! [`Levels`] keeps, for each level `n` of concurrency the node's answers
 //! met, the count, mean and variance of their latencies (the learned
 //! limit files a window under the in-flight count at its answers, on
-//! average: `crate::algo::concurrency`). The
+//! average, and lets a noisy record fade with its work, [`Levels::decay`]:
+//! `crate::algo::concurrency`). The
 //! fit ([`Levels::fits`]) takes the logarithm of each level's mean (its
 //! variance `var / (count * mean^2)`, so a noisy level weighs little) and
 //! finds the `k` of least weighted squared error, `S` falling out as the
