@@ -42,7 +42,7 @@ use std::fmt;
 
 use tokio::time::{Duration, Instant};
 
-/// Tuning of a [`Breaker`].
+/// Tuning of a node's circuit breaker (`Breaker`).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct BreakerConfig {

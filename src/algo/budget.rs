@@ -43,7 +43,7 @@ use tokio::time::{Duration, Instant};
 /// Number of slots the window is split into.
 const SLOTS: u64 = 10;
 
-/// Tuning of a [`RetryBudget`].
+/// Tuning of a service's retry budget (`RetryBudget`).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct BudgetConfig {

@@ -47,7 +47,7 @@ use crate::algo::time;
 /// The `retry_after` hint is at most this many intervals.
 const MAX_RETRY_INTERVALS: u32 = 10;
 
-/// Tuning of a [`Codel`].
+/// Tuning of the queue's delay control (`Codel`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CodelConfig {

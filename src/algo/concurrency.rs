@@ -159,12 +159,12 @@ const MIN_CUT_GAP: Duration = Duration::from_millis(10);
 /// Largest accepted `max`.
 pub const MAX_LIMIT: u32 = 1_000_000;
 
-/// Tuning of a [`LearnedLimit`].
+/// Tuning of a node's learned concurrency limit (`LearnedLimit`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LearnedLimitConfig {
     /// The limit never goes below this (at least 1).
     pub min: u32,
-    /// The limit never goes above this (at most [`MAX_LIMIT`]).
+    /// The limit never goes above this (at most 1 000 000).
     pub max: u32,
     /// The limit to start from, in `min..=max`.
     pub initial: u32,

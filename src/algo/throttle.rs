@@ -42,7 +42,7 @@ use crate::algo::time;
 /// Number of slots the window is split into.
 pub const SLOTS: u64 = 30;
 
-/// Tuning of a [`Throttle`].
+/// Tuning of the adaptive client-side throttle (`Throttle`).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ThrottleConfig {
@@ -54,7 +54,7 @@ pub struct ThrottleConfig {
 }
 
 impl Default for ThrottleConfig {
-    /// `k: 2.0`, `window: 30 s`; see the [module documentation](self).
+    /// `k: 2.0`, `window: 30 s`; see `docs/reference/config.md`.
     fn default() -> Self {
         ThrottleConfig {
             k: 2.0,

@@ -445,7 +445,7 @@ pub struct ServiceConfig {
     /// Fair shares between tenants (`tenants`): weights per tenant key
     /// (default none), the weight of the others (default 1) and how many
     /// tenants are tracked at once (default 1024; the rest share one
-    /// queue). See [`crate::algo::tenants`].
+    /// queue). See `docs/tenants.md`.
     pub tenants: TenantsConfig,
 }
 

@@ -240,7 +240,7 @@ impl RedisConfig {
         out
     }
 
-    /// The settings of [`Dispatcher::consume`](crate::Dispatcher::consume)
+    /// The settings of `Dispatcher::consume`
     /// from `redis.stream`, or `StreamConfig::default()` when the config
     /// has no such object. Change fields of the result to override the
     /// file (as `actix-dispatch-worker`'s flags do).

@@ -35,7 +35,7 @@ use crate::config::BucketConfig;
 
 /// The key of `tenant`'s shared bucket in `service`,
 /// `prefix:{service}:tn:<tenant>:rl`; an error (the key's fault) for a
-/// tenant key that [`check_key`] refuses.
+/// tenant key that is not 1 to 128 printable ASCII bytes.
 pub fn tenant_key(prefix: &str, service: &str, tenant: &str) -> Result<String, String> {
     check_key(tenant)?;
     Ok(format!("{prefix}:{{{service}}}:tn:{tenant}:rl"))
@@ -93,7 +93,7 @@ impl TenantStore for SharedLimits {
 impl SharedLimits {
     /// Takes up to `want` tokens (at least 1) of `tenant`'s shared bucket
     /// in `service`, configured `bucket` (the same on every instance).
-    /// `Err` for a tenant key [`check_key`] refuses (no call is made);
+    /// `Err` for a tenant key that is not 1 to 128 printable ASCII bytes (no call is made);
     /// `Ok(None)` when Redis did not answer within `timeout` (the call is
     /// counted down as the service's token calls are, and the caller's
     /// `on_down` policy applies).
