@@ -130,11 +130,17 @@ fn misses(rows: &[(Scenario, Row)]) -> (Vec<Miss>, Vec<String>) {
             let c = r.engine.critical_ok;
             check(c >= 0.995, c >= 0.995, format!("critical served {c:.3}"));
         }
-        if let Some((settle, _)) = r.settle {
+        if let Some((settle, oracle)) = r.settle {
             let within = |d: Duration| settle.is_some_and(|s| s <= d);
+            // The floor: 3.5 s, or a run that delivers at least the
+            // oracle's goodput where the oracle never settles either (the
+            // noisy halvings at 3x their new capacity: no run of the
+            // oracle settles there, and on about one seed in twenty the
+            // engine's heavy-tailed halving misses 2 s, its learned limits
+            // two to four times the workers: `bench/results/features.md`).
             check(
                 within(Duration::from_secs(2)),
-                within(Duration::from_millis(3500)),
+                within(Duration::from_millis(3500)) || (oracle.is_none() && g >= 1.0),
                 format!("settled after {settle:?}"),
             );
         }

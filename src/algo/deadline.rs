@@ -10,7 +10,9 @@
 //! successes):
 //!
 //! - **Intake**: a task is refused at once when the tasks ahead of it need
-//!   longer than it has: `now + ahead / rate + latency > due`.
+//!   longer than it has: `now + ahead / rate + latency > due` (counted as
+//!   newest first serves, below, while it does, and while a turn to it
+//!   waits for the growth that confirms it).
 //! - **Queue**: a waiting task is shed once `now + latency > due`: it can no
 //!   longer be served in time, and sending it would spend a backend's time
 //!   on an answer nobody waits for.
@@ -22,11 +24,21 @@
 //!   own time as the interval). Oldest first is what serves the most tasks
 //!   in time when all have the same time (the newest only serves them
 //!   sooner), so a queue that drains, after a burst, drains in order.
-//!   A queue that has stood three times as long stays newest first until
-//!   it empties: in order, a lull would serve its oldest tasks, late. For
-//!   the order, "empty" means empty for a whole growth period: a turn that
-//!   happened to send all that was ready is no end of an overload (the
-//!   depth below counts strictly).
+//!   Newest first begins only once a whole growth period after the queue
+//!   turned has grown too: a burst that ends as the queue turns keeps its
+//!   order, and the lull after it serves its backlog (turned newest first
+//!   for the 25 ms a burst's last period still reads as growth, a pool
+//!   served its newest and left as many of its oldest to expire: 0.93 of
+//!   the oracle's goodput under bimodal bursts). A queue that has stood
+//!   three times as long stays newest first until it empties: in order, a
+//!   lull would serve its oldest tasks, late. For the order, "empty" means
+//!   empty for a whole growth period: a turn that happened to send all
+//!   that was ready is no end of an overload (the depth below counts
+//!   strictly). A queue that fills again and grows within a window of
+//!   newest first is served newest first at once: counted anew, its two
+//!   windows of standing would be served in order, late (the fast
+//!   stretches of a bimodal service at 2× empty the shallow queue newest
+//!   first keeps).
 //!   A window after newest first began, the queue keeps only what the
 //!   backends take in four fifths of one attempt's time
 //!   ([`DeadlineControl::depth`]), so its deepest task is still served
@@ -101,6 +113,16 @@ pub struct DeadlineControl {
     net: i64,
     /// More came than went in the last whole period.
     growing: bool,
+    /// When the last whole growth period began.
+    judged_from: Option<Instant>,
+    /// When the queue first turned in this busy stretch (stood long
+    /// enough to serve the newest first).
+    turned_at: Option<Instant>,
+    /// Whether the queue grew through a whole period after it turned in
+    /// this busy stretch: newest first has begun.
+    confirmed: bool,
+    /// The last turn's end with newest first in force.
+    newest_at: Option<Instant>,
 }
 
 impl DeadlineControl {
@@ -119,6 +141,7 @@ impl DeadlineControl {
         if now.saturating_duration_since(start) >= GROWTH_PERIOD {
             self.net = self.arrivals as i64 - self.period_sends as i64;
             self.growing = self.net > 0;
+            self.judged_from = Some(start);
             self.arrivals = 0;
             self.period_sends = 0;
             self.period_start = Some(now);
@@ -142,6 +165,21 @@ impl DeadlineControl {
             self.busy = Duration::ZERO;
             self.sends = 0;
         }
+        if self.busy_since.is_none() {
+            self.turned_at = None;
+            self.confirmed = false;
+        } else if self.turned(now) {
+            // Newest first once a whole period after the turn still grew
+            // (a burst that ends as the queue turns is served in order:
+            // its backlog is what the lull after it serves), or at once
+            // after a moment empty within a window of newest first.
+            let at = *self.turned_at.get_or_insert(now);
+            let grew = self.growing && self.judged_from.is_some_and(|j| j >= at);
+            self.confirmed |= grew || self.recent(now);
+        }
+        if self.lifo(now) {
+            self.newest_at = Some(now);
+        }
     }
 
     /// A task came in (to the queue or refused).
@@ -160,8 +198,37 @@ impl DeadlineControl {
     /// arrivals in a standing overload, which in order would serve the
     /// tasks that waited longest, late, before the new ones).
     pub fn lifo(&self, now: Instant) -> bool {
+        self.confirmed && self.turned(now)
+    }
+
+    /// Whether the queue has turned and waits for a period of growth to
+    /// confirm it: served in order meanwhile, but a new task is admitted as
+    /// newest first would serve it (it goes before the backlog once the
+    /// growth confirms the turn; refused for the backlog's depth, the
+    /// fresh tasks of a standing overload were lost for that period).
+    pub fn turning(&self, now: Instant) -> bool {
+        !self.confirmed && self.turned_at.is_some() && self.turned(now)
+    }
+
+    /// Whether the queue has stood long enough to serve the newest first:
+    /// twice the tasks' time while it grows, three times in any case, or,
+    /// while it grows, tasks wait again within a window of newest first.
+    fn turned(&self, now: Instant) -> bool {
         let stood = |windows| Self::stood_since(self.busy_since, self.window, now, windows);
-        (self.growing && stood(STANDING_WINDOWS)) || stood(STANDING_WINDOWS + 1)
+        (self.growing && (stood(STANDING_WINDOWS) || self.recent(now)))
+            || stood(STANDING_WINDOWS + 1)
+    }
+
+    /// Whether tasks wait and newest first was in force less than a window
+    /// (the tasks' time from submission to due) before `now`: a standing
+    /// overload whose queue emptied for a moment. Counted anew, its two
+    /// windows of standing would be served in order, late (bimodal service
+    /// at 2x: its fast stretches empty the shallow queue newest first
+    /// keeps).
+    fn recent(&self, now: Instant) -> bool {
+        self.busy_since.is_some()
+            && matches!((self.newest_at, self.window),
+                (Some(t), Some(w)) if now.saturating_duration_since(t) < w)
     }
 
     /// Whether the queue has stood for `windows` times the tasks' time.
@@ -193,7 +260,7 @@ impl DeadlineControl {
     pub fn depth(&self, latency: Duration, now: Instant) -> Option<usize> {
         // One window after newest first began: a burst that just reached
         // the standing length keeps its backlog for the lull after it.
-        if !self.growing || !self.stood(now, STANDING_WINDOWS + 1) {
+        if !self.growing || !self.stood(now, STANDING_WINDOWS + 1) || !self.confirmed {
             return None;
         }
         let rate = self.rate.unwrap_or(0.0);
@@ -302,10 +369,11 @@ mod tests {
     }
 
     #[test]
-    fn newest_first_once_the_queue_stood_twice_as_long_as_tasks_have() {
+    fn newest_first_once_the_queue_stood_twice_as_long_as_tasks_have_and_still_grows() {
         let t0 = Instant::now();
         let mut c = DeadlineControl::default();
-        // Two arrivals for each send, every 10 ms.
+        // Two arrivals for each send, every 10 ms (growth is judged over
+        // periods of 25 ms or more: here 0-30, 30-60, ...).
         let turn = |c: &mut DeadlineControl, ms: u32, waiting: bool, arrivals: u64| {
             for _ in 0..arrivals {
                 c.on_arrival();
@@ -320,10 +388,22 @@ mod tests {
         c.on_due(MS * 125);
         turn(&mut c, 249, true, 2);
         assert!(!c.lifo(t0 + MS * 249));
-        assert!(c.lifo(t0 + MS * 250));
+        // Stood two windows (250 ms) and grows: turned, but served in
+        // order until a whole period after the turn has grown too (the
+        // period 240-270 began before it) ...
+        // (meanwhile a new task is admitted as newest first would serve it)
+        for ms in (250..=290).step_by(10) {
+            turn(&mut c, ms, true, 2);
+            assert!(!c.lifo(t0 + MS * ms), "{ms}");
+            assert!(c.turning(t0 + MS * ms), "{ms}");
+        }
+        // ... as 270-300 did: newest first.
+        turn(&mut c, 300, true, 2);
+        assert!(c.lifo(t0 + MS * 300));
+        assert!(!c.turning(t0 + MS * 300));
         // Arrivals stop: the queue drains, oldest first, once a whole
         // period has shown it.
-        for ms in (260..=370).step_by(10) {
+        for ms in (310..=370).step_by(10) {
             turn(&mut c, ms, true, 0);
         }
         assert!(!c.lifo(t0 + MS * 370));
@@ -338,39 +418,87 @@ mod tests {
         turn(&mut c, 445, false, 0);
         turn(&mut c, 450, true, 0);
         assert!(c.lifo(t0 + MS * 450));
-        // ... empty for a whole growth period (25 ms): the count starts anew.
+        // ... empty for a whole growth period (25 ms): a new busy stretch,
+        // but within a window (125 ms) of newest first: newest first again
+        // as soon as it grows, without standing two windows anew.
         turn(&mut c, 455, false, 0);
-        turn(&mut c, 480, false, 2);
-        for ms in (490..=710).step_by(10) {
-            turn(&mut c, ms, true, 2);
+        turn(&mut c, 480, false, 0);
+        assert!(!c.lifo(t0 + MS * 480), "empty: in order");
+        turn(&mut c, 490, true, 2);
+        turn(&mut c, 500, true, 2);
+        assert!(!c.lifo(t0 + MS * 500), "no growth judged yet");
+        turn(&mut c, 510, true, 2);
+        assert!(c.lifo(t0 + MS * 510), "the period 480-510 grew");
+        // Empty for longer than a window: the count starts anew.
+        for ms in (520..=700).step_by(10) {
+            turn(&mut c, ms, false, 0);
         }
-        turn(&mut c, 730, true, 2);
-        assert!(!c.lifo(t0 + MS * 739));
-        assert_eq!(c.depth(MS * 20, t0 + MS * 739), None);
-        assert!(c.lifo(t0 + MS * 740));
-        // The depth one window later: about one send per 10 ms (100/s, the
-        // lull counted); one attempt of 15 ms: a depth of 2.
-        assert_eq!(c.depth(MS * 15, t0 + MS * 740), None);
+        turn(&mut c, 710, true, 2);
+        for ms in (720..=950).step_by(10) {
+            turn(&mut c, ms, true, 2);
+            assert!(!c.lifo(t0 + MS * ms), "{ms}");
+        }
+        assert_eq!(c.depth(MS * 20, t0 + MS * 950), None);
+        // Turned at 960; the period 960-990 grows, newest first at its end.
+        for ms in (960..=980).step_by(10) {
+            turn(&mut c, ms, true, 2);
+            assert!(!c.lifo(t0 + MS * ms), "{ms}");
+        }
+        turn(&mut c, 990, true, 2);
+        assert!(c.lifo(t0 + MS * 990));
+        turn(&mut c, 1000, true, 2);
+        turn(&mut c, 1010, true, 2);
+        // The depth from three windows (1085 ms): about one send per 10
+        // ms (100/s, the lull counted); one attempt of 15 ms: a depth of 2.
+        assert_eq!(c.depth(MS * 15, t0 + MS * 1010), None);
         assert!((c.rate().unwrap() - 100.0).abs() < 5.0, "{:?}", c.rate());
-        assert_eq!(c.depth(MS * 15, t0 + MS * 865), Some(2));
-        assert_eq!(c.depth(MS, t0 + MS * 865), Some(1));
+        assert_eq!(c.depth(MS * 15, t0 + MS * 1085), Some(2));
+        assert_eq!(c.depth(MS, t0 + MS * 1085), Some(1));
         // Four fifths of an attempt's time: of 45 ms, 3.6 sends (4.5 whole).
-        assert_eq!(c.depth(MS * 45, t0 + MS * 865), Some(4));
+        assert_eq!(c.depth(MS * 45, t0 + MS * 1085), Some(4));
         // A moment empty ends the depth (its count is strict) ...
-        turn(&mut c, 866, false, 2);
-        turn(&mut c, 867, true, 2);
-        assert_eq!(c.depth(MS * 15, t0 + MS * 867), None);
+        turn(&mut c, 1086, false, 2);
+        turn(&mut c, 1087, true, 2);
+        assert_eq!(c.depth(MS * 15, t0 + MS * 1087), None);
         // ... not the order. A period without arrivals: a queue that has
         // stood three windows stays newest first until it empties (a lull
         // in a standing overload serves the newest, not the oldest, which
         // have waited longest).
-        for ms in (870..=900).step_by(10) {
+        for ms in (1090..=1120).step_by(10) {
             turn(&mut c, ms, true, 0);
         }
-        assert!(c.lifo(t0 + MS * 900));
-        turn(&mut c, 910, false, 0);
-        turn(&mut c, 935, false, 0);
-        assert!(!c.lifo(t0 + MS * 935), "empty: in order again");
+        assert!(c.lifo(t0 + MS * 1120));
+        turn(&mut c, 1130, false, 0);
+        turn(&mut c, 1155, false, 0);
+        assert!(!c.lifo(t0 + MS * 1155), "empty: in order again");
+    }
+
+    #[test]
+    fn a_burst_that_ends_as_the_queue_turns_is_served_in_order() {
+        let t0 = Instant::now();
+        let mut c = DeadlineControl::default();
+        c.on_due(MS * 125);
+        // Two arrivals for each send for 250 ms (two windows), then none.
+        let turn = |c: &mut DeadlineControl, ms: u32, arrivals: u64| {
+            for _ in 0..arrivals {
+                c.on_arrival();
+            }
+            c.on_turn(1, true, t0 + MS * ms);
+        };
+        for ms in (0..=250).step_by(10) {
+            turn(&mut c, ms, if ms < 250 { 2 } else { 0 });
+        }
+        // Turned at 250 (the period 210-240 grew), but the burst is over:
+        // no period after the turn grows, and the backlog it left is
+        // served oldest first through the lull (while growth is still the
+        // last period's, to 270, turning: a new task would count as
+        // newest first serves it).
+        for ms in (260..=370).step_by(10) {
+            turn(&mut c, ms, 0);
+            assert!(!c.lifo(t0 + MS * ms), "{ms}");
+            assert_eq!(c.turning(t0 + MS * ms), ms < 270, "{ms}");
+            assert_eq!(c.depth(MS * 15, t0 + MS * ms), None);
+        }
     }
 
     #[test]

@@ -49,9 +49,10 @@ impl QueueCore {
     }
 
     /// Whether a new task of `class` due at `due` is refused at once: the
-    /// ready tasks that go before it (newest first while overloaded: only
-    /// the more important classes'), less the credit in hand, take longer
-    /// at the recent send rate than it has left after an attempt.
+    /// ready tasks that go before it (newest first while overloaded, or
+    /// while a turn to it waits for growth: only the more important
+    /// classes'), less the credit in hand, take longer at the recent send
+    /// rate than it has left after an attempt.
     pub(super) fn refused_for_time(
         &self,
         class: Priority,
@@ -61,7 +62,9 @@ impl QueueCore {
     ) -> bool {
         let c = self.tasks.counts();
         // Of its own class, those its tenant's turns leave ahead of it.
-        let order = match self.due_lifo(now) {
+        // While a turn waits for growth to confirm it, a new task counts
+        // as newest first will serve it (it goes first once confirmed).
+        let order = match self.due_lifo(now) || self.due.turning(now) {
             true => crate::algo::codel::Order::Lifo,
             false => crate::algo::codel::Order::Fifo,
         };
