@@ -192,11 +192,13 @@ impl DeadlineControl {
         self.window = Some(window);
     }
 
-    /// Whether to serve the newest first: the queue has stood at least
-    /// twice as long as the latest task's time from submission to due, and
-    /// grows; or it has stood three times as long (a lull of random
-    /// arrivals in a standing overload, which in order would serve the
-    /// tasks that waited longest, late, before the new ones).
+    /// Whether to serve the newest first: the queue has turned (stood at
+    /// least twice as long as the latest task's time from submission to
+    /// due, and grows; or three times as long: a lull of random arrivals
+    /// in a standing overload, which in order would serve the tasks that
+    /// waited longest, late, before the new ones), and a whole growth
+    /// period after the turn grew too (or it turned again within a window
+    /// of newest first).
     pub fn lifo(&self, now: Instant) -> bool {
         self.confirmed && self.turned(now)
     }
@@ -258,8 +260,9 @@ impl DeadlineControl {
     /// when serving in order (every task the queue holds may still be
     /// served in time).
     pub fn depth(&self, latency: Duration, now: Instant) -> Option<usize> {
-        // One window after newest first began: a burst that just reached
-        // the standing length keeps its backlog for the lull after it.
+        // One window after the turn, and once newest first began: a burst
+        // that just reached the standing length keeps its backlog for the
+        // lull after it.
         if !self.growing || !self.stood(now, STANDING_WINDOWS + 1) || !self.confirmed {
             return None;
         }

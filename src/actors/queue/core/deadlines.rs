@@ -63,7 +63,7 @@ impl QueueCore {
         let c = self.tasks.counts();
         // Of its own class, those its tenant's turns leave ahead of it.
         // While a turn waits for growth to confirm it, a new task counts
-        // as newest first will serve it (it goes first once confirmed).
+        // as newest first would serve it (it goes first once confirmed).
         let order = match self.due_lifo(now) || self.due.turning(now) {
             true => crate::algo::codel::Order::Lifo,
             false => crate::algo::codel::Order::Fifo,
