@@ -61,10 +61,13 @@ impl QueueCore {
         now: Instant,
     ) -> bool {
         let c = self.tasks.counts();
-        // Of its own class, those its tenant's turns leave ahead of it.
-        // While a turn waits for growth to confirm it, a new task counts
-        // as newest first would serve it (it goes first once confirmed).
-        let order = match self.due_lifo(now) || self.due.turning(now) {
+        // Of its own class, those its tenant's turns leave ahead of it, in
+        // the order the queue serves: in order while a caller waits on
+        // purpose (as `pump` does); else, while a turn waits for growth to
+        // confirm it, as newest first would serve it (it goes first once
+        // confirmed).
+        let lifo = c.patient == 0 && (self.due_lifo(now) || self.due.turning(now));
+        let order = match lifo {
             true => crate::algo::codel::Order::Lifo,
             false => crate::algo::codel::Order::Fifo,
         };

@@ -937,3 +937,53 @@ fn a_held_task_past_its_slo_is_shed_with_no_credit_in_hand() {
         r[0].1.outcome
     );
 }
+
+/// Intake counts the tasks ahead of a new one in the order the queue will
+/// serve it: while a caller waits on purpose (a patient task), the queue
+/// serves in order even in a standing overload, so a new task that the
+/// backlog ahead makes late is refused at once, not admitted as newest
+/// first would serve it and shed when its time runs out.
+#[test]
+fn intake_counts_the_order_the_queue_serves_while_a_patient_task_waits() {
+    use crate::algo::priority::Priority;
+    // Three tasks due in 50 ms a millisecond, one sent every other
+    // millisecond: 200 ms of a standing overload (newest first from
+    // 100 ms without a patient task), then one more task; `patient` adds
+    // a sheddable task whose caller waits, kept ready below the default
+    // ones.
+    let refused_last = |patient: bool| {
+        let t0 = Instant::now();
+        let mut q = core(ONE, t0);
+        if patient {
+            let j = job(Task::get("svc", "/p").priority(Priority::Sheddable), 0, t0);
+            q.submit(
+                Submit {
+                    task: ReplyTx::new(j),
+                    wait: true,
+                },
+                t0,
+            );
+        }
+        let due = || Task::get("svc", "/x").deadline_in(ms(50));
+        let mut id = 1;
+        for t in 0..200 {
+            let at = t0 + ms(t);
+            for _ in 0..3 {
+                submit(&mut q, &job(due(), id, at), at);
+                id += 1;
+            }
+            turn(&mut q, vec![room(usize::from(t % 2 == 0), None)], at);
+            routes(&mut q);
+            results(&mut q);
+        }
+        let at = t0 + ms(200);
+        let before = q.stats(at).shed_at_intake;
+        submit(&mut q, &job(due(), id, at), at);
+        q.stats(at).shed_at_intake > before
+    };
+    assert!(!refused_last(false), "newest first: nothing ahead of it");
+    assert!(
+        refused_last(true),
+        "in order: the backlog ahead makes it late"
+    );
+}
