@@ -33,12 +33,12 @@
 //!   three times as long stays newest first until it empties: in order, a
 //!   lull would serve its oldest tasks, late. For the order, "empty" means
 //!   empty for a whole growth period: a turn that happened to send all
-//!   that was ready is no end of an overload (the depth below counts
-//!   strictly). A queue that fills again and grows within a window of
-//!   newest first is served newest first at once: counted anew, its two
-//!   windows of standing would be served in order, late (the fast
-//!   stretches of a bimodal service at 2× empty the shallow queue newest
-//!   first keeps).
+//!   that was ready is no end of an overload (the depth below begins
+//!   after three windows counted strictly). A queue that fills again and
+//!   grows within a window of newest first is served newest first at
+//!   once: counted anew, its two windows of standing would be served in
+//!   order, late (the fast stretches of a bimodal service at 2× empty the
+//!   shallow queue newest first keeps).
 //!   A window after newest first began, the queue keeps only what the
 //!   backends take in four fifths of one attempt's time
 //!   ([`DeadlineControl::depth`]), so its deepest task is still served
@@ -46,7 +46,12 @@
 //!   served only if arrivals paused, late; it is shed at once (only a task
 //!   with a stated time: one without waits until it is served; and never
 //!   one of the most important of several classes, which goes first and
-//!   is shed only by the queue rule above).
+//!   is shed only by the queue rule above). The depth begins once the
+//!   queue has stood three windows, counted strictly; once it applies, a
+//!   turn that sends all the queue holds does not end it (workers that
+//!   free together take all of a shallow queue; counted anew, the queue
+//!   grew three windows deep and its oldest expired in it), a growth
+//!   period that did not grow does.
 //!
 //! The rate counts only the time the queue had tasks waiting: when it was
 //! empty, sends followed arrivals and say nothing of what the backends can
@@ -123,6 +128,10 @@ pub struct DeadlineControl {
     confirmed: bool,
     /// The last turn's end with newest first in force.
     newest_at: Option<Instant>,
+    /// The depth applies: the queue stood three windows (counted
+    /// strictly) newest first and grows. A moment empty does not end it,
+    /// a period that did not grow or the end of newest first does.
+    deep: bool,
 }
 
 impl DeadlineControl {
@@ -179,6 +188,21 @@ impl DeadlineControl {
         }
         if self.lifo(now) {
             self.newest_at = Some(now);
+        }
+        // Once the depth applies, a turn that sends all the queue holds is
+        // no end of it: the queue is kept shallow, and workers that free
+        // together (a fixed service time's answers on one timer tick) take
+        // all of it. Counted strictly, each such turn put the depth off
+        // for three windows, in which the queue served newest first grew
+        // and its oldest expired in it (refusals' p99 229 ms at 2x on real
+        // sockets, 18 ms with this). A period that did not grow ends it: a
+        // backend that gained workers, or load that fell, empties the
+        // queue for good, and a depth from the old send rate would shed
+        // what can now be served.
+        if !self.confirmed || !self.growing {
+            self.deep = false;
+        } else if self.stood(now, STANDING_WINDOWS + 1) {
+            self.deep = true;
         }
     }
 
@@ -262,8 +286,9 @@ impl DeadlineControl {
     pub fn depth(&self, latency: Duration, now: Instant) -> Option<usize> {
         // One window after the turn, and once newest first began: a burst
         // that just reached the standing length keeps its backlog for the
-        // lull after it.
-        if !self.growing || !self.stood(now, STANDING_WINDOWS + 1) || !self.confirmed {
+        // lull after it. Then until a period does not grow (`deep`).
+        let stood = self.deep || self.stood(now, STANDING_WINDOWS + 1);
+        if !self.growing || !stood || !self.confirmed {
             return None;
         }
         let rate = self.rate.unwrap_or(0.0);
@@ -459,21 +484,35 @@ mod tests {
         assert_eq!(c.depth(MS, t0 + MS * 1085), Some(1));
         // Four fifths of an attempt's time: of 45 ms, 3.6 sends (4.5 whole).
         assert_eq!(c.depth(MS * 45, t0 + MS * 1085), Some(4));
-        // A moment empty ends the depth (its count is strict) ...
+        // Once it applies (the first turn after three windows) ...
+        turn(&mut c, 1085, true, 2);
+        // ... a moment empty (workers that freed together took all the
+        // queue kept) does not end it ...
         turn(&mut c, 1086, false, 2);
         turn(&mut c, 1087, true, 2);
-        assert_eq!(c.depth(MS * 15, t0 + MS * 1087), None);
-        // ... not the order. A period without arrivals: a queue that has
-        // stood three windows stays newest first until it empties (a lull
-        // in a standing overload serves the newest, not the oldest, which
-        // have waited longest).
+        assert_eq!(c.depth(MS * 15, t0 + MS * 1087), Some(2));
+        // ... a period that did not grow does, and the order holds. A
+        // period without arrivals: a queue that has stood three windows
+        // stays newest first until it empties (a lull in a standing
+        // overload serves the newest, not the oldest, which have waited
+        // longest).
         for ms in (1090..=1120).step_by(10) {
             turn(&mut c, ms, true, 0);
         }
         assert!(c.lifo(t0 + MS * 1120));
-        turn(&mut c, 1130, false, 0);
-        turn(&mut c, 1155, false, 0);
-        assert!(!c.lifo(t0 + MS * 1155), "empty: in order again");
+        assert_eq!(c.depth(MS * 15, t0 + MS * 1120), None);
+        // Growing again, it applies only once the queue has stood three
+        // windows counted strictly (since 1087, to 1462).
+        for ms in (1130..=1460).step_by(10) {
+            turn(&mut c, ms, true, 2);
+            assert_eq!(c.depth(MS * 15, t0 + MS * ms), None, "{ms}");
+        }
+        turn(&mut c, 1470, true, 2);
+        assert_eq!(c.depth(MS * 15, t0 + MS * 1470), Some(2));
+        turn(&mut c, 1480, false, 0);
+        turn(&mut c, 1505, false, 0);
+        assert!(!c.lifo(t0 + MS * 1505), "empty: in order again");
+        assert_eq!(c.depth(MS * 15, t0 + MS * 1505), None);
     }
 
     #[test]
