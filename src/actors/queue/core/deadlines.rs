@@ -48,6 +48,14 @@ impl QueueCore {
         self.due.lifo(now)
     }
 
+    /// Whether the queue may serve the newest first: no caller waits on
+    /// purpose (a patient task, ready or in flight, is never shed, and
+    /// under LIFO it could wait behind newer tasks for good). Otherwise it
+    /// serves in order, and its intake and its depth count so.
+    pub(super) fn newest_first_allowed(&self) -> bool {
+        self.tasks.counts().patient == 0
+    }
+
     /// Whether a new task of `class` due at `due` is refused at once: the
     /// ready tasks that go before it (newest first while overloaded, or
     /// while a turn to it waits for growth: only the more important
@@ -66,7 +74,7 @@ impl QueueCore {
         // purpose (as `pump` does); else, while a turn waits for growth to
         // confirm it, as newest first would serve it (it goes first once
         // confirmed).
-        let lifo = c.patient == 0 && (self.due_lifo(now) || self.due.turning(now));
+        let lifo = self.newest_first_allowed() && (self.due_lifo(now) || self.due.turning(now));
         let order = match lifo {
             true => crate::algo::codel::Order::Lifo,
             false => crate::algo::codel::Order::Fifo,
@@ -159,7 +167,13 @@ impl QueueCore {
                 self.drop_late(no, now);
             }
         }
-        if let Some(depth) = self.due.depth(self.expected_latency(), now) {
+        // While a caller waits on purpose the queue serves in order: its
+        // oldest tasks go next, and the depth would shed them.
+        let depth = self
+            .newest_first_allowed()
+            .then(|| self.due.depth(self.expected_latency(), now))
+            .flatten();
+        if let Some(depth) = depth {
             // Newest first: the deep end of the queue would be served late.
             // The top class of several is shed only once it cannot be
             // served in time: it goes first, so only its own kind is ahead

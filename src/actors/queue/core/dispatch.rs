@@ -35,11 +35,10 @@ impl QueueCore {
                 .routes
                 .reserve_exact(credit.min(self.tasks.ready_listed()).min(MAX_BATCH));
         }
-        // Newest first only while no caller waits on purpose: a patient
-        // task (a durable stream's entry, say) is never shed, and under
-        // LIFO it could wait behind newer tasks for good.
+        // Newest first only while no caller waits on purpose
+        // (`newest_first_allowed`: a durable stream's entry, say).
         let c = self.tasks.counts();
-        let lifo = c.patient == 0
+        let lifo = self.newest_first_allowed()
             && (self.due_lifo(now)
                 || self
                     .delay

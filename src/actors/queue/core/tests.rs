@@ -987,3 +987,67 @@ fn intake_counts_the_order_the_queue_serves_while_a_patient_task_waits() {
         "in order: the backlog ahead makes it late"
     );
 }
+
+/// The depth that keeps a standing queue shallow sheds from the oldest
+/// end, which only newest first leaves unserved: while a caller waits on
+/// purpose the queue serves in order, so the depth does not apply, and a
+/// task leaves the queue unserved only once its time has run out (the
+/// oldest, shed by the depth, were the next to go).
+#[test]
+fn the_depth_sheds_nothing_the_queue_serves_in_order_while_a_patient_task_waits() {
+    use std::collections::HashMap;
+
+    use crate::algo::priority::Priority;
+    // As above: three tasks due in 50 ms a millisecond, one sent every
+    // other millisecond, for 300 ms (the depth from three windows of
+    // standing, 150 ms), beside a patient task: a critical one, sent at
+    // once and never answered here (in flight, its caller still waits),
+    // which leaves the default class to the depth (the top class of
+    // several is never shed by it).
+    let t0 = Instant::now();
+    let mut q = core(ONE, t0);
+    let j = job(Task::get("svc", "/p").priority(Priority::Critical), 0, t0);
+    q.submit(
+        Submit {
+            task: ReplyTx::new(j),
+            wait: true,
+        },
+        t0,
+    );
+    let (mut submitted, mut early, mut shed) = (HashMap::new(), Vec::new(), 0);
+    // Tasks answered `Overloaded` by the queue (not refused at intake),
+    // and those of them that had time left.
+    let mut check =
+        |q: &mut QueueCore, intake: Option<u64>, at: Instant, subm: &HashMap<u64, Instant>| {
+            for (id, r) in results(q) {
+                let over = matches!(r.outcome, Outcome::Rejected(Rejection::Overloaded { .. }));
+                if over && Some(id) != intake {
+                    shed += 1;
+                    if at - subm[&id] < ms(50) {
+                        early.push((id, at - subm[&id]));
+                    }
+                }
+            }
+        };
+    let mut id = 1;
+    for t in 0..300 {
+        let at = t0 + ms(t);
+        for _ in 0..3 {
+            let before = q.stats(at).shed_at_intake;
+            submit(
+                &mut q,
+                &job(Task::get("svc", "/x").deadline_in(ms(50)), id, at),
+                at,
+            );
+            submitted.insert(id, at);
+            let refused = q.stats(at).shed_at_intake > before;
+            check(&mut q, refused.then_some(id), at, &submitted);
+            id += 1;
+        }
+        turn(&mut q, vec![room(usize::from(t % 2 == 0), None)], at);
+        routes(&mut q);
+        check(&mut q, None, at, &submitted);
+    }
+    assert!(shed > 0, "the queue sheds what runs out of time");
+    assert!(early.is_empty(), "shed with time left: {early:?}");
+}
